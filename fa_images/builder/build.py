@@ -1,0 +1,151 @@
+"""Prepare and compile: from a flash-attn version (or sdist) to a verified wheel.
+
+``prepare`` needs neither a GPU nor nvcc: it fetches and unpacks the source, reads the
+installed torch, sizes the parallelism and writes the settings. ``compile_wheel`` runs
+setup.py through the shim, then hands the wheel to the verifier before accepting it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import environment, source
+from .errors import BuildFailed, VerificationFailed
+from .settings import BuildSettings, local_version_label
+from .verify import inspect_wheel
+
+MANIFEST = "manifest.json"
+SHIM_FAILED = 97
+
+
+def prepare(
+    *, version: str | None, sdist: Path | None, work_dir: Path, archs: tuple[str, ...],
+    ptx: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
+    sha256: str | None = None, index_url: str = source.PYPI_SIMPLE,
+    sources_dir: Path | None = None, allow_untested: bool = False,
+    expect_cxx11_abi: bool | None = None, python: str = sys.executable,
+) -> BuildSettings:
+    if version is not None:
+        source.check_supported(version, allow_untested=allow_untested)
+    torch = environment.probe_torch(python)
+    if expect_cxx11_abi is not None and torch.cxx11_abi != expect_cxx11_abi:
+        raise environment.EnvironmentProblem(
+            f"torch {torch.version} uses cxx11_abi={torch.cxx11_abi}, but this build expects "
+            f"{expect_cxx11_abi}; the wrong torch variant is installed"
+        )
+    sdist_path, sha = source.obtain_sdist(
+        version=version, sdist=sdist, dest_dir=work_dir / "sdists", sha256=sha256,
+        index_url=index_url, sources_dir=sources_dir,
+    )
+    tree = source.unpack(sdist_path, work_dir / "src", sha)
+    if version is None:
+        source.check_supported(tree.version, allow_untested=allow_untested)
+    warnings: list[str] = []
+    if torch.cuda is None:
+        warnings.append(
+            f"torch {torch.version} is a CPU build: preparing works, but the build itself "
+            "needs a CUDA build of torch"
+        )
+    if not tree.honours_local_version:
+        warnings.append(f"flash-attn {tree.version} ignores FLASH_ATTN_LOCAL_VERSION; the wheel has no +label")
+    par = environment.size_parallelism(max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    settings = BuildSettings(
+        flash_attn=tree.version, python=torch.python, torch=torch.version, cuda=torch.cuda,
+        cxx11_abi=torch.cxx11_abi, archs=archs, ptx=ptx, max_jobs=par.max_jobs,
+        nvcc_threads=par.nvcc_threads,
+        local_version=(
+            local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
+            if tree.honours_local_version else None
+        ),
+        source_dir=str(tree.path), sdist=str(sdist_path), sha256=sha,
+        honours_cuda_archs_env=tree.honours_cuda_archs_env, warnings=tuple(warnings),
+    )
+    settings.write()
+    return settings
+
+
+def build_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("FLASH_ATTENTION_FORCE_CXX11_ABI", "FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTN_LOCAL_VERSION"):
+        env.pop(var, None)  # each would silently change what gets built
+    env.update(
+        FLASH_ATTENTION_FORCE_BUILD="TRUE",  # never download a prebuilt wheel
+        FLASH_ATTN_CUDA_ARCHS=";".join(settings.archs),
+        TORCH_CUDA_ARCH_LIST=";".join(f"{a[:-1]}.{a[-1]}" for a in settings.archs),
+        MAX_JOBS=str(settings.max_jobs),
+        NVCC_THREADS=str(settings.nvcc_threads),
+        CUDA_HOME=str(nvcc.cuda_home),
+        PATH=f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+    )
+    if settings.local_version:
+        env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
+    return env
+
+
+def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.executable, log=print) -> Path:
+    """Compiles, verifies and moves the wheel into ``out_dir`` with a manifest beside it."""
+    torch = environment.probe_torch(python)
+    nvcc = environment.probe_nvcc()
+    environment.check_toolchain(torch, nvcc)
+    src = Path(settings.source_dir)
+    dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
+    cmd = [python, "-m", "fa_images.builder.setup_shim", str(src / "fa_images_build.json"),
+           "bdist_wheel", "--dist-dir", str(dist)]
+    env = build_environment(settings, nvcc)
+    # The shim is imported from this package wherever it lives (site-packages or a build context).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+    log(f"compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
+        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}")
+    started = time.monotonic()
+    tail: list[str] = []
+    with subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            tail = (tail + [line.rstrip()])[-30:]
+    if proc.returncode != 0:
+        why = next((t for t in reversed(tail) if "[fa-images] error" in t), None)
+        raise BuildFailed(
+            why or f"setup.py bdist_wheel exited with {proc.returncode}; last lines:\n  " + "\n  ".join(tail[-12:])
+        )
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildFailed(f"setup.py produced {len(wheels)} wheels in {dist}, expected one")
+    elapsed = time.monotonic() - started
+    report = inspect_wheel(
+        wheels[0], expect_python=settings.python, expect_cxx11_abi=settings.cxx11_abi,
+        expect_archs=settings.archs, python=python,
+    )
+    for line in report.lines():
+        log(line)
+    if not report.ok:
+        raise VerificationFailed(f"{wheels[0].name} failed verification: " + "; ".join(report.problems()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / wheels[0].name
+    shutil.move(str(wheels[0]), final)
+    shutil.rmtree(dist, ignore_errors=True)
+    write_manifest(out_dir, settings, final, report.sha256, elapsed)
+    log(f"wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
+    return final
+
+
+def write_manifest(out_dir: Path, settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> Path:
+    """What the wheel is, what it was built against, and its sha256, for the image and the host."""
+    manifest = {
+        "wheel": wheel.name, "sha256": sha256, "size": wheel.stat().st_size,
+        "flash_attn": settings.flash_attn, "python": settings.python, "torch": settings.torch,
+        "cuda": settings.cuda, "cxx11_abi": settings.cxx11_abi, "archs": list(settings.archs),
+        "ptx": settings.ptx, "sdist_sha256": settings.sha256, "build_seconds": round(seconds, 1),
+    }
+    path = out_dir / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return path

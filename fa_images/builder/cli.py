@@ -1,0 +1,147 @@
+"""Command line of the builder: ``wheel``, ``inspect`` and ``check``.
+
+The same parsers serve ``python -m fa_images.builder`` inside images and ``fa-images``
+on the host (which mounts them with ``add_commands``), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from . import build, gpucheck, source
+from .errors import FatalError, UsageError
+from .settings import parse_archs
+from .verify import inspect_wheel
+
+WHEEL_EXAMPLES = """\
+examples:
+  fa-images wheel --flash-attn 2.8.3 --archs 80 --out dist/
+      build for A10G/L4/A100 (sm_86 and sm_89 run the sm_80 kernels)
+  fa-images wheel --sdist flash_attn-2.8.3.tar.gz --archs 80,90 --ptx --out dist/
+  fa-images wheel --flash-attn 2.6.3 --archs 90 --out dist/ --prepare-only --json
+      fetch, unpack and show the settings without compiling (no GPU, no nvcc needed)
+
+The ABI define comes from the torch installed here (torch._C._GLIBCXX_USE_CXX11_ABI);
+MAX_JOBS/NVCC_THREADS are sized from the memory this process may really use (~5 GB per
+nvcc thread), so an OOM kill does not waste the build.
+"""
+
+INSPECT_EXAMPLES = """\
+examples:
+  fa-images inspect dist/flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl
+  fa-images inspect WHEEL --archs 80,90 --json
+
+Exit status: 0 when the wheel is sound, 1 with every reason when it is not.
+"""
+
+
+def _archs(text: str) -> tuple[str, ...]:
+    try:
+        return parse_archs(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return text.lower() in ("true", "1")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    wheel = sub.add_parser("wheel", help="build a flash-attn wheel here, right for the installed torch",
+                           epilog=WHEEL_EXAMPLES, formatter_class=fmt)
+    what = wheel.add_mutually_exclusive_group(required=True)
+    what.add_argument("--flash-attn", metavar="VERSION", help="fetch this version's sdist from the index")
+    what.add_argument("--sdist", type=Path, metavar="PATH", help="build this local sdist")
+    wheel.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the wheel and manifest.json go")
+    wheel.add_argument("--archs", type=_archs, default=("80",), metavar="LIST",
+                       help="flash-attn archs, e.g. 80 or 80,90 (default: 80)")
+    wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
+    wheel.add_argument("--max-jobs", type=_positive, metavar="N", help="parallel compile jobs (default: sized from memory)")
+    wheel.add_argument("--nvcc-threads", type=_positive, metavar="N", help="threads per nvcc (default: 2)")
+    wheel.add_argument("--sha256", metavar="HEX", help="require the sdist to have this sha256")
+    wheel.add_argument("--index-url", default=source.PYPI_SIMPLE, metavar="URL",
+                       help="package index (PEP 691) for --flash-attn; user:token@ in the URL is used, never printed")
+    wheel.add_argument("--sources-dir", type=Path, metavar="DIR",
+                       help="look here for flash_attn-VERSION.tar.gz before the index (offline builds)")
+    wheel.add_argument("--work-dir", type=Path, metavar="DIR", help="where to unpack and build (default: a temp dir)")
+    wheel.add_argument("--expect-cxx11-abi", type=_bool, metavar="BOOL",
+                       help="fail unless the installed torch uses this ABI (guards the torch variant)")
+    wheel.add_argument("--allow-untested", action="store_true", help="try versions outside " + str(source.SUPPORTED_FLASH_ATTN))
+    wheel.add_argument("--prepare-only", action="store_true", help="fetch, unpack and prepare; do not compile")
+    wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
+    wheel.set_defaults(func=cmd_wheel)
+
+    insp = sub.add_parser("inspect", help="check that a wheel is sound: tags, extension, ABI, GPU archs, import",
+                          epilog=INSPECT_EXAMPLES, formatter_class=fmt)
+    insp.add_argument("wheel", type=Path)
+    insp.add_argument("--archs", type=_archs, metavar="LIST", help="require cubins for these archs")
+    insp.add_argument("--python", default=sys.executable, metavar="EXE",
+                      help="interpreter whose torch the import check uses (default: this one)")
+    insp.add_argument("--json", action="store_true")
+    insp.set_defaults(func=cmd_inspect)
+
+    check = sub.add_parser("check", help="import flash-attn and compare it with SDPA on the GPU",
+                           description=gpucheck.__doc__, formatter_class=fmt)
+    check.add_argument("--import-only", action="store_true", help="only the import check (no GPU needed)")
+    check.set_defaults(func=cmd_check)
+
+
+def cmd_wheel(args: argparse.Namespace) -> int:
+    if args.json and not args.prepare_only:
+        raise UsageError("--json goes with --prepare-only")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="fa-images-build-"))
+    settings = build.prepare(
+        version=args.flash_attn, sdist=args.sdist, work_dir=work, archs=args.archs, ptx=args.ptx,
+        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads, sha256=args.sha256,
+        index_url=args.index_url, sources_dir=args.sources_dir, allow_untested=args.allow_untested,
+        expect_cxx11_abi=args.expect_cxx11_abi,
+    )
+    for warning in settings.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.prepare_only:
+        print(settings.to_json() if args.json else f"prepared {settings.source_dir}")
+        return 0
+    build.compile_wheel(settings, args.out)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    report = inspect_wheel(args.wheel, expect_archs=args.archs, python=args.python)
+    print(report.to_json() if args.json else "\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    return gpucheck.run(import_only=args.import_only)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Runs a parsed command; user errors become one line and their exit code."""
+    try:
+        return args.func(args)
+    except FatalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fa_images.builder", description=__doc__)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser.parse_args(argv))
+
+

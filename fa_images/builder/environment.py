@@ -1,0 +1,174 @@
+"""Reads the truth about the build machine: torch, nvcc, CPUs and usable memory.
+
+Nothing here trusts a guess. The C++ ABI comes from the torch that is installed (torch
+2.6.0 ships both ABIs depending on the CUDA variant; every pip torch >= 2.7 is new-ABI),
+and the memory budget comes from the cgroup limit, because inside a container
+``/proc/meminfo`` and psutil report the host's RAM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EnvironmentProblem
+
+GIB = 1024**3
+# nvcc peaks at 3-5 GB per thread on flash-attn's kernels; size for the worst case.
+BYTES_PER_NVCC_THREAD = 5 * GIB
+DEFAULT_NVCC_THREADS = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchInfo:
+    version: str
+    cuda: str | None  # None for a CPU build of torch
+    cxx11_abi: bool
+    python: str  # "3.12"
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.version.split("+")[0].split(".")[:2])
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvccInfo:
+    path: Path
+    version: str  # "12.8"
+
+    @property
+    def cuda_home(self) -> Path:
+        return self.path.parent.parent
+
+
+_TORCH_PROBE = (
+    "import json, sys, torch; print(json.dumps({'version': torch.__version__, "
+    "'cuda': torch.version.cuda, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), "
+    "'python': '%d.%d' % sys.version_info[:2]}))"
+)
+
+
+def probe_torch(python: str = sys.executable) -> TorchInfo:
+    """Asks ``python`` about its torch, in a child process so nothing heavy loads here."""
+    proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EnvironmentProblem(
+            f"cannot import torch with {python}: {last}",
+            hint="install the exact torch the wheel is for, e.g. "
+            "pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128",
+        )
+    return TorchInfo(**json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def find_nvcc() -> Path | None:
+    """nvcc as torch's cpp_extension finds it: $CUDA_HOME first, then PATH, then /usr/local/cuda."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            candidate = Path(home) / "bin" / "nvcc"
+            return candidate if candidate.exists() else None
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return Path(on_path)
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return default if default.exists() else None
+
+
+def probe_nvcc() -> NvccInfo:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise EnvironmentProblem(
+            "no nvcc found (looked at $CUDA_HOME/bin, PATH and /usr/local/cuda/bin)",
+            hint="install the CUDA toolkit that matches torch.version.cuda and set CUDA_HOME",
+        )
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"release (\d+\.\d+)", out)
+    if not match:
+        raise EnvironmentProblem(f"{nvcc} --version printed no CUDA release: {out.strip()!r}")
+    return NvccInfo(path=nvcc, version=match.group(1))
+
+
+def check_toolchain(torch: TorchInfo, nvcc: NvccInfo) -> None:
+    """A CUDA torch and an nvcc of the same major version, or one clear error."""
+    if torch.cuda is None:
+        raise EnvironmentProblem(
+            f"torch {torch.version} is a CPU build; building flash-attn needs a CUDA build of torch",
+            hint="e.g. pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128",
+        )
+    if torch.cuda.split(".")[0] != nvcc.version.split(".")[0]:
+        raise EnvironmentProblem(
+            f"nvcc {nvcc.version} at {nvcc.path} does not match torch {torch.version}, "
+            f"which was built with CUDA {torch.cuda}",
+            hint=f"point CUDA_HOME at a CUDA {torch.cuda.split('.')[0]}.x toolkit",
+        )
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int:
+    """Bytes this process may still use: MemAvailable, capped by the cgroup's headroom."""
+    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
+    match = re.search(r"MemAvailable:\s+(\d+) kB", meminfo)
+    available = int(match.group(1)) * 1024 if match else 16 * GIB
+    cgroup_pairs = (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    )
+    for limit_file, usage_file in cgroup_pairs:
+        limit = _read_int(Path(limit_file))
+        if limit is not None and limit < 1 << 60:  # v1 reports "no limit" as a huge number
+            usage = _read_int(Path(usage_file)) or 0
+            available = min(available, max(limit - usage, 0))
+            break
+    return available
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: affinity, capped by a cgroup v2 CPU quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    max_jobs: int
+    nvcc_threads: int
+    reason: str
+
+
+def size_parallelism(
+    *, max_jobs: int | None = None, nvcc_threads: int | None = None,
+    memory: int | None = None, cpus: int | None = None,
+) -> Parallelism:
+    """MAX_JOBS and NVCC_THREADS that fit in memory: an OOM-killed build wastes an hour."""
+    memory = available_memory() if memory is None else memory
+    cpus = available_cpus() if cpus is None else cpus
+    threads = nvcc_threads or DEFAULT_NVCC_THREADS
+    if nvcc_threads is None and memory < threads * BYTES_PER_NVCC_THREAD:
+        threads = 1
+    by_memory = max(1, memory // (threads * BYTES_PER_NVCC_THREAD))
+    jobs = max_jobs or max(1, min(cpus, by_memory))
+    reason = (
+        "given" if max_jobs else
+        f"min({cpus} CPUs, {memory / GIB:.0f} GiB / ({threads} threads x 5 GiB))"
+    )
+    return Parallelism(max_jobs=jobs, nvcc_threads=threads, reason=reason)

@@ -1,0 +1,142 @@
+"""The check every image runs: does flash-attn import, and does it compute attention right?
+
+Forward and backward of ``flash_attn_func`` in fp16 and bf16, causal and not, and one
+``flash_attn_varlen_func``, each compared with torch's ``scaled_dot_product_attention``.
+The reference is computed in fp32; flash-attn passes when its error is within twice the
+error of SDPA run in the same low precision, plus a small absolute slack (the rule
+flash-attn's own tests use). Exit codes: 0 pass, 1 a failure, 3 no GPU here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+EXIT_FAILED = 1
+EXIT_NO_GPU = 3
+ATOL = {"float16": 1e-3, "bfloat16": 8e-3}  # slack over 2x SDPA's own low-precision error
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    name: str
+    err: float
+    bound: float
+
+    @property
+    def ok(self) -> bool:
+        return self.err <= self.bound
+
+    def line(self) -> str:
+        return f"  {'✓' if self.ok else '✕'} {self.name}: max|err| {self.err:.2e} <= {self.bound:.2e}"
+
+
+def import_check() -> str:
+    """Imports flash_attn and its extension: catches undefined symbols, needs no GPU."""
+    import torch
+
+    import flash_attn
+    import flash_attn_2_cuda  # noqa: F401  (the compiled part; an ABI mismatch fails here)
+
+    return f"flash_attn {flash_attn.__version__} imports next to torch {torch.__version__}"
+
+
+def _bound(err_low: float, dtype_name: str) -> float:
+    return 2 * err_low + ATOL[dtype_name]
+
+
+def _compare(name: str, out, ref, low, dtype_name: str) -> CaseResult:
+    err = (out.float() - ref).abs().max().item()
+    err_low = (low.float() - ref).abs().max().item()
+    return CaseResult(name, err, _bound(err_low, dtype_name))
+
+
+def _sdpa(q, k, v, causal: bool):
+    import torch.nn.functional as F
+
+    # flash-attn is (batch, seqlen, heads, dim); SDPA wants (batch, heads, seqlen, dim).
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+    return out.transpose(1, 2)
+
+
+def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
+    import torch
+
+    from flash_attn import flash_attn_func
+
+    results = []
+    for dtype in (torch.float16, torch.bfloat16):
+        for causal in (False, True):
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+            grad = torch.randn(shape, device="cuda", dtype=dtype)
+            ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
+            low_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            out = flash_attn_func(q, k, v, causal=causal)
+            ref = _sdpa(*ref_in, causal)
+            low = _sdpa(*low_in, causal)
+            for t, g in ((out, grad), (ref, grad.float()), (low, grad)):
+                t.backward(g)
+            tag = f"{str(dtype).removeprefix('torch.')} {'causal' if causal else 'full'}"
+            dn = str(dtype).removeprefix("torch.")
+            results.append(_compare(f"forward {tag}", out, ref, low, dn))
+            for name, a, r, lo in zip("qkv", (q, k, v), ref_in, low_in):
+                results.append(_compare(f"d{name} {tag}", a.grad, r.grad, lo.grad, dn))
+    return results
+
+
+def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
+    import torch
+
+    from flash_attn import flash_attn_varlen_func
+
+    torch.manual_seed(0)
+    total = sum(seqlens)
+    q, k, v = (torch.randn(total, heads, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(seqlens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(seqlens), max(seqlens), causal=True)
+    errs, low_errs = [], []
+    for start, end in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        sl = [t[start:end].unsqueeze(0) for t in (q, k, v)]
+        ref = _sdpa(*(t.float() for t in sl), True)[0]
+        low = _sdpa(*sl, True)[0]
+        errs.append((out[start:end].float() - ref).abs().max().item())
+        low_errs.append((low.float() - ref).abs().max().item())
+    return CaseResult(f"varlen float16 causal, seqlens {list(seqlens)}", max(errs), _bound(max(low_errs), "float16"))
+
+
+def run(*, import_only: bool = False, out=print) -> int:
+    try:
+        out(import_check())
+    except Exception as exc:  # any import failure is the verdict, not a crash
+        out(f"FAIL: import: {type(exc).__name__}: {exc}")
+        return EXIT_FAILED
+    if import_only:
+        out("PASS: import check (no GPU check requested)")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        out("NO GPU: torch sees no CUDA device; the GPU check was not run (import check passed)")
+        return EXIT_NO_GPU
+    started = time.monotonic()
+    out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+    try:
+        results = dense_cases() + [varlen_case()]
+    except Exception as exc:
+        out(f"FAIL: {type(exc).__name__}: {exc}")
+        return EXIT_FAILED
+    for r in results:
+        out(r.line())
+    failed = [r for r in results if not r.ok]
+    seconds = time.monotonic() - started
+    if failed:
+        out(f"FAIL: {len(failed)} of {len(results)} comparisons out of tolerance ({seconds:.1f} s)")
+        return EXIT_FAILED
+    out(f"PASS: {len(results)} comparisons with SDPA within tolerance ({seconds:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(import_only="--import-only" in sys.argv))

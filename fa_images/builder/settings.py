@@ -1,0 +1,88 @@
+"""The resolved settings of one wheel build, written beside the prepared source.
+
+``prepare`` computes them once; the setup.py shim and the verifier read the same file,
+so what was asked, what was compiled and what is checked cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SETTINGS_FILE = "fa_images_build.json"
+
+# flash-attn arch code -> nvcc virtual arch; 8.6/8.9 GPUs run the sm_80 kernels.
+_ARCH_CODES = {"80", "90", "100", "110", "120"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    flash_attn: str
+    python: str
+    torch: str
+    cuda: str | None
+    cxx11_abi: bool
+    archs: tuple[str, ...]
+    ptx: bool
+    max_jobs: int
+    nvcc_threads: int
+    local_version: str | None
+    source_dir: str
+    sdist: str
+    sha256: str
+    honours_cuda_archs_env: bool
+    warnings: tuple[str, ...] = field(default=())
+
+    def gencode_flags(self) -> list[str]:
+        """nvcc flags for exactly the requested archs, plus PTX of the newest for new GPUs."""
+        flags: list[str] = []
+        for arch in self.archs:
+            flags += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+        if self.ptx:
+            newest = max(self.archs, key=int)
+            flags += ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]
+        return flags
+
+    def abi_define(self) -> str:
+        return f"-D_GLIBCXX_USE_CXX11_ABI={int(self.cxx11_abi)}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    def write(self) -> Path:
+        path = Path(self.source_dir) / SETTINGS_FILE
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> BuildSettings:
+        raw = json.loads(path.read_text())
+        raw["archs"] = tuple(raw["archs"])
+        raw["warnings"] = tuple(raw.get("warnings", ()))
+        return cls(**raw)
+
+
+def parse_archs(text: str) -> tuple[str, ...]:
+    """'80,90' or '8.0;9.0' or 'sm_80' -> ('80', '90'); sorted, unique, validated."""
+    archs: set[str] = set()
+    for raw in text.replace(";", ",").split(","):
+        item = raw.strip().lower().removeprefix("sm_").replace(".", "")
+        if not item:
+            continue
+        if item not in _ARCH_CODES:
+            raise ValueError(
+                f"{raw.strip()!r} is not a flash-attn arch; use one of {sorted(_ARCH_CODES, key=int)} "
+                "(8.6 and 8.9 GPUs run the 80 kernels)"
+            )
+        archs.add(item)
+    if not archs:
+        raise ValueError("no archs given")
+    return tuple(sorted(archs, key=int))
+
+
+def local_version_label(*, cuda: str | None, torch: str, cxx11_abi: bool) -> str:
+    """'cu128torch2.9cxx11abitrue': what the wheel is for, in its file name and metadata."""
+    torch_mm = ".".join(torch.split("+")[0].split(".")[:2])
+    cuda_part = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    return f"{cuda_part}torch{torch_mm}cxx11abi{str(cxx11_abi).lower()}"

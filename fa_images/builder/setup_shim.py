@@ -1,0 +1,133 @@
+"""Runs flash-attn's own setup.py with its CUDA extension corrected, not sed-patched.
+
+Usage (from the unpacked source dir): ``python -m fa_images.builder.setup_shim
+fa_images_build.json bdist_wheel --dist-dir DIR``.
+
+Text patches of setup.py (the field's ``sed`` recipe) match one release only. Instead this
+wraps ``setuptools.setup`` and rewrites the ``flash_attn_2_cuda`` extension object that
+every 2.x setup.py builds: the C++11 ABI define of the installed torch goes into both the
+``cxx`` and the ``nvcc`` flags, and the ``-gencode`` flags become exactly the requested
+archs (2.6.x hard-codes 80 and 90 and ignores FLASH_ATTN_CUDA_ARCHS). A setup.py of
+another shape makes this fail loudly instead of building something unverified.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+from .settings import BuildSettings
+
+EXTENSION = "flash_attn_2_cuda"
+
+
+class ShimError(RuntimeError):
+    pass
+
+
+def _strip_arch_flags(flags: list[str]) -> tuple[list[str], list[str]]:
+    """Removes every arch selection nvcc accepts; returns (kept, removed)."""
+    kept: list[str] = []
+    removed: list[str] = []
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag in ("-gencode", "--generate-code", "-arch", "--gpu-architecture") and i + 1 < len(flags):
+            removed.append(flags[i + 1])
+            i += 2
+            continue
+        if flag.startswith(("-gencode=", "--generate-code=", "-arch=", "--gpu-architecture=")):
+            removed.append(flag.split("=", 1)[1])
+        else:
+            kept.append(flag)
+        i += 1
+    return kept, removed
+
+
+def _strip_abi_flags(flags: list[str]) -> list[str]:
+    """Drops any ABI define, also the ``-Xcompiler -D...`` form the field's recipe adds."""
+    kept: list[str] = []
+    skip_next = False
+    for i, flag in enumerate(flags):
+        if skip_next:
+            skip_next = False
+            continue
+        if flag == "-Xcompiler" and i + 1 < len(flags) and "_GLIBCXX_USE_CXX11_ABI" in flags[i + 1]:
+            skip_next = True
+            continue
+        if "_GLIBCXX_USE_CXX11_ABI" not in flag:
+            kept.append(flag)
+    return kept
+
+
+def correct_extension(ext: Any, settings: BuildSettings) -> str:
+    """Rewrites one CUDAExtension's flags in place; returns a one-line account."""
+    args = getattr(ext, "extra_compile_args", None)
+    if not isinstance(args, dict) or not {"cxx", "nvcc"} <= set(args):
+        raise ShimError(
+            f"{EXTENSION} in this setup.py has no {{'cxx': ..., 'nvcc': ...}} compile args; "
+            f"fa-images cannot correct flash-attn {settings.flash_attn}"
+        )
+    abi = settings.abi_define()
+    args["cxx"] = _strip_abi_flags(list(args["cxx"])) + [abi]
+    nvcc, removed = _strip_arch_flags(_strip_abi_flags(list(args["nvcc"])))
+    args["nvcc"] = nvcc + settings.gencode_flags() + [abi]
+    return (
+        f"{EXTENSION}: {abi}, archs {','.join(settings.archs)}{' +PTX' if settings.ptx else ''}"
+        f" (setup.py asked for: {', '.join(removed) or 'none'})"
+    )
+
+
+def _pin_torch_abi(settings: BuildSettings) -> None:
+    """torch's BuildExtension adds its own ABI define from torch._C; keep it truthful.
+
+    flash-attn's FLASH_ATTENTION_FORCE_CXX11_ABI overwrites that attribute; the builder
+    unsets the variable, and this undoes any other overwrite.
+    """
+    import torch
+
+    if bool(torch._C._GLIBCXX_USE_CXX11_ABI) != settings.cxx11_abi:
+        raise ShimError(
+            f"torch reports cxx11_abi={bool(torch._C._GLIBCXX_USE_CXX11_ABI)} but the build was "
+            f"prepared for {settings.cxx11_abi}; prepare again with this torch"
+        )
+
+
+def run(settings_path: Path, setup_args: list[str]) -> None:
+    import setuptools
+
+    settings = BuildSettings.read(settings_path)
+    _pin_torch_abi(settings)
+    real_setup = setuptools.setup
+    corrected: list[str] = []
+
+    def setup(**kwargs: Any) -> Any:
+        for ext in kwargs.get("ext_modules") or []:
+            if getattr(ext, "name", None) == EXTENSION:
+                corrected.append(correct_extension(ext, settings))
+        if not corrected:
+            raise ShimError(
+                f"setup.py of flash-attn {settings.flash_attn} defines no {EXTENSION} extension "
+                "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?); refusing to build a wheel without kernels"
+            )
+        print(f"[fa-images] {corrected[0]}", flush=True)
+        import torch  # setup.py may have flipped the attribute at import time
+
+        torch._C._GLIBCXX_USE_CXX11_ABI = settings.cxx11_abi
+        return real_setup(**kwargs)
+
+    setuptools.setup = setup
+    source_dir = Path.cwd()
+    sys.argv = ["setup.py", *setup_args]
+    sys.path.insert(0, str(source_dir))
+    runpy.run_path(str(source_dir / "setup.py"), run_name="__main__")
+
+
+if __name__ == "__main__":
+    try:
+        run(Path(sys.argv[1]), sys.argv[2:])
+    except ShimError as exc:
+        print(f"[fa-images] error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(97)

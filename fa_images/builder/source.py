@@ -1,0 +1,212 @@
+"""Gets flash-attn's source: from a package index by version, or from a local sdist.
+
+``pip download flash-attn`` cannot do this: preparing its metadata imports torch. So the
+sdist is fetched by URL from the index's JSON simple API (PEP 691) and checked against
+the sha256 the index publishes, and against a pinned sha256 when one is known.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import SourceError, UsageError
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+# The setup.py shapes the build shim knows how to correct (see setup_shim.py).
+SUPPORTED_FLASH_ATTN = SpecifierSet(">=2.5.0,<=2.8.3.post2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceTree:
+    """An unpacked sdist and what its setup.py is able to take from the environment."""
+
+    path: Path
+    version: str
+    sdist: Path
+    sha256: str
+    honours_cuda_archs_env: bool  # FLASH_ATTN_CUDA_ARCHS: not in 2.6.x and older
+    honours_local_version: bool  # FLASH_ATTN_LOCAL_VERSION
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sdist_name(version: str) -> str:
+    return f"flash_attn-{version}.tar.gz"
+
+
+def check_supported(version: str, *, allow_untested: bool = False) -> None:
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise UsageError(f"{version!r} is not a valid flash-attn version") from None
+    if parsed not in SUPPORTED_FLASH_ATTN and not allow_untested:
+        raise UsageError(
+            f"flash-attn {version} is outside the versions fa-images can build correctly "
+            f"({SUPPORTED_FLASH_ATTN})",
+            hint="pass --allow-untested to try anyway; the build then fails loudly if its "
+            "setup.py has a shape fa-images cannot correct",
+        )
+
+
+def _open(url: str, accept: str | None = None):
+    """urlopen that takes credentials from ``https://user:token@host/...`` without logging them."""
+    parts = urllib.parse.urlsplit(url)
+    headers = {"User-Agent": "fa-images"}
+    if accept:
+        headers["Accept"] = accept
+    if parts.username:
+        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
+
+
+def _redact(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if not parts.username:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{parts.hostname}"))
+
+
+def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]:
+    """(download URL, sha256) of flash-attn's sdist for ``version`` on a PEP 691 index."""
+    project_url = index_url.rstrip("/") + "/flash-attn/"
+    try:
+        with _open(project_url, accept="application/vnd.pypi.simple.v1+json") as resp:
+            listing = json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise SourceError(f"cannot read {_redact(project_url)}: {exc}") from None
+    wanted = sdist_name(version)
+    for entry in listing.get("files", []):
+        if entry.get("filename") == wanted:
+            sha256 = entry.get("hashes", {}).get("sha256")
+            if not sha256:
+                raise SourceError(f"{_redact(project_url)} publishes no sha256 for {wanted}")
+            return urllib.parse.urljoin(project_url, entry["url"]), sha256
+    known = ", ".join(listing.get("versions", [])[-8:]) or "none"
+    raise SourceError(
+        f"flash-attn {version} has no sdist on {_redact(index_url)}",
+        hint=f"newest versions there: {known}",
+    )
+
+
+def download(url: str, dest: Path, sha256: str) -> Path:
+    """Downloads to ``dest`` atomically: a failed or mismatched download leaves nothing behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, _open(url) as resp:
+            shutil.copyfileobj(resp, out)
+        verify_sha256(tmp, sha256, shown_as=dest.name)
+        tmp.replace(dest)
+    except (urllib.error.URLError, OSError) as exc:
+        raise SourceError(f"download of {_redact(url)} failed: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def verify_sha256(path: Path, expected: str, *, shown_as: str | None = None) -> str:
+    actual = sha256_of(path)
+    if actual != expected.lower():
+        raise SourceError(
+            f"sha256 mismatch for {shown_as or path}: expected {expected}, got {actual}",
+            hint="the file is corrupt or not the release it claims to be; delete it and fetch again",
+        )
+    return actual
+
+
+def obtain_sdist(
+    *, version: str | None, sdist: Path | None, dest_dir: Path,
+    sha256: str | None = None, index_url: str = PYPI_SIMPLE, sources_dir: Path | None = None,
+) -> tuple[Path, str]:
+    """The sdist to build and its verified sha256.
+
+    Order: an explicit ``sdist`` file; a file of the right name in ``sources_dir`` (put
+    there on the host, so builds need no network and no credentials); the index.
+    """
+    if sdist is not None:
+        if not sdist.is_file():
+            raise UsageError(f"sdist {sdist} does not exist")
+        return sdist, verify_sha256(sdist, sha256) if sha256 else sha256_of(sdist)
+    assert version is not None
+    if sources_dir is not None:
+        local = sources_dir / sdist_name(version)
+        if local.is_file():
+            return local, verify_sha256(local, sha256) if sha256 else sha256_of(local)
+    url, index_sha = find_on_index(version, index_url)
+    if sha256 and sha256.lower() != index_sha.lower():
+        raise SourceError(
+            f"{_redact(index_url)} publishes sha256 {index_sha} for flash-attn {version}, "
+            f"but {sha256} is pinned",
+        )
+    path = download(url, dest_dir / sdist_name(version), index_sha)
+    return path, index_sha
+
+
+def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
+    """Unpacks an sdist safely and reads what its setup.py supports."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(sdist) as tar:
+            tops = {m.name.split("/")[0] for m in tar.getmembers()}
+            if len(tops) != 1:
+                raise SourceError(f"{sdist.name} is not an sdist: it has {len(tops)} top-level entries")
+            top = dest_dir / tops.pop()
+            shutil.rmtree(top, ignore_errors=True)
+            _safe_extract(tar, dest_dir)
+    except tarfile.TarError as exc:
+        raise SourceError(f"{sdist} is not a readable .tar.gz: {exc}") from None
+    setup_py = top / "setup.py"
+    if not setup_py.is_file():
+        raise SourceError(f"{sdist.name} has no setup.py; it is not a flash-attn sdist")
+    text = setup_py.read_text(errors="replace")
+    return SourceTree(
+        path=top, version=read_version(top), sdist=sdist, sha256=sha256,
+        honours_cuda_archs_env="FLASH_ATTN_CUDA_ARCHS" in text,
+        honours_local_version="FLASH_ATTN_LOCAL_VERSION" in text,
+    )
+
+
+def _safe_extract(tar: tarfile.TarFile, dest_dir: Path) -> None:
+    if hasattr(tarfile, "data_filter"):  # Python >= 3.9.17 / 3.10.12 / 3.11.4
+        tar.extractall(dest_dir, filter="data")
+        return
+    for member in tar.getmembers():  # older Pythons: refuse what the data filter refuses
+        if member.name.startswith("/") or ".." in Path(member.name).parts or member.issym() or member.islnk():
+            raise SourceError(f"refusing to unpack unsafe member {member.name!r}")
+    tar.extractall(dest_dir)
+
+
+def read_version(source_dir: Path) -> str:
+    """The version as setup.py computes it: ``__version__`` in flash_attn/__init__.py."""
+    init = source_dir / "flash_attn" / "__init__.py"
+    match = init.is_file() and re.search(
+        r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init.read_text(), re.MULTILINE
+    )
+    if not match:
+        raise SourceError(f"cannot read __version__ from {init}; is this flash-attn's source?")
+    return match.group(1)

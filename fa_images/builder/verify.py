@@ -1,0 +1,231 @@
+"""Decides whether a flash-attn wheel is sound before anyone installs it.
+
+Each check answers one question a user of the field's recipes had to answer by hand:
+is this a compiled wheel for my Python (not ``py3-none-any``), does it hold the
+extension, does its C++ ABI match torch (read from the symbols it imports), does it
+carry kernels for my GPUs, and does it import next to torch. Works without a GPU and
+without nvcc; uses cuobjdump when one is around and reads the ELF otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from . import elf
+from .source import sha256_of
+from .errors import UsageError
+
+EXTENSION_PREFIX = "flash_attn_2_cuda."
+_LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
+# Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
+_OLD_ABI_STRING = re.compile(r"(?:RK|K|R|E|I|P|_)Ss|^_ZNSs|^_ZNKSs")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "pass", "fail" or "skip"
+    detail: str
+
+
+@dataclass
+class WheelReport:
+    wheel: str
+    sha256: str = ""
+    version: str | None = None
+    tags: list[str] = field(default_factory=list)
+    extension: str | None = None
+    cxx11_abi: bool | None = None
+    cubin_archs: list[str] = field(default_factory=list)
+    ptx_archs: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def problems(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if c.status == "fail"]
+
+    def add(self, name: str, status: str, detail: str) -> None:
+        self.checks.append(Check(name, status, detail))
+
+    def lines(self) -> list[str]:
+        marks = {"pass": "✓", "fail": "✕", "skip": "-"}
+        head = f"{self.wheel}: {'sound' if self.ok else 'NOT sound'}"
+        return [head] + [f"  {marks[c.status]} {c.name}: {c.detail}" for c in self.checks]
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "ok": self.ok}, indent=2)
+
+
+def _abi_from_symbols(symbols: list[str]) -> tuple[bool | None, str]:
+    new = [s for s in symbols if "__cxx11" in s or "B5cxx11" in s]
+    old = [s for s in symbols if _OLD_ABI_STRING.search(s)]
+    if new and old:
+        return None, f"mixed: {len(new)} new-ABI and {len(old)} old-ABI imports, e.g. {old[0]}"
+    if new:
+        return True, f"imports std::__cxx11 symbols, e.g. {new[0]}"
+    if old:
+        return False, f"imports old-ABI std::string symbols, e.g. {old[0]}"
+    return None, "imports no std::string symbols, so the ABI cannot be read"
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for home in filter(None, [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]):
+        candidate = Path(home) / "bin" / "cuobjdump"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def gpu_archs(so: Path) -> tuple[set[str], set[str], str]:
+    """(cubin archs, PTX archs, how they were read)."""
+    tool = _cuobjdump()
+    if tool:
+        elfs = subprocess.run([tool, "--list-elf", str(so)], capture_output=True, text=True)
+        ptxs = subprocess.run([tool, "--list-ptx", str(so)], capture_output=True, text=True)
+        if elfs.returncode == 0:
+            cubins = set(re.findall(r"\.sm_(\d+)a?\.cubin", elfs.stdout))
+            ptx = set(re.findall(r"\.sm_(\d+)a?\.ptx", ptxs.stdout))
+            return cubins, ptx, "cuobjdump"
+    cubins, ptx = elf.fatbin_archs(so)
+    return cubins, ptx, "ELF .nv_fatbin"
+
+
+_IMPORT_PROBE = (
+    "import json, sys, torch; sys.path.insert(0, sys.argv[1]); import flash_attn_2_cuda; "
+    "print(json.dumps({'torch': torch.__version__, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))"
+)
+
+
+def _import_check(unpacked: Path, python: str) -> tuple[str, str, dict]:
+    proc = subprocess.run([python, "-c", _IMPORT_PROBE, str(unpacked)], capture_output=True, text=True)
+    if proc.returncode == 0:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        return "pass", f"imports next to torch {info['torch']}", info
+    err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if "No module named 'torch'" in err:
+        return "skip", f"{python} has no torch to import against", {}
+    return "fail", err, {}
+
+
+def inspect_wheel(
+    path: Path, *, expect_python: str | None = None, expect_cxx11_abi: bool | None = None,
+    expect_archs: tuple[str, ...] | list[str] | None = None, python: str = sys.executable,
+    import_check: bool = True,
+) -> WheelReport:
+    if not path.is_file():
+        raise UsageError(f"{path} is not a file")
+    report = WheelReport(wheel=path.name, sha256=sha256_of(path))
+    try:
+        _name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise UsageError(f"{path.name} is not a wheel file name: {exc}") from None
+    report.version = str(version)
+    report.tags = sorted(str(t) for t in tags)
+    _check_tags(report, tags, expect_python)
+
+    label = _LABEL.search(version.local or "")
+    if expect_cxx11_abi is None and label:
+        expect_cxx11_abi = label["abi"].lower() == "true"
+    with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zipfile.ZipFile(path) as zf:
+        _check_metadata(report, zf, str(version))
+        so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
+        if not so_names:
+            report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
+            return report
+        report.extension = so_names[0]
+        report.add("extension", "pass", so_names[0])
+        zf.extractall(tmp)
+        so = Path(tmp) / so_names[0]
+        _check_abi(report, so, expect_cxx11_abi)
+        _check_archs(report, so, expect_archs)
+        if import_check:
+            _check_import(report, Path(tmp), python, tags)
+    return report
+
+
+def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
+    tag = sorted(tags, key=str)[0]
+    if tag.interpreter.startswith("py") or tag.abi == "none" or tag.platform == "any":
+        report.add("platform tag", "fail",
+                   f"{tag} is a pure-Python tag: a prebuilt-download placeholder that holds no kernels "
+                   "built for this torch; build from source instead")
+        return
+    if not re.fullmatch(r"cp3\d+", tag.interpreter) or tag.abi != tag.interpreter or not tag.platform.endswith("x86_64"):
+        report.add("platform tag", "fail", f"{tag} is not cpXY-cpXY-linux_x86_64")
+        return
+    if expect_python and tag.interpreter != "cp" + expect_python.replace(".", ""):
+        report.add("platform tag", "fail", f"{tag} is for {tag.interpreter}, expected Python {expect_python}")
+        return
+    report.add("platform tag", "pass", str(tag))
+
+
+def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, version: str) -> None:
+    meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+    if meta is None:
+        report.add("metadata", "fail", "no .dist-info/METADATA")
+        return
+    match = re.search(r"^Version: (.+)$", zf.read(meta).decode(errors="replace"), re.MULTILINE)
+    meta_version = match.group(1).strip() if match else None
+    if meta_version != version:
+        report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
+    else:
+        report.add("metadata", "pass", f"version {version} in file name and METADATA")
+
+
+def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
+    abi, why = _abi_from_symbols(elf.undefined_dynamic_symbols(so))
+    report.cxx11_abi = abi
+    if abi is None:
+        report.add("C++ ABI", "fail" if why.startswith("mixed") else "skip", why)
+    elif expected is None:
+        report.add("C++ ABI", "pass", f"cxx11_abi={abi} ({why}); nothing to compare against")
+    elif abi != expected:
+        report.add("C++ ABI", "fail",
+                   f"cxx11_abi={abi} but torch uses {expected}: it would fail to import with "
+                   f"'undefined symbol' ({why})")
+    else:
+        report.add("C++ ABI", "pass", f"cxx11_abi={abi}, as torch ({why})")
+
+
+def _check_archs(report: WheelReport, so: Path, expected) -> None:
+    cubins, ptx, how = gpu_archs(so)
+    report.cubin_archs = sorted(cubins, key=int)
+    report.ptx_archs = sorted(ptx, key=int)
+    found = f"sm_{', sm_'.join(report.cubin_archs) or '-'}" + (f" + PTX {', '.join(report.ptx_archs)}" if ptx else "")
+    missing = sorted(set(expected or ()) - cubins, key=int)
+    if not cubins and not ptx:
+        report.add("GPU code", "fail", f"no GPU code found ({how})")
+    elif missing:
+        report.add("GPU code", "fail", f"missing sm_{', sm_'.join(missing)}; has {found} ({how})")
+    else:
+        report.add("GPU code", "pass", f"{found} ({how})")
+
+
+def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
+    here = subprocess.run([python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True).stdout.strip()
+    interpreter = sorted(tags, key=str)[0].interpreter
+    if here != interpreter:
+        report.add("import", "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}")
+        return
+    status, detail, info = _import_check(unpacked, python)
+    report.add("import", status, detail)
+    if info and report.cxx11_abi is not None and info["cxx11_abi"] != report.cxx11_abi:
+        report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")

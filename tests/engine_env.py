@@ -1,0 +1,1211 @@
+"""A real Docker Engine, base images and registries for the test suite.
+
+The machines that run the tests cannot reach any container registry, so
+everything an image test needs is made locally:
+
+* ``docker_engine()`` uses the engine that ``docker.from_env()`` finds, or
+  starts a private ``dockerd`` (root only) whose data-root lives in the test
+  cache, so layers survive between runs on the same machine.
+* ``base_images()`` makes Debian bookworm base images with ``debootstrap``
+  from the machine's Debian mirror and ``docker import``s them.
+* ``cuda_devel_standin()`` dresses a base image up as a CUDA devel image.
+* ``local_registry()``, ``unreachable_registry()`` and ``serve_directory()``
+  give push targets and a local wheel index.
+
+Environment variables:
+
+* ``FA_IMAGES_TEST_CACHE``: cache directory (default ``~/.cache/fa-images-tests``).
+* ``FA_IMAGES_TEST_DEBIAN_MIRROR``: Debian mirror URL for ``debootstrap``
+  (default: the bookworm entry of the apt sources, else deb.debian.org).
+* ``FA_IMAGES_TEST_STORAGE_DRIVER``: storage driver of a private ``dockerd``
+  (default ``overlay2``, falling back to ``vfs`` if the daemon refuses it).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import http.client
+import http.server
+import io
+import json
+import logging
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import docker
+import docker.errors
+import requests
+
+log = logging.getLogger(__name__)
+
+SUITE = "bookworm"
+RUNTIME_PACKAGES: tuple[str, ...] = (
+    "python3",
+    "python3-venv",
+    "python3-pip",
+    "ca-certificates",
+)
+# g++ and python3-dev: a C++ compiler and Python.h, to compile torch extensions.
+DEVEL_PACKAGES: tuple[str, ...] = (*RUNTIME_PACKAGES, "g++", "python3-dev")
+RUNTIME_TAG = f"fa-images-test/debian:{SUITE}-runtime"
+DEVEL_TAG = f"fa-images-test/debian:{SUITE}-devel"
+CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
+
+# Images made here carry this label; its value is a hash of their recipe, so a
+# stale image (changed package list, changed CUDA tree) is rebuilt, not reused.
+KEY_LABEL = "org.fa-images-test.key"
+
+# Unix socket paths are limited to 108 bytes, so the private engine's socket,
+# exec-root (containerd puts its socket there) and pidfile live in a short
+# fixed directory rather than under the (arbitrarily long) cache directory.
+RUN_DIR = Path("/run/fa-images-test")
+ENGINE_START_TIMEOUT = 60.0
+# Per-request read timeout of the clients handed out: a build step may print
+# nothing for minutes (compiling), and the SDK's 60 s default would abort it.
+CLIENT_TIMEOUT = 1800
+_DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# Image config every imported rootfs gets; an imported image has no ENV at all,
+# so without PATH a later ``ENV PATH=/x:$PATH`` would drop the system dirs.
+_IMPORT_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    'CMD ["bash"]',
+)
+# Left out of the rootfs tarballs, as in Debian's official images: downloaded
+# .debs and apt lists (about 100 MB), and the build host's resolv.conf (the
+# engine bind-mounts its own).
+_ROOTFS_EXCLUDES = (
+    "./var/cache/apt/archives/*.deb",
+    "./var/lib/apt/lists/*_*",
+    "./etc/resolv.conf",
+)
+
+
+def cache_dir() -> Path:
+    """Directory for everything the tests cache between runs."""
+    env = os.environ.get("FA_IMAGES_TEST_CACHE")
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "fa-images-tests"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# --------------------------------------------------------------------------
+# Docker Engine
+
+
+@dataclasses.dataclass
+class EngineHandle:
+    """A live engine: an SDK client and the address other clients can use."""
+
+    client: docker.DockerClient
+    base_url: str
+    # True when this module runs the daemon (started it, or adopted one that
+    # an earlier, killed run left behind) and stops it when the last user ends.
+    managed: bool
+    log_path: Path | None = None
+
+
+@contextlib.contextmanager
+def docker_engine() -> Iterator[EngineHandle]:
+    """Yield a running engine: ``docker.from_env()``'s, else a private ``dockerd``.
+
+    An engine found through the environment is never stopped. A private one is
+    shared by concurrent users (e.g. pytest-xdist workers) and stopped when the
+    last one exits.
+    """
+    found = _connect(_env_base_url(), from_env=True)
+    if found is not None:
+        try:
+            yield EngineHandle(found, _env_base_url(), managed=False)
+        finally:
+            found.close()
+        return
+
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            f"no Docker Engine answers at {_env_base_url()} (set DOCKER_HOST to "
+            "one that does), and starting a private dockerd needs root"
+        )
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    base_url = f"unix://{RUN_DIR / 'docker.sock'}"
+    # start.lock serialises starting and stopping; every user holds a shared
+    # lock on users.lock, so whoever can take it exclusively is the last user.
+    with (
+        open(RUN_DIR / "start.lock", "a+b") as start_lock,
+        open(RUN_DIR / "users.lock", "a+b") as users_lock,
+    ):
+        with _flocked(start_lock, fcntl.LOCK_EX):
+            client = _connect(base_url)
+            if client is not None:
+                log.info("using the private dockerd already running at %s", base_url)
+            else:
+                client = _start_dockerd(base_url)
+            fcntl.flock(users_lock, fcntl.LOCK_SH)
+        try:
+            yield EngineHandle(
+                client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log"
+            )
+        finally:
+            client.close()
+            fcntl.flock(users_lock, fcntl.LOCK_UN)
+            with _flocked(start_lock, fcntl.LOCK_EX):
+                try:
+                    fcntl.flock(users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    log.info(
+                        "private dockerd still in use elsewhere; leaving it running"
+                    )
+                else:
+                    _stop_dockerd()
+                    fcntl.flock(users_lock, fcntl.LOCK_UN)
+
+
+def _env_base_url() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _connect(
+    base_url: str, *, from_env: bool = False, timeout: int = 10
+) -> docker.DockerClient | None:
+    """A client whose engine answers a ping, or None."""
+    client = None
+    try:
+        # version="auto": dockerd 20.10 speaks API 1.41, below the SDK's default.
+        client = (
+            docker.from_env(timeout=timeout)
+            if from_env
+            else docker.DockerClient(base_url=base_url, version="auto", timeout=timeout)
+        )
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException, OSError):
+        if client is not None:
+            client.close()
+        return None
+    client.close()
+    # A fresh client with a long timeout: builds may stay silent for minutes.
+    if from_env:
+        return docker.from_env(timeout=CLIENT_TIMEOUT)
+    return docker.DockerClient(
+        base_url=base_url, version="auto", timeout=CLIENT_TIMEOUT
+    )
+
+
+def _sbin_path() -> str:
+    # dockerd, debootstrap, mount live in sbin dirs, which a root shell
+    # reached through plain `su` or a CI runner may not have on PATH.
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    extra = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in parts]
+    return os.pathsep.join([p for p in parts if p] + extra)
+
+
+def _which(name: str, package: str) -> str:
+    found = shutil.which(name, path=_sbin_path())
+    if found is None:
+        raise RuntimeError(
+            f"{name} not found; install it with: apt-get install -y {package}"
+        )
+    return found
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PATH=_sbin_path(), **extra)
+    # Keep loopback traffic (local registry, wheel server) off any proxy.
+    if any(
+        env.get(k) for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")
+    ):
+        for key in ("no_proxy", "NO_PROXY"):
+            env[key] = ",".join(filter(None, [env.get(key), "127.0.0.1", "localhost"]))
+    return env
+
+
+def _start_dockerd(base_url: str) -> docker.DockerClient:
+    """Start a private dockerd and wait until it answers."""
+    dockerd = _which("dockerd", "docker.io")
+    _clear_stale_dockerd()
+    data_root = cache_dir() / "docker"
+    data_root.mkdir(parents=True, exist_ok=True)
+    # An empty config file, so a host /etc/docker/daemon.json cannot clash
+    # with the flags below (e.g. "hosts").
+    config = RUN_DIR / "daemon.json"
+    config.write_text("{}\n")
+    forced = os.environ.get("FA_IMAGES_TEST_STORAGE_DRIVER")
+    drivers = [forced] if forced else ["overlay2", "vfs"]
+    log_path = RUN_DIR / "dockerd.log"
+    mounted_before = set(_mount_points_under(str(data_root)))
+    for driver in drivers:
+        command = [
+            dockerd,
+            "--data-root",
+            str(data_root),
+            "--exec-root",
+            str(RUN_DIR / "exec"),
+            "--pidfile",
+            str(RUN_DIR / "docker.pid"),
+            "--host",
+            base_url,
+            "--config-file",
+            str(config),
+            "--storage-driver",
+            driver,
+            # No bridge and no iptables: the engine must not touch the host's
+            # network setup. Builds that need the network use network_mode="host".
+            "--bridge=none",
+            "--iptables=false",
+            "--ip-masq=false",
+        ]
+        started = time.monotonic()
+        with open(log_path, "wb") as log_file:
+            # A session of its own: a Ctrl-C meant for pytest must not kill
+            # the daemon before the context manager stops it cleanly.
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=_child_env(),
+                start_new_session=True,
+            )
+        _CHILDREN[proc.pid] = proc
+        client = _wait_for_dockerd(proc, base_url)
+        if client is not None:
+            log.info(
+                "started dockerd (%s, data-root %s) in %.1f s",
+                driver,
+                data_root,
+                time.monotonic() - started,
+            )
+            return client
+        # A daemon that dies while starting can leave its data-root
+        # bind-mounted onto itself and its network namespace mounted.
+        _unmount(set(_mount_points_under(str(data_root))) - mounted_before)
+        _unmount_under(RUN_DIR / "exec", include_self=False)
+        errors = _tail(log_path, lines=5, grep="error|fatal|failed")
+        # overlay2 is refused on some filesystems (overlayfs, some network
+        # file systems); vfs works everywhere, only slower and larger.
+        if driver == drivers[-1] or "driver" not in errors.lower():
+            break
+        log.warning(
+            "dockerd refused storage driver %s; retrying with vfs:\n%s", driver, errors
+        )
+    raise RuntimeError(
+        f"dockerd did not come up at {base_url} within {ENGINE_START_TIMEOUT:.0f} s "
+        f"(command: {' '.join(command)}); log tail:\n{_tail(log_path)}"
+    )
+
+
+def _wait_for_dockerd(
+    proc: subprocess.Popen[bytes], base_url: str
+) -> docker.DockerClient | None:
+    socket_path = Path(base_url.removeprefix("unix://"))
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            _CHILDREN.pop(proc.pid, None)
+            return None
+        if socket_path.exists():
+            client = _connect(base_url, timeout=5)
+            if client is not None:
+                return client
+        time.sleep(0.1)
+    _terminate(proc.pid)
+    return None
+
+
+def _clear_stale_dockerd() -> None:
+    """Remove what a killed run left: an unresponsive daemon, pidfile and socket."""
+    pid = _read_pid(RUN_DIR / "docker.pid")
+    if pid is not None and _is_private_dockerd(pid):
+        log.warning("stopping unresponsive dockerd %d left by an earlier run", pid)
+        _terminate(pid)
+    for leftover in ("docker.pid", "docker.sock"):
+        (RUN_DIR / leftover).unlink(missing_ok=True)
+
+
+def _stop_dockerd() -> None:
+    pid = _read_pid(RUN_DIR / "docker.pid")
+    if pid is None or not _is_private_dockerd(pid):
+        return
+    started = time.monotonic()
+    _terminate(pid)
+    # dockerd leaves its default network namespace bind-mounted in exec-root.
+    _unmount_under(RUN_DIR / "exec", include_self=False)
+    log.info("stopped dockerd %d in %.1f s", pid, time.monotonic() - started)
+
+
+# Daemons started by this process, so that their exit status is reaped
+# (a zombie would still look alive to _alive()).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _terminate(pid: int, grace: float = 30.0) -> None:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            child = _CHILDREN.get(pid)
+            if child is not None and child.poll() is not None:
+                _CHILDREN.pop(pid, None)
+                return
+            if child is None and not _alive(pid):
+                return
+            time.sleep(0.1)
+    log.warning("process %d did not exit after SIGKILL", pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_private_dockerd(pid: int) -> bool:
+    # Only ever signal a dockerd whose exec-root is ours: a recycled pid or
+    # the host's own daemon must be left alone.
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        _alive(pid)
+        and bool(argv)
+        and argv[0].endswith(b"dockerd")
+        and os.fsencode(RUN_DIR / "exec") in argv
+    )
+
+
+def _tail(path: Path, lines: int = 30, grep: str | None = None) -> str:
+    """The last ``lines`` lines of a log, only those matching ``grep`` if given."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"({path} unreadable)"
+    kept = [
+        line
+        for line in text.splitlines()
+        if grep is None or re.search(grep, line, re.IGNORECASE)
+    ]
+    return "\n".join(kept[-lines:])
+
+
+@contextlib.contextmanager
+def _flocked(file: BinaryIO, operation: int) -> Iterator[None]:
+    fcntl.flock(file, operation)
+    try:
+        yield
+    finally:
+        fcntl.flock(file, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Exclusive lock between processes sharing the cache (e.g. xdist workers)."""
+    with open(path, "a+b") as file, _flocked(file, fcntl.LOCK_EX):
+        yield
+
+
+# --------------------------------------------------------------------------
+# Base images
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseImages:
+    """Tags of the two imported Debian base images."""
+
+    runtime: str
+    devel: str
+
+
+def base_images(client: docker.DockerClient) -> BaseImages:
+    """Make sure the runtime and devel Debian base images exist in the engine.
+
+    Each image comes from a debootstrap rootfs cached as a tarball in
+    ``cache_dir()/"rootfs"``. Both are made at once, and each is imported as
+    soon as its tarball is ready, so the smaller one's import overlaps the
+    larger one's debootstrap.
+    """
+    wanted = {
+        RUNTIME_TAG: ("runtime", RUNTIME_PACKAGES),
+        DEVEL_TAG: ("devel", DEVEL_PACKAGES),
+    }
+    rootfs_dir = cache_dir() / "rootfs"
+    rootfs_dir.mkdir(exist_ok=True)
+    with _file_lock(cache_dir() / "rootfs.lock"), contextlib.ExitStack() as stack:
+        jobs = []
+        for tag, (variant, packages) in wanted.items():
+            key = _rootfs_key(packages)
+            if _image_key(client, tag) != key:
+                tarball = rootfs_dir / f"debian-{SUITE}-{variant}-{key}.tar"
+                jobs.append((tag, key, tarball, packages))
+        make_rootfs = None
+        if any(not tarball.exists() for _, _, tarball, _ in jobs):
+            make_rootfs = stack.enter_context(_rootfs_maker())
+
+        def ensure(
+            tag: str, key: str, tarball: Path, packages: tuple[str, ...]
+        ) -> None:
+            if not tarball.exists():
+                assert make_rootfs is not None
+                make_rootfs(packages, tarball)
+            _import_rootfs(client, tarball, tag, key)
+
+        with ThreadPoolExecutor(max_workers=max(len(jobs), 1)) as pool:
+            for future in [pool.submit(ensure, *job) for job in jobs]:
+                future.result()
+    return BaseImages(runtime=RUNTIME_TAG, devel=DEVEL_TAG)
+
+
+def _rootfs_key(packages: Iterable[str]) -> str:
+    recipe = {
+        "suite": SUITE,
+        "variant": "minbase",
+        "packages": sorted(packages),
+        "excludes": _ROOTFS_EXCLUDES,
+        "changes": _IMPORT_CHANGES,
+    }
+    return _hash_json(recipe)
+
+
+def _hash_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _image_key(client: docker.DockerClient, tag: str) -> str | None:
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+    return (image.labels or {}).get(KEY_LABEL)
+
+
+def _import_rootfs(
+    client: docker.DockerClient, tarball: Path, tag: str, key: str
+) -> None:
+    started = time.monotonic()
+    repository, _, version = tag.rpartition(":")
+    changes = [*_IMPORT_CHANGES, f"LABEL {KEY_LABEL}={key}"]
+    client.api.import_image(
+        src=str(tarball), repository=repository, tag=version, changes=changes
+    )
+    if _image_key(client, tag) != key:
+        raise RuntimeError(
+            f"docker import of {tarball} did not produce {tag} with label {key}"
+        )
+    log.info(
+        "imported %s as %s in %.1f s", tarball.name, tag, time.monotonic() - started
+    )
+
+
+@contextlib.contextmanager
+def _rootfs_maker() -> Iterator[Callable[[tuple[str, ...], Path], None]]:
+    """Yield ``make(packages, tarball)``: debootstrap a rootfs and tar it.
+
+    Safe to call from several threads at once; the rootfs trees live in one
+    scratch directory and share one package proxy.
+    """
+    debootstrap = _which("debootstrap", "debootstrap")
+    mirror = debian_mirror()
+    with _scratch_dir() as scratch, _apt_proxy(mirror) as proxy_env:
+
+        def make(packages: tuple[str, ...], tarball: Path) -> None:
+            rootfs = scratch / tarball.stem
+            _debootstrap(debootstrap, mirror, packages, rootfs, proxy_env)
+            _tar_rootfs(rootfs, tarball)
+
+        yield make
+
+
+def _debootstrap(
+    debootstrap: str,
+    mirror: str,
+    packages: tuple[str, ...],
+    rootfs: Path,
+    env: Mapping[str, str],
+) -> None:
+    started = time.monotonic()
+    log_path = rootfs.with_suffix(".log")
+    command = [
+        debootstrap,
+        "--variant=minbase",
+        f"--include={','.join(packages)}",
+        SUITE,
+        str(rootfs),
+        mirror,
+    ]
+    with open(log_path, "wb") as log_file:
+        result = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=_child_env(DEBIAN_FRONTEND="noninteractive", LC_ALL="C", **env),
+            check=False,
+        )
+    if result.returncode != 0:
+        inner = rootfs / "debootstrap" / "debootstrap.log"
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({result.returncode}):\n{_tail(log_path)}\n"
+            f"--- {inner}:\n{_tail(inner)}"
+        )
+    log.info(
+        "debootstrap %s (%s) from %s took %.1f s",
+        rootfs.name,
+        ",".join(packages),
+        mirror,
+        time.monotonic() - started,
+    )
+
+
+def _tar_rootfs(rootfs: Path, tarball: Path) -> None:
+    started = time.monotonic()
+    partial = tarball.with_name(tarball.name + ".partial")
+    # debootstrap copies the host's /etc/hostname in; the engine sets its own.
+    (rootfs / "etc" / "hostname").write_text("localhost\n")
+    command = [
+        "tar",
+        "--numeric-owner",
+        "--xattrs",
+        "--xattrs-include=*",
+        "-C",
+        str(rootfs),
+        "-cf",
+        str(partial),
+    ]
+    command += [f"--exclude={pattern}" for pattern in _ROOTFS_EXCLUDES]
+    result = subprocess.run(
+        [*command, "."], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"{' '.join(command)} . failed: {result.stderr}")
+    partial.rename(tarball)
+    log.info(
+        "tarred %s (%.0f MB) in %.1f s",
+        tarball.name,
+        tarball.stat().st_size / 1e6,
+        time.monotonic() - started,
+    )
+
+
+def debian_mirror() -> str:
+    """The Debian mirror to bootstrap from: env override, else apt's bookworm entry."""
+    override = os.environ.get("FA_IMAGES_TEST_DEBIAN_MIRROR")
+    if override:
+        return override.rstrip("/")
+    entries = list(_apt_source_entries(Path("/etc/apt")))
+    for uri, suites, components in entries:
+        if SUITE in suites and "main" in components:
+            return uri
+    # A host of another Debian release still names a usable Debian archive.
+    for uri, _, _ in entries:
+        if uri.endswith("/debian"):
+            return uri
+    return _DEFAULT_DEBIAN_MIRROR
+
+
+def _apt_source_entries(apt_dir: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """(uri, suites, components) of each enabled ``deb`` entry, in apt's order."""
+    files = [apt_dir / "sources.list"]
+    parts = apt_dir / "sources.list.d"
+    if parts.is_dir():
+        files += sorted(p for p in parts.iterdir() if p.suffix in (".list", ".sources"))
+    for path in files:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if path.suffix == ".sources":
+            yield from _deb822_entries(text)
+        else:
+            yield from _one_line_entries(text)
+
+
+def _one_line_entries(text: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    for line in text.splitlines():
+        # Drop comments and "[arch=... signed-by=...]" options.
+        words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
+        if len(words) >= 3 and words[0] == "deb" and words[1].startswith("http"):
+            yield words[1].rstrip("/"), [words[2]], words[3:]
+
+
+def _deb822_entries(text: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        name = None
+        for line in stanza.splitlines():
+            if line.startswith("#"):
+                continue
+            if line[:1].isspace() and name:
+                fields[name] += " " + line.strip()
+            elif ":" in line:
+                name, _, value = line.partition(":")
+                name = name.strip().lower()
+                fields[name] = value.strip()
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        for uri in fields.get("uris", "").split():
+            if uri.startswith(("http://", "https://")):
+                yield (
+                    uri.rstrip("/"),
+                    fields.get("suites", "").split(),
+                    fields.get("components", "").split(),
+                )
+
+
+@contextlib.contextmanager
+def _scratch_dir() -> Iterator[Path]:
+    """A temporary directory for the rootfs trees, on tmpfs where possible.
+
+    dpkg fsyncs every file it unpacks; on tmpfs that costs nothing, which
+    roughly halves debootstrap's time on a VM disk.
+    """
+    path = Path(tempfile.mkdtemp(prefix="fa-images-rootfs-"))
+    mount = ["mount", "-t", "tmpfs", "-o", "mode=0755,size=50%", "fa-images-rootfs"]
+    result = subprocess.run(
+        [*mount, str(path)], capture_output=True, env=_child_env(), check=False
+    )
+    mounted = result.returncode == 0
+    if not mounted:
+        log.info("no tmpfs for debootstrap; working on disk in %s", path)
+    try:
+        yield path
+    finally:
+        # A failed debootstrap can leave proc/sys (or even a bind-mounted
+        # /dev) mounted inside the rootfs: detach every mount below the
+        # directory before deleting anything, so no host file is touched.
+        _unmount_under(path, include_self=mounted)
+        if mounted:
+            path.rmdir()
+        else:
+            shutil.rmtree(path)
+
+
+def _mount_points_under(path: str) -> list[str]:
+    """Mount points at or below ``path``."""
+    root = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [
+            # mountinfo writes spaces and such as octal escapes.
+            re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            for line in mountinfo
+        ]
+    return [p for p in points if p == root or p.startswith(root + "/")]
+
+
+def _unmount(points: Iterable[str]) -> None:
+    # Deepest first; lazily, so a busy mount is detached all the same.
+    for point in sorted(set(points), key=len, reverse=True):
+        subprocess.run(
+            ["umount", "--lazy", point],
+            env=_child_env(),
+            check=False,
+            capture_output=True,
+        )
+
+
+def _unmount_under(path: Path, *, include_self: bool) -> None:
+    """Unmount everything below ``path`` (and ``path`` itself if asked)."""
+    root = os.path.realpath(path)
+    _unmount(p for p in _mount_points_under(root) if p != root or include_self)
+    left = [p for p in _mount_points_under(root) if p != root or include_self]
+    if left:
+        raise RuntimeError(f"could not unmount {left}; not deleting {root}")
+
+
+@contextlib.contextmanager
+def _apt_proxy(mirror: str) -> Iterator[dict[str, str]]:
+    """Yield the environment that points debootstrap's wget at a caching proxy.
+
+    debootstrap fetches each package with a new wget, i.e. a new DNS lookup
+    and connection, and two concurrent runs fetch the shared packages twice.
+    The proxy reuses upstream connections, serves each index and package once
+    to both runs (so both see the same archive snapshot), and keeps the .debs
+    in ``cache_dir()/"debs"`` so a rootfs can be remade without downloading.
+    Not used when the mirror is https or the host already needs a proxy.
+    """
+    parts = urllib.parse.urlsplit(mirror)
+    if (
+        parts.scheme != "http"
+        or os.environ.get("http_proxy")
+        or os.environ.get("HTTP_PROXY")
+    ):
+        yield {}
+        return
+    server = _AptProxy(cache_dir() / "debs")
+    thread = threading.Thread(
+        target=server.serve_forever, name="apt-proxy", daemon=True
+    )
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        yield {"http_proxy": url, "no_proxy": "", "NO_PROXY": ""}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class _AptProxy(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, deb_dir: Path) -> None:
+        super().__init__(("127.0.0.1", 0), _AptProxyHandler)
+        self.deb_dir = deb_dir
+        # Idle upstream connections per host, reused across requests.
+        self._pools: collections.defaultdict[
+            str, queue.SimpleQueue[http.client.HTTPConnection]
+        ] = collections.defaultdict(queue.SimpleQueue)
+        self._memo: dict[str, tuple[int, list[tuple[str, str]], bytes]] = {}
+        self._locks: collections.defaultdict[str, threading.Lock] = (
+            collections.defaultdict(threading.Lock)
+        )
+        self._locks_guard = threading.Lock()
+
+    def fetch(self, url: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http" or not parts.netloc:
+            return 400, [], b"only absolute http URLs\n"
+        segments = parts.path.split("/")
+        cached = None
+        if parts.path.endswith(".deb") and ".." not in segments and not parts.query:
+            cached = self.deb_dir / parts.netloc / parts.path.lstrip("/")
+        with self._locks_guard:
+            lock = self._locks[url]
+        # One fetch per URL even when both debootstraps ask at once.
+        with lock:
+            if cached is not None and cached.is_file():
+                return 200, [], cached.read_bytes()
+            if url in self._memo:
+                return self._memo[url]
+            with self._locks_guard:
+                pool = self._pools[parts.netloc]
+            response = self._upstream(parts, pool)
+            if response[0] == 200:
+                if cached is not None:
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+                    partial.write_bytes(response[2])
+                    partial.rename(cached)
+                else:
+                    self._memo[url] = response
+            return response
+
+    @staticmethod
+    def _upstream(
+        parts: urllib.parse.SplitResult,
+        pool: queue.SimpleQueue[http.client.HTTPConnection],
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        for attempt in range(3):
+            try:
+                conn = pool.get_nowait()
+            except queue.Empty:
+                conn = http.client.HTTPConnection(parts.netloc, timeout=60)
+            try:
+                conn.request("GET", target, headers={"User-Agent": "fa-images-tests"})
+                response = conn.getresponse()
+                body = response.read()
+            except (http.client.HTTPException, OSError):
+                # Usually a kept-alive connection the server has closed.
+                conn.close()
+                if attempt == 2:
+                    raise
+                continue
+            headers = [
+                (k, v)
+                for k, v in response.getheaders()
+                if k.lower() in ("location", "last-modified")
+            ]
+            if response.will_close:
+                conn.close()
+            else:
+                pool.put(conn)
+            return response.status, headers, body
+        raise AssertionError("unreachable")
+
+
+class _AptProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: _AptProxy
+
+    def do_GET(self) -> None:
+        try:
+            status, headers, body = self.server.fetch(self.path)
+        except (http.client.HTTPException, OSError) as exc:
+            self.send_error(502, explain=str(exc))
+            return
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------
+# CUDA devel stand-in
+
+
+_STANDIN_DOCKERFILE = """\
+FROM {base}
+COPY cuda/ /usr/local/cuda/
+# As in nvidia/cuda images: the toolkit's libraries are found through ld.so.conf.d.
+RUN printf '%s\\n' /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib64 \\
+        > /etc/ld.so.conf.d/988_cuda.conf \\
+    && ldconfig
+ENV CUDA_HOME=/usr/local/cuda \\
+    PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:$PATH \\
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \\
+    LIBRARY_PATH=/usr/local/cuda/lib64/stubs \\
+    NVIDIA_VISIBLE_DEVICES=all \\
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility{extra_env}
+"""
+
+
+def cuda_devel_standin(
+    client: docker.DockerClient,
+    base: str,
+    cuda_home: Path,
+    tag: str = CUDA_STANDIN_TAG,
+) -> str:
+    """Build ``tag``: ``base`` plus ``cuda_home`` as /usr/local/cuda, like nvidia/cuda.
+
+    It stands in for ``nvidia/cuda:12.8.x-devel``: CUDA_HOME, PATH,
+    LD_LIBRARY_PATH, LIBRARY_PATH and the ld.so.conf.d entry are set as there.
+
+    Symlinks inside ``cuda_home`` stay symlinks; those pointing outside it are
+    copied as what they point to. The image is labelled with a hash of base,
+    Dockerfile and tree, and not rebuilt while that hash matches.
+    """
+    cuda_home = Path(cuda_home)
+    if not cuda_home.is_dir():
+        raise FileNotFoundError(f"CUDA tree {cuda_home} is not a directory")
+    version = _cuda_version(cuda_home)
+    dockerfile = _STANDIN_DOCKERFILE.format(
+        base=base, extra_env=f" \\\n    CUDA_VERSION={version}" if version else ""
+    )
+    key = _hash_json(
+        {
+            "base": client.images.get(base).id,
+            "dockerfile": dockerfile,
+            "tree": _tree_fingerprint(cuda_home),
+        }
+    )
+    if _image_key(client, tag) == key:
+        return tag
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            data = dockerfile.encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            tar.addfile(info, fileobj=io.BytesIO(data))
+            _add_tree(tar, cuda_home, "cuda")
+        size = context.tell()
+        context.seek(0)
+        run_build(
+            client,
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            labels={KEY_LABEL: key},
+            # Nothing in it needs the network, and "none" works on any engine.
+            network_mode="none",
+        )
+    log.info(
+        "built %s from %s (context %.0f MB) in %.1f s",
+        tag,
+        cuda_home,
+        size / 1e6,
+        time.monotonic() - started,
+    )
+    return tag
+
+
+def run_build(client: docker.DockerClient, **build_kwargs: Any) -> str:
+    """``client.api.build(**build_kwargs)``, streamed; returns the image id.
+
+    Raises ``docker.errors.BuildError`` on an error entry in the stream.
+    Intermediate containers are always removed.
+    """
+    build_kwargs = {
+        "rm": True,
+        "forcerm": True,
+        "pull": False,
+        **build_kwargs,
+        "decode": True,
+    }
+    output: collections.deque[dict[str, Any]] = collections.deque(maxlen=200)
+    image_id = None
+    for chunk in client.api.build(**build_kwargs):
+        output.append(chunk)
+        if "error" in chunk:
+            raise docker.errors.BuildError(chunk["error"], list(output))
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            image_id = aux["ID"]
+        stream = chunk.get("stream", "")
+        match = re.match(r"Successfully built ([0-9a-f]+)", stream)
+        if match and image_id is None:
+            image_id = match.group(1)
+    if image_id is None:
+        raise docker.errors.BuildError(
+            "build stream ended without an image id", list(output)
+        )
+    return image_id
+
+
+def _cuda_version(cuda_home: Path) -> str | None:
+    # Real toolkits carry version.json ({"cuda": {"version": "12.8.1"}, ...}).
+    try:
+        return str(
+            json.loads((cuda_home / "version.json").read_text())["cuda"]["version"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _tree_entries(root: Path, arc_root: str) -> Iterator[tuple[str, Path, str | None]]:
+    """(archive name, source path, symlink text or None) for ``root`` and below.
+
+    A relative symlink that will point at the same thing inside the image
+    (its target is in the tree) is kept; any other one is followed, because
+    its target will not exist in the image.
+    """
+
+    def walk(
+        src: Path, arc: str, seen: frozenset[str]
+    ) -> Iterator[tuple[str, Path, str | None]]:
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            path, name = Path(entry.path), f"{arc}/{entry.name}"
+            if entry.is_symlink():
+                link = os.readlink(path)
+                in_tree = os.path.relpath(os.path.join(arc, link), arc_root)
+                if (
+                    not os.path.isabs(link)
+                    and not in_tree.startswith("..")
+                    and (root / in_tree).resolve() == (src / link).resolve()
+                ):
+                    yield name, path, link
+                    continue
+                if not path.exists():
+                    yield name, path, link  # dangling either way; keep it as it is
+                    continue
+                path = path.resolve()
+            if path.is_dir():
+                real = os.path.realpath(path)
+                if real in seen:
+                    raise ValueError(f"symlink loop at {entry.path}")
+                yield name, path, None
+                yield from walk(path, name, seen | {real})
+            else:
+                yield name, path, None
+
+    yield arc_root, root, None
+    yield from walk(root, arc_root, frozenset({os.path.realpath(root)}))
+
+
+def _tree_fingerprint(root: Path) -> str:
+    digest = hashlib.sha256()
+    for name, path, link in _tree_entries(root, "cuda"):
+        if link is not None:
+            digest.update(f"{name} -> {link}\n".encode())
+        else:
+            st = path.stat()
+            digest.update(
+                f"{name} {st.st_mode:o} {st.st_size} {st.st_mtime_ns}\n".encode()
+            )
+    return digest.hexdigest()
+
+
+def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str) -> None:
+    for name, path, link in _tree_entries(root, arc_root):
+        if link is not None:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = link
+            info.mode = 0o777
+            info.mtime = int(path.lstat().st_mtime)
+            tar.addfile(info)
+        else:
+            tar.add(path, arcname=name, recursive=False)
+
+
+# --------------------------------------------------------------------------
+# Registries and a local file server
+
+
+@contextlib.contextmanager
+def local_registry() -> Iterator[str]:
+    """Run Debian's ``docker-registry`` on 127.0.0.1; yield ``"127.0.0.1:PORT"``.
+
+    Storage is a temporary directory, deleted afterwards.
+
+    Engines treat 127.0.0.0/8 registries as insecure by default, so plain
+    HTTP works without daemon configuration.
+    """
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    if binary is None:
+        raise RuntimeError(
+            "docker-registry not found; install it with: "
+            "apt-get install -y docker-registry"
+        )
+    # The registry reads REGISTRY_* variables as config overrides.
+    env = {k: v for k, v in _child_env().items() if not k.startswith("REGISTRY_")}
+    with tempfile.TemporaryDirectory(prefix="fa-images-registry-") as tmp:
+        log_path = Path(tmp) / "registry.log"
+        for _ in range(3):  # the free port can be taken before the registry binds it
+            started = time.monotonic()
+            port = _free_port()
+            config = {
+                "version": 0.1,
+                "log": {"level": "warn", "accesslog": {"disabled": True}},
+                "storage": {
+                    "filesystem": {"rootdirectory": f"{tmp}/data"},
+                    "delete": {"enabled": True},
+                },
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+            config_path = Path(tmp) / "config.yml"
+            config_path.write_text(json.dumps(config))  # JSON is YAML
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(
+                    [binary, "serve", str(config_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            _CHILDREN[proc.pid] = proc
+            try:
+                if _wait_for_http(f"http://127.0.0.1:{port}/v2/", proc, timeout=30):
+                    log.info(
+                        "registry on 127.0.0.1:%d up in %.1f s",
+                        port,
+                        time.monotonic() - started,
+                    )
+                    yield f"127.0.0.1:{port}"
+                    return
+            finally:
+                _terminate(proc.pid, grace=10)
+        raise RuntimeError(
+            f"docker-registry did not answer; log tail:\n{_tail(log_path)}"
+        )
+
+
+def _wait_for_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    # No proxies: the target is on loopback.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with opener.open(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# Sockets bound but never listening: a connection to them is refused, and
+# nothing else can bind their ports while this process lives.
+_RESERVED: list[socket.socket] = []
+
+
+def unreachable_registry() -> str:
+    """An ``"127.0.0.1:PORT"`` registry address where connections are refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _RESERVED.append(sock)
+    return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(path: Path) -> Iterator[str]:
+    """Serve ``path`` over HTTP on 127.0.0.1; yield ``"http://127.0.0.1:PORT/"``.
+
+    Reachable from builds and containers that use ``network_mode="host"`` on
+    a local engine, e.g. for ``pip install --no-index --find-links URL``.
+    """
+    handler = functools.partial(_QuietHandler, directory=str(path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(
+        target=server.serve_forever, name=f"serve {path}", daemon=True
+    )
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+__all__ = [
+    "CUDA_STANDIN_TAG",
+    "DEVEL_PACKAGES",
+    "DEVEL_TAG",
+    "KEY_LABEL",
+    "RUNTIME_PACKAGES",
+    "RUNTIME_TAG",
+    "BaseImages",
+    "EngineHandle",
+    "base_images",
+    "cache_dir",
+    "cuda_devel_standin",
+    "debian_mirror",
+    "docker_engine",
+    "local_registry",
+    "run_build",
+    "serve_directory",
+    "unreachable_registry",
+]

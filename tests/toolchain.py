@@ -1,0 +1,535 @@
+"""Build toolchains for tests that compile flash-attn-shaped CUDA extensions.
+
+Everything lands in a per-user cache (``$FA_IMAGES_TEST_CACHE`` or
+``~/.cache/fa-images-tests``). Each helper finishes by writing a marker that
+records what it built, so a second call returns at once; a half-finished
+attempt (no marker) is redone from scratch. Helpers hold a file lock while
+they build, so parallel test workers do not trip over each other.
+
+Only the standard library is used; downloads go through pip and apt-get.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TORCH_VERSION = "2.9.1"
+# Build-time helpers that flash-attn's setup.py imports, plus einops, which
+# flash-attn (and the tiny fixture) lists in install_requires.
+TORCH_EXTRAS = ("ninja", "wheel", "setuptools", "packaging", "psutil", "einops")
+MANYLINUX_PLATFORMS = (
+    "manylinux2014_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+)
+MARKER = ".fa-images-ready"
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    """Pinned sources of one CUDA toolkit release.
+
+    NVIDIA's cu12 wheels on PyPI carry the headers, cudart, ptxas, libnvvm and
+    libdevice, but not the compiler driver: no nvcc, cicc, cudafe++, fatbinary
+    or nvlink (only CUDA 13's wheels do). Those binaries come from Debian's
+    non-free ``nvidia-cuda-toolkit``, which repackages NVIDIA's builds
+    unmodified; Debian only has it up to 12.4 in a stable suite, so 12.4 is
+    the newest CUDA 12 that can be assembled from package registries.
+    """
+
+    version: str  # "12.4": what `nvcc --version` reports as its release
+    nvcc: str  # nvidia-cuda-nvcc-cu12; also the Debian toolkit's upstream version
+    runtime: str  # nvidia-cuda-runtime-cu12
+    cccl: str  # nvidia-cuda-cccl-cu12
+    debian_suite: str
+    debian_toolkit: str  # exact Debian version of nvidia-cuda-toolkit
+
+
+CUDA_RELEASES: dict[str, CudaRelease] = {
+    "12.4": CudaRelease(
+        version="12.4",
+        nvcc="12.4.131",
+        runtime="12.4.127",
+        # 12.4.127 itself was yanked as broken (no headers).
+        cccl="12.4.127.post1",
+        debian_suite="trixie",
+        debian_toolkit="12.4.131~12.4.1-2",
+    ),
+}
+
+# Driver binaries taken from the Debian package, by their path inside it.
+_DEBIAN_TOOLS = {
+    "usr/lib/nvidia-cuda-toolkit/bin/nvcc": "bin/nvcc",
+    "usr/lib/nvidia-cuda-toolkit/bin/cicc": "nvvm/bin/cicc",
+    "usr/lib/nvidia-cuda-toolkit/bin/crt/link.stub": "bin/crt/link.stub",
+    "usr/lib/nvidia-cuda-toolkit/bin/crt/prelink.stub": "bin/crt/prelink.stub",
+    "usr/bin/cudafe++": "bin/cudafe++",
+    "usr/bin/fatbinary": "bin/fatbinary",
+    "usr/bin/nvlink": "bin/nvlink",
+    "usr/bin/bin2c": "bin/bin2c",
+    "usr/bin/nvprune": "bin/nvprune",
+    "usr/bin/cuobjdump": "bin/cuobjdump",
+    "usr/bin/cu++filt": "bin/cu++filt",
+}
+
+# The stock profile of a flat (non-"targets/") CUDA install: every path is
+# relative to the directory nvcc runs from, so the tree can live anywhere.
+_NVCC_PROFILE = """\
+TOP              = $(_HERE_)/..
+NVVMIR_LIBRARY_DIR = $(TOP)/$(_NVVM_BRANCH_)/libdevice
+LD_LIBRARY_PATH += $(TOP)/lib64:
+PATH            += $(TOP)/$(_NVVM_BRANCH_)/bin:$(_HERE_):
+INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
+CUDAFE_FLAGS    +=
+PTXAS_FLAGS     +=
+"""
+
+_SMOKE_CU = """\
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <thrust/device_vector.h>
+__global__ void scale(__half* x, float s) { x[threadIdx.x] = __float2half(__half2float(x[threadIdx.x]) * s); }
+int main() { thrust::device_vector<int> v(1); scale<<<1, 1>>>(nullptr, 2.f); return cudaGetLastError(); }
+"""
+
+
+def cache_dir() -> Path:
+    """Root of the test cache: ``$FA_IMAGES_TEST_CACHE`` or ``~/.cache/fa-images-tests``."""
+    env = os.environ.get("FA_IMAGES_TEST_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "fa-images-tests"
+
+
+def torch_wheelhouse(python_version: str = "3.11") -> Path:
+    """Wheels of torch and its dependencies (plus build helpers) for one CPython.
+
+    The directory suits ``pip install --no-index --find-links``. The first call
+    downloads about 3.5 GB.
+    """
+    tag = _cp_tag(python_version)
+    dest = cache_dir() / f"wheelhouse-torch{TORCH_VERSION}-{tag}"
+    requirements = [f"torch=={TORCH_VERSION}", *TORCH_EXTRAS]
+    spec = {
+        "requirements": requirements,
+        "python_version": python_version,
+        "platforms": list(MANYLINUX_PLATFORMS),
+    }
+    if _is_ready(dest, spec):
+        return dest
+    with _lock(dest):
+        if _is_ready(dest, spec):
+            return dest
+        dest.mkdir(parents=True, exist_ok=True)
+        _log(
+            f"downloading torch {TORCH_VERSION} and dependencies for {tag} into {dest} (~3.5 GB)"
+        )
+        # pip keeps wheels already in dest, so an interrupted download resumes.
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "cp",
+                *_platform_args(),
+                "--dest",
+                str(dest),
+                *requirements,
+            ],
+            progress=True,
+        )
+        _mark(dest, spec)
+    return dest
+
+
+def torch_venv(python: str = sys.executable) -> Path:
+    """A venv with torch and the build helpers, installed offline from the wheelhouse.
+
+    Returns the venv directory; its interpreter is ``<venv>/bin/python``.
+    """
+    python_version = _run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture=True,
+    ).strip()
+    wheelhouse = torch_wheelhouse(python_version)
+    dest = cache_dir() / f"venv-torch{TORCH_VERSION}-{_cp_tag(python_version)}"
+    requirements = [f"torch=={TORCH_VERSION}", *TORCH_EXTRAS]
+    spec = {
+        "python": os.path.realpath(python),
+        "wheelhouse": str(wheelhouse),
+        "requirements": requirements,
+    }
+    if _is_ready(dest, spec) and (dest / "bin" / "python").exists():
+        return dest
+    with _lock(dest):
+        if _is_ready(dest, spec) and (dest / "bin" / "python").exists():
+            return dest
+        # A venv is not relocatable (scripts hard-code its path), so it is
+        # built in place and only the marker says it is complete.
+        shutil.rmtree(dest, ignore_errors=True)
+        _log(f"creating {dest} (torch {TORCH_VERSION}, offline from {wheelhouse})")
+        _run([python, "-m", "venv", str(dest)])
+        _run(
+            [
+                str(dest / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                # --upgrade: the wheelhouse's setuptools, not the venv's bundled one.
+                "--upgrade",
+                "--no-index",
+                "--find-links",
+                str(wheelhouse),
+                *requirements,
+            ],
+            env=_offline_pip_env(),
+            progress=True,
+        )
+        _run([str(dest / "bin" / "python"), "-c", "import torch, ninja, wheel, psutil"])
+        _mark(dest, spec)
+    return dest
+
+
+def cuda_home(version: str = "12.4") -> Path:
+    """A relocatable CUDA_HOME with nvcc, headers (incl. CCCL) and cudart.
+
+    Layout as in /usr/local/cuda: ``bin/`` (nvcc, ptxas, fatbinary, nvlink,
+    cudafe++, cuobjdump, nvcc.profile), ``nvvm/`` (cicc, libdevice),
+    ``include/`` and ``lib64/`` (libcudart.so). See ``CudaRelease`` for where
+    the pieces come from and why the version is what it is.
+    """
+    release = CUDA_RELEASES.get(version)
+    if release is None:
+        raise ValueError(
+            f"no recipe for CUDA {version}; known: {', '.join(sorted(CUDA_RELEASES))}. "
+            "The cu12 nvcc wheels on PyPI ship only ptxas and libnvvm, not nvcc itself."
+        )
+    dest = cache_dir() / f"cuda-{version}"
+    spec = asdict(release)
+    if _is_ready(dest, spec):
+        return dest
+    with _lock(dest):
+        if _is_ready(dest, spec):
+            return dest
+        downloads = cache_dir() / "downloads" / f"cuda-{version}"
+        downloads.mkdir(parents=True, exist_ok=True)
+        wheels = _download_cuda_wheels(release, downloads)
+        deb = _download_debian_toolkit(release, downloads)
+        # Assemble next to dest and rename at the end, so dest is never half-built.
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for wheel in wheels:
+            _unpack_nvidia_wheel(wheel, partial)
+        _unpack_debian_tools(deb, partial)
+        (partial / "bin" / "nvcc.profile").write_text(_NVCC_PROFILE)
+        # Linkers look for the unversioned name; the wheel ships only the soname.
+        (partial / "lib64" / "libcudart.so").symlink_to("libcudart.so.12")
+        _check_cuda_home(partial, release)
+        _mark(partial, spec)
+        shutil.rmtree(dest, ignore_errors=True)
+        partial.rename(dest)
+    return dest
+
+
+def _download_cuda_wheels(release: CudaRelease, downloads: Path) -> list[Path]:
+    pins = {
+        "nvidia-cuda-nvcc-cu12": release.nvcc,
+        "nvidia-cuda-runtime-cu12": release.runtime,
+        "nvidia-cuda-cccl-cu12": release.cccl,
+    }
+    _log(f"downloading CUDA {release.version} wheels into {downloads}")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            *_platform_args(),
+            "--dest",
+            str(downloads),
+            *(f"{name}=={ver}" for name, ver in pins.items()),
+        ],
+        progress=True,
+    )
+    wheels = []
+    for name, ver in pins.items():
+        stem = f"{name.replace('-', '_')}-{ver}-"
+        found = sorted(downloads.glob(f"{stem}*.whl"))
+        if not found:
+            raise RuntimeError(f"pip download left no {stem}*.whl in {downloads}")
+        wheels.append(found[-1])
+    return wheels
+
+
+def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
+    """Fetch nvidia-cuda-toolkit with apt-get, using private apt state (no root needed)."""
+    deb_version = release.debian_toolkit.replace(":", "%3a")
+    deb = downloads / f"nvidia-cuda-toolkit_{deb_version}_amd64.deb"
+    if deb.exists():
+        return deb
+    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+    if (
+        shutil.which("apt-get") is None
+        or shutil.which("dpkg-deb") is None
+        or not keyring.exists()
+    ):
+        raise RuntimeError(
+            "assembling CUDA needs apt-get, dpkg-deb and Debian's archive keyring "
+            "(for nvidia-cuda-toolkit, the only registry source of nvcc for CUDA 12)"
+        )
+    apt_root = downloads / "apt"
+    (apt_root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (apt_root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    sources = apt_root / "sources.list"
+    sources.write_text(
+        f"deb [signed-by={keyring}] {_debian_mirror()} {release.debian_suite} non-free\n"
+    )
+    options = [
+        "-o",
+        f"Dir::Etc::SourceList={sources}",
+        "-o",
+        "Dir::Etc::SourceParts=-",
+        "-o",
+        f"Dir::State={apt_root}",
+        "-o",
+        f"Dir::State::Lists={apt_root / 'lists'}",
+        "-o",
+        "Dir::State::status=/dev/null",
+        "-o",
+        f"Dir::Cache={apt_root / 'cache'}",
+        "-o",
+        "Debug::NoLocking=1",
+    ]
+    if os.geteuid() == 0:
+        # The _apt sandbox user cannot write into a root-owned cache.
+        options += ["-o", "APT::Sandbox::User=root"]
+    _log(
+        f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}"
+    )
+    _run(["apt-get", *options, "-qq", "update"], progress=True)
+    _run(
+        [
+            "apt-get",
+            *options,
+            "-qq",
+            "download",
+            f"nvidia-cuda-toolkit={release.debian_toolkit}",
+        ],
+        cwd=downloads,
+        progress=True,
+    )
+    if not deb.exists():
+        raise RuntimeError(f"apt-get download did not produce {deb}")
+    return deb
+
+
+def _debian_mirror() -> str:
+    """The Debian archive URI that this machine's apt sources already use."""
+    apt = Path("/etc/apt")
+    files = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*"))]
+    for path in files:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.suffix == ".sources":  # deb822 stanzas
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.MULTILINE))
+                suites = fields.get("Suites", "").split()
+                # The main archive, not -security/-updates (other URIs or layouts).
+                if any("-" not in suite for suite in suites) and fields.get("URIs"):
+                    return fields["URIs"].split()[0]
+        else:
+            for line in text.splitlines():
+                match = re.match(r"deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+([\w]+)\s", line)
+                if match:
+                    return match.group(1)
+    raise RuntimeError("no Debian archive found in /etc/apt sources")
+
+
+def _unpack_nvidia_wheel(wheel: Path, root: Path) -> None:
+    """Merge ``nvidia/<component>/{bin,include,lib,nvvm}`` of a wheel into root."""
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            parts = info.filename.split("/")
+            if info.is_dir() or len(parts) < 4 or parts[0] != "nvidia":
+                continue
+            rel = parts[2:]
+            if (
+                rel[0] not in ("bin", "include", "lib", "nvvm")
+                or rel[-1] == "__init__.py"
+            ):
+                continue
+            if rel[0] == "lib":
+                if rel[1] == "cmake":
+                    continue
+                rel[0] = "lib64"
+            target = root.joinpath(*rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            # zipfile drops permissions; the unix mode sits in the high bits.
+            executable = (info.external_attr >> 16) & 0o100
+            target.chmod(0o755 if executable else 0o644)
+
+
+def _unpack_debian_tools(deb: Path, root: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        _run(["dpkg-deb", "-x", str(deb), tmp])
+        for src, dst in _DEBIAN_TOOLS.items():
+            target = root / dst
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(tmp) / src, target)
+
+
+def _check_cuda_home(root: Path, release: CudaRelease) -> None:
+    """Fail early unless nvcc reports the release and can build and link a kernel."""
+    nvcc = root / "bin" / "nvcc"
+    out = _run([str(nvcc), "--version"], capture=True)
+    match = re.search(r"release (\d+\.\d+), V(\S+)", out)
+    if not match or match.group(1) != release.version or match.group(2) != release.nvcc:
+        raise RuntimeError(f"{nvcc} does not report CUDA {release.nvcc}:\n{out}")
+    # Compile with nvcc and link with the host compiler, as torch extensions
+    # do; nvcc's own linking would also want libcudadevrt/libcudart_static,
+    # which the wheels do not ship.
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "smoke.cu").write_text(_SMOKE_CU)
+        _run(
+            [
+                str(nvcc),
+                "-std=c++17",
+                "-gencode",
+                "arch=compute_80,code=sm_80",
+                "-Xcompiler",
+                "-fPIC",
+                "-c",
+                "smoke.cu",
+                "-o",
+                "smoke.o",
+            ],
+            cwd=tmp,
+        )
+        _run(
+            [
+                "c++",
+                "-shared",
+                "smoke.o",
+                f"-L{root / 'lib64'}",
+                "-lcudart",
+                "-o",
+                "smoke.so",
+            ],
+            cwd=tmp,
+        )
+
+
+def _cp_tag(python_version: str) -> str:
+    if not re.fullmatch(r"3\.\d+", python_version):
+        raise ValueError(
+            f"expected a CPython version like '3.11', got {python_version!r}"
+        )
+    return "cp" + python_version.replace(".", "")
+
+
+def _platform_args() -> list[str]:
+    return [arg for plat in MANYLINUX_PLATFORMS for arg in ("--platform", plat)]
+
+
+def _offline_pip_env() -> dict[str, str]:
+    """Environment for pip that sees only the given --find-links, not local config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _is_ready(path: Path, spec: Mapping[str, object]) -> bool:
+    try:
+        return json.loads((path / MARKER).read_text()) == json.loads(json.dumps(spec))
+    except (OSError, ValueError):
+        return False
+
+
+def _mark(path: Path, spec: Mapping[str, object]) -> None:
+    (path / MARKER).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _log(message: str) -> None:
+    print(f"[toolchain] {message}", file=sys.stderr, flush=True)
+
+
+def _run(
+    cmd: Sequence[str],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    capture: bool = False,
+    progress: bool = False,
+) -> str:
+    """Run cmd, raising RuntimeError with its output if it fails.
+
+    progress=True streams output to our stderr (long downloads); otherwise it
+    is kept and shown only on failure.
+    """
+    try:
+        if progress:
+            subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=_stderr_fd())
+            return ""
+        proc = subprocess.run(
+            cmd,
+            cwd=cwd,
+            env=env,
+            check=True,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except FileNotFoundError as exc:
+        raise RuntimeError(f"cannot run {cmd[0]}: {exc}") from exc
+    except subprocess.CalledProcessError as exc:
+        output = f":\n{exc.stdout}" if exc.stdout else " (output above)"
+        raise RuntimeError(
+            f"command failed with exit code {exc.returncode}: {' '.join(cmd)}{output}"
+        ) from exc
+    return proc.stdout if capture else ""
+
+
+def _stderr_fd() -> int:
+    # Under pytest's capsys sys.stderr has no file descriptor; use fd 2.
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
