@@ -30,7 +30,7 @@ def prepare(
     ptx: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
     sha256: str | None = None, index_url: str = source.PYPI_SIMPLE,
     sources_dir: Path | None = None, allow_untested: bool = False,
-    expect_cxx11_abi: bool | None = None, python: str = sys.executable,
+    expect_cxx11_abi: bool | None = None, expect_cuda: str | None = None, python: str = sys.executable,
 ) -> BuildSettings:
     if version is not None:
         source.check_supported(version, allow_untested=allow_untested)
@@ -39,6 +39,11 @@ def prepare(
         raise environment.EnvironmentProblem(
             f"torch {torch.version} uses cxx11_abi={torch.cxx11_abi}, but this build expects "
             f"{expect_cxx11_abi}; the wrong torch variant is installed"
+        )
+    if expect_cuda is not None and torch.cuda != expect_cuda:
+        raise environment.EnvironmentProblem(
+            f"torch {torch.version} is built for CUDA {torch.cuda or 'none (CPU)'}, but this build expects "
+            f"CUDA {expect_cuda}; the wrong torch variant is installed"
         )
     sdist_path, sha = source.obtain_sdist(
         version=version, sdist=sdist, dest_dir=work_dir / "sdists", sha256=sha256,

@@ -78,6 +78,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     wheel.add_argument("--work-dir", type=Path, metavar="DIR", help="where to unpack and build (default: a temp dir)")
     wheel.add_argument("--expect-cxx11-abi", type=_bool, metavar="BOOL",
                        help="fail unless the installed torch uses this ABI (guards the torch variant)")
+    wheel.add_argument("--expect-cuda", metavar="X.Y", help="fail unless the installed torch is built for this CUDA")
     wheel.add_argument("--allow-untested", action="store_true", help="try versions outside " + str(source.SUPPORTED_FLASH_ATTN))
     wheel.add_argument("--prepare-only", action="store_true", help="fetch, unpack and prepare; do not compile")
     wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
@@ -106,7 +107,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         version=args.flash_attn, sdist=args.sdist, work_dir=work, archs=args.archs, ptx=args.ptx,
         max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads, sha256=args.sha256,
         index_url=args.index_url, sources_dir=args.sources_dir, allow_untested=args.allow_untested,
-        expect_cxx11_abi=args.expect_cxx11_abi,
+        expect_cxx11_abi=args.expect_cxx11_abi, expect_cuda=args.expect_cuda,
     )
     for warning in settings.warnings:
         print(f"warning: {warning}", file=sys.stderr)

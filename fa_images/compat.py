@@ -1,0 +1,199 @@
+"""The compatibility knowledge (compat.yaml), loaded, merged with overrides, validated.
+
+Every fact about which torch ships which CUDA variants and Pythons, which C++ ABI a
+variant uses, which GPU needs which arch and which flash-attn sdist has which sha256
+lives in the data file; the code here only checks its shape and answers questions.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from . import yamlfile
+from .builder.source import SUPPORTED_FLASH_ATTN
+from .errors import ConfigError, Problem
+
+DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
+SECTIONS = ("torch", "cuda", "rules", "archs", "gpus", "flash_attn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaVariant:
+    cuda: str
+    cxx11_abi: bool
+
+    @property
+    def tag(self) -> str:
+        """'cu128': the suffix of torch's variant index and of image tags."""
+        return "cu" + self.cuda.replace(".", "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchRelease:
+    version: str
+    pythons: tuple[str, ...]
+    default_cuda: str
+    variants: tuple[CudaVariant, ...]
+
+    def variant(self, cuda: str) -> CudaVariant | None:
+        return next((v for v in self.variants if v.cuda == cuda), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaRelease:
+    version: str
+    release: str  # "12.8.1": the tag of its images
+    min_driver: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashAttnRelease:
+    version: str
+    sha256: str
+    cuda_archs_env: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compat:
+    torch: dict[str, TorchRelease]
+    cuda: dict[str, CudaRelease]
+    archs: dict[str, tuple[str, str]]  # arch -> (min CUDA, compute capability major)
+    gpus: dict[str, str]  # upper-case name -> compute capability
+    flash_attn: dict[str, FlashAttnRelease]
+    cuda13_min_torch: str
+
+    def arch_for_capability(self, capability: str) -> str | None:
+        major = capability.split(".")[0]
+        return next((a for a, (_, cc) in self.archs.items() if cc == major), None)
+
+    def capability_of(self, gpu: str) -> str | None:
+        """'L4', 'sm_89' or '8.9' -> '8.9'."""
+        name = gpu.strip().upper().replace(" ", "").replace("-", "")
+        if name in self.gpus:
+            return self.gpus[name]
+        digits = name.removeprefix("SM_").removeprefix("SM")
+        if digits.replace(".", "").isdigit():
+            return digits if "." in digits else f"{digits[:-1]}.{digits[-1]}"
+        return None
+
+
+
+def did_you_mean(value: str, known: list[str] | tuple[str, ...]) -> str:
+    """'did you mean 'torch'?' when ``value`` is close to a known name, else the known names."""
+    close = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
+    return f"did you mean {close[0]!r}?" if close else f"known: {', '.join(map(str, known))}"
+
+
+def _version_key(text: str) -> Any:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Mappings merge key by key; anything else in ``override`` replaces."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class _Checker:
+    """Collects every problem in a compat document instead of stopping at the first."""
+
+    def __init__(self, doc: yamlfile.YamlDoc) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def fail(self, path: tuple, message: str, hint: str | None = None) -> None:
+        self.problems.append(self.doc.problem(path, message, hint=hint))
+
+    def mapping(self, path: tuple, value: Any) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"{'.'.join(map(str, path))} must be a mapping")
+            return {}
+        return value
+
+    def version(self, path: tuple, value: Any) -> str | None:
+        if not isinstance(value, str):
+            self.fail(path, f"{'.'.join(map(str, path))}: {value!r} must be a quoted string",
+                      hint='YAML reads 3.10 as the number 3.1; write "3.10"')
+            return None
+        return value
+
+
+def build(doc: yamlfile.YamlDoc) -> Compat:
+    c = _Checker(doc)
+    data = doc.data
+    for key in data:
+        if key not in SECTIONS:
+            c.fail((key,), f"unknown section {key!r}", hint=did_you_mean(key, SECTIONS))
+    cuda = {}
+    for ver, raw in c.mapping(("cuda",), data.get("cuda", {})).items():
+        raw = c.mapping(("cuda", ver), raw)
+        rel = c.version(("cuda", ver, "release"), raw.get("release"))
+        if rel:
+            cuda[str(ver)] = CudaRelease(version=str(ver), release=rel, min_driver=str(raw.get("min_driver", "")))
+    torch = {}
+    for ver, raw in c.mapping(("torch",), data.get("torch", {})).items():
+        raw = c.mapping(("torch", ver), raw)
+        pythons = raw.get("python")
+        if not isinstance(pythons, list) or not all(isinstance(p, str) for p in pythons):
+            c.fail(("torch", ver, "python"), f"torch.{ver}.python must be a list of quoted versions like \"3.12\"")
+            pythons = []
+        variants = []
+        for cu, v in c.mapping(("torch", ver, "cuda"), raw.get("cuda", {})).items():
+            v = c.mapping(("torch", ver, "cuda", cu), v)
+            if not isinstance(v.get("cxx11_abi"), bool):
+                c.fail(("torch", ver, "cuda", cu), f"torch.{ver}.cuda.{cu}.cxx11_abi must be true or false")
+                continue
+            if str(cu) not in cuda:
+                c.fail(("torch", ver, "cuda", cu), f"torch {ver} names CUDA {cu}, which the cuda section lacks")
+            variants.append(CudaVariant(cuda=str(cu), cxx11_abi=v["cxx11_abi"]))
+        default = raw.get("default_cuda")
+        if default not in {v.cuda for v in variants}:
+            c.fail(("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants")
+        torch[str(ver)] = TorchRelease(version=str(ver), pythons=tuple(pythons), default_cuda=str(default),
+                                       variants=tuple(variants))
+    archs = {}
+    for arch, raw in c.mapping(("archs",), data.get("archs", {})).items():
+        raw = c.mapping(("archs", arch), raw)
+        min_cuda = c.version(("archs", arch, "min_cuda"), raw.get("min_cuda"))
+        cc = c.version(("archs", arch, "compute_capability"), raw.get("compute_capability"))
+        if min_cuda and cc:
+            archs[str(arch)] = (min_cuda, cc)
+    gpus = {}
+    for name, cc in c.mapping(("gpus",), data.get("gpus", {})).items():
+        cc = c.version(("gpus", name), cc)
+        if cc:
+            gpus[str(name).upper()] = cc
+    flash = {}
+    for ver, raw in c.mapping(("flash_attn",), data.get("flash_attn", {})).items():
+        raw = c.mapping(("flash_attn", ver), raw)
+        sha = raw.get("sha256")
+        if not (isinstance(sha, str) and len(sha) == 64):
+            c.fail(("flash_attn", ver, "sha256"), f"flash_attn.{ver}.sha256 must be 64 hex digits")
+            continue
+        if _version_key(str(ver)) not in SUPPORTED_FLASH_ATTN:
+            c.fail(("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})")
+        flash[str(ver)] = FlashAttnRelease(version=str(ver), sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
+    rules = c.mapping(("rules",), data.get("rules", {}))
+    min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
+    if c.problems:
+        raise ConfigError(c.problems)
+    return Compat(torch=torch, cuda=cuda, archs=archs, gpus=gpus, flash_attn=flash, cuda13_min_torch=min_torch)
+
+
+def load(override: Path | None = None) -> Compat:
+    """The built-in table, with ``override`` merged over it when given."""
+    doc = yamlfile.load(DEFAULT_FILE, what="compat table")
+    if override is not None:
+        extra = yamlfile.load(override, what="compat override")
+        doc = yamlfile.YamlDoc(data=merge(doc.data, extra.data), file=extra.file, lines=extra.lines)
+    return build(doc)

@@ -1,0 +1,74 @@
+"""Errors of the host-side tool, built on the builder's one ``FatalError`` family.
+
+Exit codes: 1 some entries failed, 2 bad input (matrix, flag, wheel), 3 the machine
+cannot do it, 4 source fetch, 5 compile, 6 wheel verification, 7 no container engine,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .builder.errors import (  # noqa: F401  (re-exported: one family for the whole tool)
+    BuildFailed,
+    EnvironmentProblem,
+    FatalError,
+    SourceError,
+    UsageError,
+    VerificationFailed,
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file, and where."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    entry: str | None = None
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = ":".join(str(p) for p in (self.file, self.line) if p is not None)
+        text = f"{where}: " if where else ""
+        text += f"entry {self.entry}: " if self.entry else ""
+        text += self.message
+        return text + (f" ({self.hint})" if self.hint else "")
+
+
+def dedupe(problems: list[Problem]) -> list[Problem]:
+    """One line per distinct problem: an axis value that is wrong in every combination it
+    expands into is reported once, naming the first entry and how many more share it."""
+    groups: dict[tuple, list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.file, p.line, p.message, p.hint), []).append(p)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) > 1 and first.entry:
+            first = replace(first, entry=f"{first.entry} (and {len(group) - 1} more)")
+        out.append(first)
+    return out
+
+
+class ConfigError(UsageError):
+    """Every problem found in a matrix or compat file, reported together."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
+        body = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{count} found:\n{body}" if len(problems) > 1 else str(problems[0]))
+
+
+class EngineUnavailable(FatalError):
+    """No container engine answers where the docker SDK looks."""
+
+    exit_code = 7
+
+
+class EntriesFailed(FatalError):
+    """A build ran, and some of its entries failed (the summary says which)."""
+
+    exit_code = 1

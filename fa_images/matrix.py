@@ -1,0 +1,360 @@
+"""matrix.yaml -> frozen, validated build entries.
+
+The file is written the way CI matrices are: axes that expand into every combination,
+``exclude`` and ``include`` rules with GitHub Actions semantics, named GPU targets, and
+only then one-off ``entries``. Code past this module never sees raw dicts. Every problem
+is collected, with its file and line, and reported together.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from . import compat as compat_mod
+from . import yamlfile
+from .builder.settings import parse_archs
+from .builder.source import PYPI_SIMPLE, SUPPORTED_FLASH_ATTN
+from .compat import Compat, did_you_mean
+from .errors import ConfigError, Problem, dedupe
+
+TOP_KEYS = ("image", "targets", "matrix", "entries", "bases", "packages", "build", "compat", "allow_unknown")
+AXES = ("python", "torch", "cuda", "flash_attn", "target", "archs", "ptx")
+MATRIX_RULES = ("include", "exclude")
+PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+DEFAULT_IMAGE = "fa-images/flash-attn"
+_REPO = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bases:
+    """Base images; ``{cuda_release}`` etc. are filled per entry. Point them at a mirror offline."""
+
+    devel: str = "nvidia/cuda:{cuda_release}-devel-ubuntu22.04"
+    runtime: str = "nvidia/cuda:{cuda_release}-base-ubuntu22.04"
+    python: str = "uv"  # "uv": install the exact Python; "system": the base has python3.X already
+    uv_version: str = "0.9.5"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Packages:
+    index: str | None = "https://pypi.org/simple"  # None: no index at all (offline)
+    torch_index: str | None = "https://download.pytorch.org/whl/{cuda_tag}"  # None: take torch from `index`
+    find_links: tuple[str, ...] = ()
+    flash_attn_index: str = PYPI_SIMPLE
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    network: str | None = None  # docker build network mode; "host" reaches services on 127.0.0.1
+    ptx: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    id: str
+    python: str
+    torch: str
+    cuda: str
+    cuda_release: str
+    flash_attn: str
+    archs: tuple[str, ...]
+    ptx: bool
+    gpus: tuple[str, ...]
+    cxx11_abi: bool | None  # None: a torch the compat table does not know (allow_unknown)
+    sdist_sha256: str | None
+    image: str
+    devel_image: str
+    runtime_image: str
+    torch_index: str | None
+
+    @property
+    def cuda_tag(self) -> str:
+        return "cu" + self.cuda.replace(".", "")
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["archs"] = list(self.archs)
+        data["gpus"] = list(self.gpus)
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    file: str
+    image: str
+    entries: tuple[Entry, ...]
+    bases: Bases
+    packages: Packages
+    build: BuildOptions
+    compat: Compat = field(repr=False)
+
+    def select(self, ids: list[str] | None) -> tuple[Entry, ...]:
+        if not ids:
+            return self.entries
+        known = {e.id for e in self.entries}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ConfigError([Problem(
+                f"--only {unknown[0]!r} is not an entry of this matrix", file=self.file,
+                hint=did_you_mean(unknown[0], sorted(known)),
+            )])
+        return tuple(e for e in self.entries if e.id in ids)
+
+
+@dataclass
+class _Combo:
+    values: dict[str, Any]
+    origin: tuple  # path in the YAML, for error lines
+    label: str
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
+    """Axes -> combinations, then exclude, then include (GitHub Actions rules), then entries."""
+    raw = doc.data.get("matrix") or {}
+    if not isinstance(raw, dict):
+        problems.append(doc.problem(("matrix",), "matrix must be a mapping of axes"))
+        raw = {}
+    axes = {k: v for k, v in raw.items() if k not in MATRIX_RULES}
+    for key, values in axes.items():
+        if key not in AXES:
+            problems.append(doc.problem(("matrix", key), f"unknown axis {key!r}", hint=did_you_mean(key, AXES)))
+        elif not isinstance(values, list) or not values:
+            problems.append(doc.problem(("matrix", key), f"axis {key!r} must be a non-empty list",
+                                        hint=f"e.g. {key}: [{values!r}]" if values is not None else None))
+    axes = {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
+    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
+
+    for i, rule in enumerate(_as_list(raw.get("exclude") or [])):
+        if not isinstance(rule, dict):
+            problems.append(doc.problem(("matrix", "exclude", i), "each exclude rule must be a mapping"))
+            continue
+        bad = [k for k in rule if k not in axes]
+        if bad:
+            problems.append(doc.problem(("matrix", "exclude", i), f"exclude rule names {bad[0]!r}, which is not an axis",
+                                        hint=did_you_mean(bad[0], list(axes))))
+            continue
+        combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
+
+    out = [_Combo(c, ("matrix",), "matrix[" + ", ".join(f"{k}={v}" for k, v in c.items()) + "]") for c in combos]
+    for i, rule in enumerate(_as_list(raw.get("include") or [])):
+        if not isinstance(rule, dict):
+            problems.append(doc.problem(("matrix", "include", i), "each include rule must be a mapping"))
+            continue
+        merged = False
+        for combo in out[: len(combos)]:
+            # Added only where it overwrites none of the combination's original axis values.
+            if all(combo.values.get(k) == v for k, v in rule.items() if k in axes):
+                combo.values.update({k: v for k, v in rule.items() if k not in axes})
+                merged = True
+        if not merged:
+            out.append(_Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
+
+    entries = doc.data.get("entries") or []
+    if not isinstance(entries, list):
+        problems.append(doc.problem(("entries",), "entries must be a list of mappings"))
+        entries = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            problems.append(doc.problem(("entries", i), "each entry must be a mapping"))
+            continue
+        out.append(_Combo(dict(entry), ("entries", i), f"entries[{i}]"))
+    return out
+
+
+class _EntryBuilder:
+    def __init__(self, doc: yamlfile.YamlDoc, compat: Compat, problems: list[Problem], *,
+                 targets: dict[str, list[str]], image: str, bases: Bases, packages: Packages,
+                 build: BuildOptions, allow_unknown: bool) -> None:
+        self.doc, self.compat, self.problems = doc, compat, problems
+        self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
+        self.build_opts, self.allow_unknown = build, allow_unknown
+
+    def _fail(self, combo: _Combo, key: str | None, message: str, hint: str | None = None) -> None:
+        path = combo.origin + ((key,) if key else ())
+        self.problems.append(self.doc.problem(path, message, entry=combo.label, hint=hint))
+
+    def _version(self, combo: _Combo, key: str) -> str | None:
+        value = combo.values.get(key)
+        if value is None:
+            self._fail(combo, key, f"{key} is missing")
+            return None
+        if not isinstance(value, str):
+            self._fail(combo, key, f"{key} {value!r} must be a quoted string",
+                       hint='YAML reads an unquoted 3.10 as the number 3.1: write "3.10"')
+            return None
+        return value
+
+    def _known(self, combo: _Combo, key: str, value: str, known: list[str], what: str) -> bool:
+        if value in known:
+            return True
+        if self.allow_unknown:
+            return True
+        self._fail(combo, key, f"{what} {value} is not in the compat table",
+                   hint=f"{did_you_mean(value, known) if value[:1].isalpha() else 'known: ' + ', '.join(known)}; "
+                   "add it with --compat FILE, or set allow_unknown: true")
+        return False
+
+    def archs_for(self, combo: _Combo) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(archs, GPU names) from `archs` or from `target` names."""
+        if "archs" in combo.values:
+            try:
+                return parse_archs(",".join(map(str, _as_list(combo.values["archs"])))), ()
+            except ValueError as exc:
+                self._fail(combo, "archs", str(exc))
+                return None
+        if "target" not in combo.values:
+            self._fail(combo, None, "no target and no archs: name the GPUs it is for",
+                       hint="e.g. target: aws (a name under targets:) or archs: [80]")
+            return None
+        gpus: list[str] = []
+        for name in _as_list(combo.values["target"]):
+            gpus += self.targets.get(str(name), [str(name)])
+        archs: set[str] = set()
+        for gpu in gpus:
+            cc = self.compat.capability_of(gpu)
+            if cc is None:
+                known = list(self.targets) + sorted(self.compat.gpus)
+                self._fail(combo, "target", f"unknown GPU or target {gpu!r}",
+                           hint=f"{did_you_mean(gpu, known)}; or write its compute capability, e.g. sm_86")
+                return None
+            arch = self.compat.arch_for_capability(cc)
+            if arch is None or Version(cc) < Version("8.0"):
+                self._fail(combo, "target", f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
+                           hint="flash-attn 2 needs Ampere (8.0) or newer")
+                return None
+            archs.add(arch)
+        return tuple(sorted(archs, key=int)), tuple(gpus)
+
+    def entry(self, combo: _Combo) -> Entry | None:
+        before = len(self.problems)
+        for key in combo.values:
+            if key not in AXES:
+                self._fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
+        python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
+        cuda = combo.values.get("cuda")
+        if cuda is not None and not isinstance(cuda, str):
+            self._fail(combo, "cuda", f"cuda {cuda!r} must be a quoted string", hint=f'write cuda: "{cuda}"')
+            return None
+            cuda = None
+        archs, gpus = self.archs_for(combo) or ((), ())
+        if python is None or torch_v is None or fa is None:
+            return None
+        if python not in PYTHONS:
+            self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
+        release = self.compat.torch.get(torch_v)
+        if release is None and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch"):
+            if cuda is None:
+                self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
+        if release is not None:
+            if python not in release.pythons and not self.allow_unknown:
+                self._fail(combo, "python", f"torch {torch_v} has no wheels for Python {python}",
+                           hint=f"torch {torch_v} supports {', '.join(release.pythons)}")
+            cuda = cuda or release.default_cuda
+            if release.variant(cuda) is None:
+                self._fail(combo, "cuda", f"torch {torch_v} has no CUDA {cuda} build",
+                           hint=f"its variants: {', '.join(v.cuda for v in release.variants)}")
+        if cuda and cuda.startswith("13") and Version(torch_v) < Version(self.compat.cuda13_min_torch):
+            self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
+        cuda_rel = self.compat.cuda.get(cuda or "")
+        if cuda and cuda_rel is None:
+            self._fail(combo, "cuda", f"CUDA {cuda} is not in the compat table",
+                       hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE")
+        if Version(fa) not in SUPPORTED_FLASH_ATTN:
+            self._fail(combo, "flash_attn", f"flash-attn {fa} cannot be built by fa-images", hint=f"supported: {SUPPORTED_FLASH_ATTN}")
+        else:
+            self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
+        for arch in archs:
+            min_cuda = self.compat.archs.get(arch, ("0", ""))[0]
+            if cuda and Version(cuda) < Version(min_cuda):
+                self._fail(combo, "target", f"arch {arch} needs CUDA >= {min_cuda}, this entry uses {cuda}")
+        ptx = combo.values.get("ptx", self.build_opts.ptx)
+        if not isinstance(ptx, bool):
+            self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
+        if len(self.problems) > before or cuda is None or cuda_rel is None:
+            return None
+        variant = release.variant(cuda) if release else None
+        fa_rel = self.compat.flash_attn.get(fa)
+        tag = f"fa{fa}-py{python}-torch{torch_v}-cu{cuda.replace('.', '')}"
+        fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": "cu" + cuda.replace(".", "")}
+        return Entry(
+            id=tag, python=python, torch=torch_v, cuda=cuda, cuda_release=cuda_rel.release,
+            flash_attn=fa, archs=archs, ptx=bool(ptx), gpus=gpus,
+            cxx11_abi=variant.cxx11_abi if variant else None,
+            sdist_sha256=fa_rel.sha256 if fa_rel else None, image=f"{self.image}:{tag}",
+            devel_image=self.bases.devel.format(**fill), runtime_image=self.bases.runtime.format(**fill),
+            torch_index=self.packages.torch_index.format(**fill) if self.packages.torch_index else None,
+        )
+
+
+def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]) -> Any:
+    raw = doc.data.get(key) or {}
+    if not isinstance(raw, dict):
+        problems.append(doc.problem((key,), f"{key} must be a mapping"))
+        return cls()
+    fields = cls.__dataclass_fields__
+    clean = {}
+    for name, value in raw.items():
+        if name not in fields:
+            problems.append(doc.problem((key, name), f"unknown key {key}.{name}", hint=did_you_mean(name, list(fields))))
+        else:
+            clean[name] = tuple(value) if isinstance(value, list) else value
+    if key == "bases" and clean.get("python", "uv") not in ("uv", "system"):
+        problems.append(doc.problem((key, "python"), f"bases.python must be uv or system, not {clean['python']!r}"))
+        clean.pop("python")
+    return cls(**clean)
+
+
+def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
+    doc = yamlfile.load(path, what="matrix file")
+    problems: list[Problem] = []
+    for key in doc.data:
+        if key not in TOP_KEYS:
+            problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
+    override = compat_override
+    if override is None and doc.data.get("compat"):
+        override = (path.parent / str(doc.data["compat"])).resolve()
+    compat = compat_mod.load(override)
+    image = doc.data.get("image", DEFAULT_IMAGE)
+    if not isinstance(image, str) or not _REPO.match(image):
+        problems.append(doc.problem(("image",), f"image {image!r} is not a repository name",
+                                    hint="e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)"))
+        image = DEFAULT_IMAGE
+    targets = doc.data.get("targets") or {}
+    if not isinstance(targets, dict) or not all(isinstance(v, list) for v in targets.values()):
+        problems.append(doc.problem(("targets",), "targets must map names to lists of GPUs",
+                                    hint="e.g. targets: {aws: [A10G, L4]}"))
+        targets = {}
+    builder = _EntryBuilder(
+        doc, compat, problems, targets={str(k): [str(g) for g in v] for k, v in targets.items()}, image=image,
+        bases=_section(doc, "bases", Bases, problems), packages=_section(doc, "packages", Packages, problems),
+        build=_section(doc, "build", BuildOptions, problems), allow_unknown=bool(doc.data.get("allow_unknown")),
+    )
+    combos = expand(doc, problems)
+    if not combos and not problems:
+        problems.append(doc.problem(("matrix",), "the matrix expands to no entries"))
+    entries: list[Entry] = []
+    seen: dict[str, str] = {}
+    for combo in combos:
+        entry = builder.entry(combo)
+        if entry is None:
+            continue
+        if entry.id in seen:
+            builder._fail(combo, None, f"expands to {entry.id}, which {seen[entry.id]} already builds",
+                          hint="remove one, or change an exclude/include rule")
+            continue
+        seen[entry.id] = combo.label
+        entries.append(entry)
+    if problems:
+        raise ConfigError(dedupe(problems))
+    return Matrix(file=str(path), image=image, entries=tuple(entries), bases=builder.bases,
+                  packages=builder.packages, build=builder.build_opts, compat=compat)
