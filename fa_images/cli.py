@@ -88,6 +88,62 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+BUILD_EXAMPLES = """\
+examples:
+  fa-images build                             every entry of ./matrix.yaml; wheels in dist/
+  fa-images build --only fa2.8.3-py3.12-torch2.9.1-cu128 --push
+  fa-images build --dry-run                   print the plan, build nothing
+  fa-images build --report build.json --fail-fast
+
+For each entry: fetch and sha256-check the sdist on the host, build the image (the wheel
+compiles in its builder stage), export and verify the wheel into --dist, run the import
+check in a container (and the GPU check when the engine has a GPU runtime), push.
+The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
+Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input,
+7 no engine, 130 interrupted. Re-run with --only to build just what is missing.
+"""
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from . import plan as plan_mod
+    from .engine import DockerEngine
+    from .errors import EntriesFailed
+    from .executor import Executor, Options
+    from .logger import Console
+    from .report import print_summary, write_report
+
+    m = _load(args)
+    plans = plan_mod.make_plan(m.select(args.only), check=args.check, push=args.push)
+    if args.dry_run:
+        if args.json:
+            print(plan_mod.to_json(plans))
+        else:
+            for p in plans:
+                print(f"{p.entry.id}: {' -> '.join(p.steps)}")
+        return 0
+    console = Console()
+    engine = DockerEngine.from_env()
+    console.line(f"engine: {engine.describe()}")
+    options = Options(dist=args.dist, log_dir=args.log_dir, push=args.push, check=args.check,
+                      fail_fast=args.fail_fast, keep_container=args.keep_container)
+    executor = Executor(engine, m, options, console)
+    results = []
+    try:
+        results = executor.run(plans)
+    except KeyboardInterrupt:
+        results = executor.results
+        console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
+        raise
+    finally:
+        if results:
+            print_summary(console, results)
+            if args.report:
+                write_report(args.report, results, engine.describe())
+    if any(r.status != "ok" for r in results):
+        raise EntriesFailed("some entries failed; see the summary above")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fa-images", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -105,6 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR", help="default: dockerfiles/")
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if DIR is stale")
     render.set_defaults(func=cmd_render)
+
+    build = sub.add_parser("build", help="build, check, export and push the images (needs a container engine)",
+                           epilog=BUILD_EXAMPLES, formatter_class=fmt)
+    _matrix_args(build)
+    build.add_argument("--only", nargs="+", metavar="ID", help="build just these entries (ids from `fa-images plan`)")
+    build.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)")
+    build.add_argument("--log-dir", type=Path, default=Path("logs"), metavar="DIR",
+                       help="full build log of each entry (default: logs/)")
+    build.add_argument("--push", action="store_true", help="push each image after its checks pass")
+    build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
+    build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
+    build.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON")
+    build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
+    build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
+    build.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    build.set_defaults(func=cmd_build)
 
     builder_cli.add_commands(sub)
     return parser

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ class Packages:
     torch_index: str | None = "https://download.pytorch.org/whl/{cuda_tag}"  # None: take torch from `index`
     find_links: tuple[str, ...] = ()
     flash_attn_index: str = PYPI_SIMPLE
+    # A directory on the host searched first for flash_attn-VERSION.tar.gz: offline networks
+    # and private sources. Relative to the matrix file.
+    sdists: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,5 +359,8 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         entries.append(entry)
     if problems:
         raise ConfigError(dedupe(problems))
+    packages = builder.packages
+    if packages.sdists:
+        packages = replace(packages, sdists=str((path.parent / packages.sdists).resolve()))
     return Matrix(file=str(path), image=image, entries=tuple(entries), bases=builder.bases,
-                  packages=builder.packages, build=builder.build_opts, compat=compat)
+                  packages=packages, build=builder.build_opts, compat=compat)

@@ -1,0 +1,212 @@
+"""The container engine, behind the few calls fa-images needs: build, export, run, push.
+
+``DockerEngine`` drives the Docker Engine API through the docker SDK's low-level client
+with decoded streaming, so a 20-minute build shows progress instead of blocking. It turns
+errors that the API reports *inside* its streams (a failed RUN step, a refused push) into
+exceptions, because docker-py returns them as data. Every container it creates is removed
+on every path out, Ctrl-C included, unless the caller asks to keep it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tarfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import EngineUnavailable, FatalError
+
+OnLine = Callable[[str], None]
+CONTAINER_LABEL = "fa-images"
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+
+
+class StepFailed(FatalError):
+    """A build step, a check or a push failed; ``lines`` holds the end of its output."""
+
+    def __init__(self, message: str, *, step: str | None = None, lines: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.lines = lines or []
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    step: int
+    total: int
+    instruction: str
+    stage: str | None
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    output: list[str]
+    kept_container: str | None = None
+
+
+class Engine(Protocol):
+    """What the executor needs from a container engine. Small enough to fake in unit tests."""
+
+    def describe(self) -> str: ...
+
+    def has_gpu_runtime(self) -> bool: ...
+
+    def build(self, *, context: Path, target: str, tag: str | None, network: str | None,
+              on_line: OnLine, on_progress: Callable[[BuildProgress], None]) -> str: ...
+
+    def export(self, image: str, dest: Path) -> list[Path]: ...
+
+    def run(self, image: str, command: list[str] | None, *, gpu: bool, keep: bool, on_line: OnLine) -> RunResult: ...
+
+    def push(self, ref: str, on_line: OnLine) -> str: ...
+
+    def leftover_containers(self) -> list[str]: ...
+
+
+def _where() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+class DockerEngine:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.api = client.api
+
+    @classmethod
+    def from_env(cls) -> DockerEngine:
+        import docker
+
+        where = _where()
+        try:
+            client = docker.from_env(version="auto", timeout=600)
+            client.ping()
+        except Exception as exc:  # the SDK raises several unrelated types for "nobody home"
+            raise EngineUnavailable(
+                f"no Docker Engine answers at {where} ({type(exc).__name__})",
+                hint="start one (`sudo systemctl start docker`, or `dockerd &`), or point DOCKER_HOST at it; "
+                "`fa-images render` and `fa-images wheel` work without an engine",
+            ) from None
+        return cls(client)
+
+    def describe(self) -> str:
+        info = self.client.version()
+        return f"Docker Engine {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
+
+    def has_gpu_runtime(self) -> bool:
+        info = self.client.info()
+        return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
+
+    def build(self, *, context: Path, target: str, tag: str | None, network: str | None,
+              on_line: OnLine, on_progress: Callable[[BuildProgress], None]) -> str:
+        stream = self.api.build(
+            path=str(context), dockerfile="Dockerfile", target=target, tag=tag, rm=True, forcerm=True,
+            decode=True, network_mode=network, pull=False,
+        )
+        image_id: str | None = None
+        stage: str | None = None
+        step: BuildProgress | None = None
+        tail: list[str] = []
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                message = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
+                where = f"step {step.step}/{step.total} ({step.instruction})" if step else "the build"
+                raise StepFailed(f"{where} failed: {message.strip()}", step=step.instruction if step else None,
+                                 lines=tail[-20:])
+            if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            for line in str(chunk.get("stream", "")).splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                match = _STEP.match(line)
+                if match:
+                    instruction = match.group(3)
+                    from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
+                    stage = from_as.group(1) if from_as else stage
+                    step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
+                    on_progress(step)
+                built = re.match(r"Successfully built ([0-9a-f]+)", line)
+                if built and image_id is None:
+                    image_id = built.group(1)
+                tail = (tail + [line])[-40:]
+                on_line(line)
+        if image_id is None:
+            raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
+        return image_id
+
+    @contextmanager
+    def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:
+        """A uniquely named container, removed however the block ends unless ``state["keep"]`` is set."""
+        name = f"fa-images-{uuid.uuid4().hex[:12]}"
+        container = self.client.containers.create(image, command=command, name=name,
+                                                  labels={CONTAINER_LABEL: "1"}, **kwargs)
+        state = {"keep": False}
+        try:
+            yield container, state
+        finally:
+            if not state["keep"]:
+                container.remove(force=True)
+
+    def export(self, image: str, dest: Path) -> list[Path]:
+        """Copies the files of an image (the FROM-scratch ``wheel`` stage) into ``dest``."""
+        # A scratch image has no command; the container is created, never started.
+        with self._container(image, ["/fa-images-never-started"]) as (container, _):
+            chunks, _stat = container.get_archive("/")
+            data = io.BytesIO(b"".join(chunks))
+        written = []
+        with tarfile.open(fileobj=data) as tar:
+            for member in tar.getmembers():
+                name = Path(member.name)
+                if not member.isfile() or name.name.startswith(".") or len(name.parts) != 1:
+                    continue
+                source = tar.extractfile(member)
+                assert source is not None
+                target = dest / name.name
+                target.write_bytes(source.read())
+                written.append(target)
+        return written
+
+    def run(self, image: str, command: list[str] | None, *, gpu: bool, keep: bool, on_line: OnLine) -> RunResult:
+        kwargs: dict[str, Any] = {}
+        if gpu:
+            from docker.types import DeviceRequest
+
+            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        output: list[str] = []
+        with self._container(image, command, **kwargs) as (container, state):
+            container.start()
+            for raw in container.logs(stream=True, follow=True):
+                for line in raw.decode(errors="replace").splitlines():
+                    output.append(line)
+                    on_line(line)
+            code = int(container.wait().get("StatusCode", 1))
+            state["keep"] = keep and code != 0  # a failed check, kept for `docker start -ai`
+        return RunResult(code, output, kept_container=container.name if state["keep"] else None)
+
+    def push(self, ref: str, on_line: OnLine) -> str:
+        repository, tag = ref.rsplit(":", 1)
+        digest = ""
+        for chunk in self.api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk or "errorDetail" in chunk:
+                message = chunk.get("error") or chunk["errorDetail"].get("message", "push failed")
+                raise StepFailed(f"push of {ref} failed: {message.strip()}")
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and aux.get("Digest"):
+                digest = aux["Digest"]
+            status = chunk.get("status")
+            if status and chunk.get("id") is None:
+                on_line(status)
+        if not digest:
+            raise StepFailed(f"push of {ref} ended without a digest from the registry")
+        return digest
+
+    def leftover_containers(self) -> list[str]:
+        found = self.client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
+        return [c.name for c in found]

@@ -1,0 +1,93 @@
+"""What a person sees during a long build: steps with ✓/✕ and durations, a live progress
+line (entry, stage, step n/N, elapsed, last output), and a full log file per entry.
+
+On a terminal the progress line rewrites itself; elsewhere (CI logs) it is printed when
+the build step changes and as a heartbeat, so a 20-minute compile never looks hung.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+HEARTBEAT_S = 60.0
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Console:
+    def __init__(self, out: TextIO = sys.stderr, *, color: bool | None = None) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.color = self.tty if color is None else color
+        self._live = False
+        self._last_beat = 0.0
+        self._last_key: tuple = ()
+
+    def _paint(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def _clear_live(self) -> None:
+        if self._live:
+            self.out.write("\r\033[K")
+            self._live = False
+
+    def line(self, text: str = "") -> None:
+        self._clear_live()
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def progress(self, text: str, key: tuple) -> None:
+        """A progress line; ``key`` changes when something new happens (a new build step)."""
+        if self.tty:
+            width = shutil.get_terminal_size((120, 20)).columns - 1
+            self.out.write("\r\033[K" + text[:width])
+            self.out.flush()
+            self._live = True
+            return
+        now = time.monotonic()
+        if key != self._last_key or now - self._last_beat >= HEARTBEAT_S:
+            self._last_key, self._last_beat = key, now
+            self.line(text)
+
+    @contextmanager
+    def step(self, name: str, detail: str = "") -> Iterator[dict]:
+        """Runs a step; prints ✓ or ✕ with its duration. Set ``info["note"]`` to add a word."""
+        started = time.monotonic()
+        info: dict = {"note": detail}
+        try:
+            yield info
+        except BaseException:
+            self.line(f"  {self._paint('✕', '31')} {name} ({duration(time.monotonic() - started)})")
+            raise
+        mark = self._paint("-", "33") if info.get("skipped") else self._paint("✓", "32")
+        note = f"  {info['note']}" if info.get("note") else ""
+        self.line(f"  {mark} {name} ({duration(time.monotonic() - started)}){note}")
+        info["seconds"] = time.monotonic() - started
+
+
+class EntryLog:
+    """The full output of one entry, in a file the summary names."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("w", encoding="utf-8")
+
+    def write(self, line: str) -> None:
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,37 @@
+"""The end of a run: a summary table a person reads and a JSON report a script reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .executor import EntryResult
+from .logger import Console, duration
+
+
+def print_summary(console: Console, results: list[EntryResult]) -> None:
+    rows = [("entry", "status", "image", "wheel", "time", "check", "gpu check")]
+    for r in results:
+        total = sum(r.seconds.values())
+        wheel = f"{Path(r.wheel).name} sha256:{r.wheel_sha256[:12]}" if r.wheel and r.wheel_sha256 else "-"
+        image = r.image + (f" @{r.pushed[:19]}" if r.pushed else "")
+        rows.append((r.id, r.status + (f" ({r.failed_step})" if r.failed_step else ""), image, wheel,
+                     duration(total) if total else "-", r.check, r.gpu_check))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    console.line()
+    for row in rows:
+        console.line("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    failed = [r for r in results if r.status not in ("ok",)]
+    for r in failed:
+        if r.log and r.status == "failed":
+            console.line(f"{r.id}: {r.error.splitlines()[0] if r.error else 'failed'}  (log: {r.log})")
+    ok = len(results) - len(failed)
+    console.line(f"{ok} of {len(results)} entries succeeded")
+
+
+def write_report(path: Path, results: list[EntryResult], engine: str) -> None:
+    data = {"engine": engine, "ok": all(r.status == "ok" for r in results), "entries": [r.to_dict() for r in results]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)

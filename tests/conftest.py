@@ -1,0 +1,83 @@
+"""Session fixtures shared by the builder tests: toolchain, real sdists, the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+import toolchain
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# sha256 of the real flash-attn sdists as PyPI publishes them. obtain_sdist also checks
+# the index's own hash on the first download; pinning them here re-checks the cached
+# copies on every run, so a corrupt cache cannot make the tests pass or fail by accident.
+REAL_SDISTS = {
+    "2.6.3": "5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52",
+    "2.7.4.post1": "f03485c9a49a4d68d0733acdcad80ab0e72afa025a777fdc2966ceccf9d51765",
+    "2.8.3": "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
+}
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def cuda_home() -> Path:
+    """CUDA 12.4 toolkit assembled from registries (see tests/toolchain.py)."""
+    return toolchain.cuda_home()
+
+
+@pytest.fixture(scope="session")
+def toolchain_venv() -> Path:
+    """Venv with torch 2.9.1+cu128 and the build helpers."""
+    return toolchain.torch_venv()
+
+
+@pytest.fixture(scope="session")
+def venv_python(toolchain_venv: Path) -> str:
+    return str(toolchain_venv / "bin" / "python")
+
+
+@pytest.fixture(scope="session")
+def sdist_cache() -> Path:
+    return toolchain.cache_dir() / "sdists"
+
+
+@pytest.fixture(scope="session")
+def real_sdist(sdist_cache: Path) -> Callable[[str], Path]:
+    """real_sdist("2.8.3") -> the real flash-attn sdist, downloaded once and cached."""
+    from fa_images.builder.source import obtain_sdist
+
+    def get(version: str) -> Path:
+        path, _sha = obtain_sdist(
+            version=version, sdist=None, dest_dir=sdist_cache, sources_dir=sdist_cache,
+            sha256=REAL_SDISTS[version],
+        )
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def run_fa_images() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Runs ``python -m fa_images ARGS`` the way a user would, with this checkout importable."""
+
+    def run(
+        args: Sequence[str], *, python: str = sys.executable, env: Mapping[str, str] | None = None,
+        cwd: Path | None = None, module: str = "fa_images", timeout: float = 900,
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), (env or {}).get("PYTHONPATH")]))
+        return subprocess.run(
+            [python, "-m", module, *map(str, args)], capture_output=True, text=True,
+            env=full_env, cwd=cwd, timeout=timeout,
+        )
+
+    return run

@@ -1,0 +1,201 @@
+"""`fa-images build` on a real Docker Engine, end to end.
+
+Real parts throughout: a dockerd, Debian base images, a CUDA devel stand-in made of NVIDIA's
+toolkit, torch 2.9.1 (CUDA 12.8) from a local wheelhouse served over http, a real registry,
+the real templates, builder script and SDK calls. Only flash-attn itself is replaced by a
+tiny extension of the same shape, whose build fits on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+import engine_env
+import toolchain
+from fa_images.builder.source import sha256_of
+from fixtures.tiny import make_tiny_sdist
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
+
+
+@dataclass
+class Project:
+    dir: Path
+    env: dict[str, str]
+    registry: str
+    client: object
+
+    def matrix(self, name: str, *, image: str, versions: list[str]) -> Path:
+        data = {
+            "image": image,
+            "bases": {
+                "devel": engine_env.CUDA_STANDIN_TAG,
+                "runtime": engine_env.RUNTIME_TAG,
+                "python": "system",  # Debian bookworm ships Python 3.11
+            },
+            "packages": {"index": None, "torch_index": None, "find_links": [self.wheelhouse], "sdists": "sdists"},
+            "build": {"network": "host"},
+            "compat": "compat.yaml",
+            "entries": [
+                {"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}
+                for v in versions
+            ],
+        }
+        path = self.dir / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def run(self, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=self.dir, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    wheelhouse: str = ""
+
+
+def entry_id(version: str) -> str:
+    return f"fa{version}-py3.11-torch2.9.1-cu128"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("build-engine")
+    sdists = root / "sdists"
+    sdists.mkdir()
+    shas = {}
+    for version, broken in ((GOOD, False), (BROKEN, True), (INTERRUPTED, False)):
+        sdist = make_tiny_sdist(sdists, version=version, broken=broken)
+        shas[version] = sha256_of(sdist)
+    # The tiny versions are not on PyPI: a compat override pins their sha256, as a user would.
+    (root / "compat.yaml").write_text(yaml.safe_dump(
+        {"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}}
+    ))
+    with engine_env.docker_engine() as engine, engine_env.local_registry() as registry, \
+            engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse:
+        bases = engine_env.base_images(engine.client)
+        engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
+        env = {**os.environ, "DOCKER_HOST": engine.base_url, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        proj = Project(dir=root, env=env, registry=registry, client=engine.client)
+        proj.wheelhouse = wheelhouse
+        yield proj
+
+
+@pytest.fixture(scope="module")
+def first_build(project):
+    """One build of two entries: one good, one whose compile fails."""
+    matrix = project.matrix("matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN])
+    started = time.monotonic()
+    proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "report.json")
+    print(f"first build: {time.monotonic() - started:.0f} s\n{proc.stderr[-4000:]}")
+    report = json.loads((project.dir / "report.json").read_text())
+    return proc, {e["id"]: e for e in report["entries"]}
+
+
+def test_one_entry_fails_the_other_succeeds(first_build):
+    proc, entries = first_build
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    good, bad = entries[entry_id(GOOD)], entries[entry_id(BROKEN)]
+    assert good["status"] == "ok", good
+    assert bad["status"] == "failed" and bad["failed_step"] == "build"
+    assert "deliberately broken" in bad["error"] or "deliberately broken" in Path(bad["log"]).read_text()
+    assert "1 of 2 entries succeeded" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_wheel_is_exported_verified_and_recorded(project, first_build):
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    wheel = Path(good["wheel"])
+    assert wheel.parent == project.dir / "dist" and wheel.name.endswith("-cp311-cp311-linux_x86_64.whl")
+    assert "+cu128torch2.9cxx11abitrue" in wheel.name
+    assert sha256_of(wheel) == good["wheel_sha256"]
+    manifest = json.loads((project.dir / "dist" / "manifest.json").read_text())["wheels"][wheel.name]
+    assert manifest["sha256"] == good["wheel_sha256"] and manifest["entry"] == entry_id(GOOD)
+    assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted([wheel.name, "manifest.json"])
+    # The same verifier a user runs: with the torch it was built for, it must also import.
+    venv_python = toolchain.torch_venv() / "bin" / "python"
+    inspect = project.run("inspect", str(wheel), "--python", str(venv_python), "--archs", "80")
+    assert inspect.returncode == 0, inspect.stdout
+    assert "✓ import" in inspect.stdout and "sm_80" in inspect.stdout
+
+
+def test_image_runs_its_import_check_and_reports_no_gpu(project, first_build):
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    assert good["check"] == "passed"
+    assert good["gpu_check"].startswith("skipped")  # never "passed" without a GPU
+    image = project.client.images.get(good["image"])
+    labels = image.labels
+    assert labels["fa-images.flash-attn"] == GOOD and labels["fa-images.torch"] == "2.9.1"
+    assert labels["fa-images.archs"] == "80" and labels["fa-images.cxx11-abi"] == "true"
+    assert image.attrs["Config"]["User"] == "flash"
+    out = project.client.containers.run(good["image"], remove=True).decode()
+    assert f"flash_attn {GOOD} imports next to torch 2.9.1" in out
+
+
+def test_push_reaches_the_registry_and_pulls_back(project, first_build):
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    assert good["pushed"].startswith("sha256:")
+    image_id = project.client.images.get(good["image"]).id
+    project.client.images.remove(good["image"])
+    pulled = project.client.images.pull(good["image"])
+    assert pulled.id == image_id
+
+
+def test_no_container_is_left_behind(project, first_build):
+    assert project.client.containers.list(all=True) == []
+
+
+def test_unreachable_registry_fails_the_entry(project, first_build):
+    unreachable = engine_env.unreachable_registry()
+    matrix = project.matrix("unreachable.yaml", image=f"{unreachable}/fa-images-test/flash-attn", versions=[GOOD])
+    proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "unreachable.json", "--dist", "dist2")
+    entry = json.loads((project.dir / "unreachable.json").read_text())["entries"][0]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert entry["status"] == "failed" and entry["failed_step"] == "push" and entry["pushed"] is None
+    assert "push of" in entry["error"] and unreachable in entry["error"]
+
+
+def test_no_engine_is_one_clear_line(project, tmp_path):
+    env = {**project.env, "DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"}
+    proc = subprocess.run([sys.executable, "-m", "fa_images", "build", "--matrix", str(project.dir / "matrix.yaml")],
+                          cwd=project.dir, env=env, capture_output=True, text=True)
+    assert proc.returncode == 7
+    assert proc.stderr.startswith("error: no Docker Engine answers at unix://")
+    assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project, first_build):
+    matrix = project.matrix("interrupt.yaml", image="fa-images-test/interrupt", versions=[INTERRUPTED])
+    proc = subprocess.Popen([sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--dist", "dist3"],
+                            cwd=project.dir, env=project.env, stderr=subprocess.PIPE, text=True)
+    seen = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until the compile step is running
+        seen.append(line)
+        if "fa_images.builder wheel" in line or "compiling flash-attn" in line:
+            break
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, "".join(seen[-20:]) + rest
+    assert "interrupted" in rest
+    deadline = time.monotonic() + 60  # the daemon cancels the build and removes its container
+    while project.client.containers.list(all=True) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert project.client.containers.list(all=True) == []
+    dist = project.dir / "dist3"
+    assert not dist.exists() or not any(dist.iterdir())

