@@ -8,6 +8,7 @@ lives in the data file; the code here only checks its shape and answers question
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from .builder.source import SUPPORTED_FLASH_ATTN
 from .errors import ConfigError, Problem
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
-SECTIONS = ("torch", "cuda", "rules", "archs", "gpus", "flash_attn")
+SECTIONS = ("torch", "cuda", "rules", "archs", "gpus", "build_tools", "flash_attn")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,7 @@ class Compat:
     archs: dict[str, tuple[str, str]]  # arch -> (min CUDA, compute capability major)
     gpus: dict[str, str]  # upper-case name -> compute capability
     flash_attn: dict[str, FlashAttnRelease]
+    build_tools: tuple[str, ...]
     cuda13_min_torch: str
 
     def arch_for_capability(self, capability: str) -> str | None:
@@ -73,7 +75,7 @@ class Compat:
 
     def capability_of(self, gpu: str) -> str | None:
         """'L4', 'sm_89' or '8.9' -> '8.9'."""
-        name = gpu.strip().upper().replace(" ", "").replace("-", "")
+        name = gpu_key(gpu)
         if name in self.gpus:
             return self.gpus[name]
         digits = name.removeprefix("SM_").removeprefix("SM")
@@ -81,6 +83,11 @@ class Compat:
             return digits if "." in digits else f"{digits[:-1]}.{digits[-1]}"
         return None
 
+
+
+def gpu_key(name: str) -> str:
+    """'RTX PRO 6000' and 'rtx-pro-6000' are the same GPU."""
+    return str(name).strip().upper().replace(" ", "").replace("-", "")
 
 
 def did_you_mean(value: str, known: list[str] | tuple[str, ...]) -> str:
@@ -148,16 +155,18 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
             c.fail(("torch", ver, "python"), f"torch.{ver}.python must be a list of quoted versions like \"3.12\"")
             pythons = []
         variants = []
+        bad_variant = False
         for cu, v in c.mapping(("torch", ver, "cuda"), raw.get("cuda", {})).items():
             v = c.mapping(("torch", ver, "cuda", cu), v)
             if not isinstance(v.get("cxx11_abi"), bool):
                 c.fail(("torch", ver, "cuda", cu), f"torch.{ver}.cuda.{cu}.cxx11_abi must be true or false")
+                bad_variant = True
                 continue
             if str(cu) not in cuda:
                 c.fail(("torch", ver, "cuda", cu), f"torch {ver} names CUDA {cu}, which the cuda section lacks")
             variants.append(CudaVariant(cuda=str(cu), cxx11_abi=v["cxx11_abi"]))
         default = raw.get("default_cuda")
-        if default not in {v.cuda for v in variants}:
+        if default not in {v.cuda for v in variants} and not bad_variant:
             c.fail(("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants")
         torch[str(ver)] = TorchRelease(version=str(ver), pythons=tuple(pythons), default_cuda=str(default),
                                        variants=tuple(variants))
@@ -172,28 +181,33 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     for name, cc in c.mapping(("gpus",), data.get("gpus", {})).items():
         cc = c.version(("gpus", name), cc)
         if cc:
-            gpus[str(name).upper()] = cc
+            gpus[gpu_key(name)] = cc
     flash = {}
     for ver, raw in c.mapping(("flash_attn",), data.get("flash_attn", {})).items():
         raw = c.mapping(("flash_attn", ver), raw)
         sha = raw.get("sha256")
-        if not (isinstance(sha, str) and len(sha) == 64):
+        if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
             c.fail(("flash_attn", ver, "sha256"), f"flash_attn.{ver}.sha256 must be 64 hex digits")
             continue
         if _version_key(str(ver)) not in SUPPORTED_FLASH_ATTN:
             c.fail(("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})")
         flash[str(ver)] = FlashAttnRelease(version=str(ver), sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
+    tools = data.get("build_tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) and "==" in t for t in tools):
+        c.fail(("build_tools",), "build_tools must be a list of pins like \"ninja==1.13.2\"")
+        tools = []
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
     if c.problems:
         raise ConfigError(c.problems)
-    return Compat(torch=torch, cuda=cuda, archs=archs, gpus=gpus, flash_attn=flash, cuda13_min_torch=min_torch)
+    return Compat(torch=torch, cuda=cuda, archs=archs, gpus=gpus, flash_attn=flash, build_tools=tuple(tools),
+                  cuda13_min_torch=min_torch)
 
 
-def load(override: Path | None = None) -> Compat:
-    """The built-in table, with ``override`` merged over it when given."""
+def load(*overrides: Path) -> Compat:
+    """The built-in table with each override merged over it, in order."""
     doc = yamlfile.load(DEFAULT_FILE, what="compat table")
-    if override is not None:
-        extra = yamlfile.load(override, what="compat override")
+    for override in overrides:
+        extra = yamlfile.load(override, what="compat override", hint="check the path given with --compat or compat:")
         doc = yamlfile.YamlDoc(data=merge(doc.data, extra.data), file=extra.file, lines=extra.lines)
     return build(doc)

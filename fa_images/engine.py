@@ -25,6 +25,16 @@ from .errors import EngineUnavailable, FatalError
 OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
+
+
+def _short(instruction: str, width: int = 60) -> str:
+    text = " ".join(instruction.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
 
 
 class StepFailed(FatalError):
@@ -113,12 +123,15 @@ class DockerEngine:
         stage: str | None = None
         step: BuildProgress | None = None
         tail: list[str] = []
+        errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
                 message = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
-                where = f"step {step.step}/{step.total} ({step.instruction})" if step else "the build"
-                raise StepFailed(f"{where} failed: {message.strip()}", step=step.instruction if step else None,
-                                 lines=tail[-20:])
+                code = re.search(r"returned a non-zero code: (\d+)", message)
+                what = f"exited with {code.group(1)}" if code else f"failed: {message.strip()}"
+                where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
+                raise StepFailed(f"{where} {what}", step=step.instruction if step else None,
+                                 lines=_dedupe(errors[-6:] + tail[-6:]))
             if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             for line in str(chunk.get("stream", "")).splitlines():
@@ -131,10 +144,13 @@ class DockerEngine:
                     from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
                     stage = from_as.group(1) if from_as else stage
                     step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
+                    errors = []
                     on_progress(step)
                 built = re.match(r"Successfully built ([0-9a-f]+)", line)
                 if built and image_id is None:
                     image_id = built.group(1)
+                if _ERROR.search(line):
+                    errors.append(line)
                 tail = (tail + [line])[-40:]
                 on_line(line)
         if image_id is None:
@@ -163,7 +179,7 @@ class DockerEngine:
         written = []
         with tarfile.open(fileobj=data) as tar:
             for member in tar.getmembers():
-                name = Path(member.name)
+                name = Path(member.name.removeprefix("./").removeprefix("/"))  # the engine writes "/x"
                 if not member.isfile() or name.name.startswith(".") or len(name.parts) != 1:
                     continue
                 source = tar.extractfile(member)

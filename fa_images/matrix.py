@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import re
+import string
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from . import compat as compat_mod
 from . import yamlfile
@@ -115,6 +116,7 @@ class _Combo:
     values: dict[str, Any]
     origin: tuple  # path in the YAML, for error lines
     label: str
+    key_origin: dict[str, tuple] = field(default_factory=dict)  # keys an include rule added
 
 
 def _as_list(value: Any) -> list:
@@ -157,7 +159,10 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
         for combo in out[: len(combos)]:
             # Added only where it overwrites none of the combination's original axis values.
             if all(combo.values.get(k) == v for k, v in rule.items() if k in axes):
-                combo.values.update({k: v for k, v in rule.items() if k not in axes})
+                for k, v in rule.items():
+                    if k not in axes:
+                        combo.values[k] = v
+                        combo.key_origin[k] = ("matrix", "include", i, k)
                 merged = True
         if not merged:
             out.append(_Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
@@ -183,7 +188,7 @@ class _EntryBuilder:
         self.build_opts, self.allow_unknown = build, allow_unknown
 
     def _fail(self, combo: _Combo, key: str | None, message: str, hint: str | None = None) -> None:
-        path = combo.origin + ((key,) if key else ())
+        path = combo.key_origin.get(key or "", combo.origin + ((key,) if key else ()))
         self.problems.append(self.doc.problem(path, message, entry=combo.label, hint=hint))
 
     def _version(self, combo: _Combo, key: str) -> str | None:
@@ -192,8 +197,10 @@ class _EntryBuilder:
             self._fail(combo, key, f"{key} is missing")
             return None
         if not isinstance(value, str):
-            self._fail(combo, key, f"{key} {value!r} must be a quoted string",
-                       hint='YAML reads an unquoted 3.10 as the number 3.1: write "3.10"')
+            hint = f'write {key}: "{value}"'
+            if isinstance(value, float):
+                hint += "; quote versions: YAML reads an unquoted 3.10 as the number 3.1"
+            self._fail(combo, key, f"{key} {value!r} must be a quoted string", hint=hint)
             return None
         return value
 
@@ -238,52 +245,65 @@ class _EntryBuilder:
             archs.add(arch)
         return tuple(sorted(archs, key=int)), tuple(gpus)
 
+    def _parse(self, combo: _Combo, key: str, value: str) -> Version | None:
+        try:
+            return Version(value)
+        except InvalidVersion:
+            self._fail(combo, key, f"{key} {value!r} is not a version number", hint='e.g. "2.9.1"')
+            return None
+
     def entry(self, combo: _Combo) -> Entry | None:
+        """Validates one combination; every problem is recorded, None if there were any."""
         before = len(self.problems)
         for key in combo.values:
             if key not in AXES:
                 self._fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = combo.values.get("cuda")
-        if cuda is not None and not isinstance(cuda, str):
-            self._fail(combo, "cuda", f"cuda {cuda!r} must be a quoted string", hint=f'write cuda: "{cuda}"')
-            return None
-            cuda = None
+        if cuda is not None:
+            cuda = self._version(combo, "cuda")
         archs, gpus = self.archs_for(combo) or ((), ())
-        if python is None or torch_v is None or fa is None:
-            return None
-        if python not in PYTHONS:
+        if python is not None and python not in PYTHONS:
             self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
-        release = self.compat.torch.get(torch_v)
-        if release is None and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch"):
-            if cuda is None:
+        torch_ver = self._parse(combo, "torch", torch_v) if torch_v else None
+        release = self.compat.torch.get(torch_v) if torch_v else None
+        if torch_v and release is None and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch"):
+            if cuda is None and "cuda" not in combo.values:
                 self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
         if release is not None:
-            if python not in release.pythons and not self.allow_unknown:
+            if python and python not in release.pythons and not self.allow_unknown:
                 self._fail(combo, "python", f"torch {torch_v} has no wheels for Python {python}",
                            hint=f"torch {torch_v} supports {', '.join(release.pythons)}")
-            cuda = cuda or release.default_cuda
-            if release.variant(cuda) is None:
+            if "cuda" not in combo.values:
+                cuda = release.default_cuda
+            if cuda and release.variant(cuda) is None:
                 self._fail(combo, "cuda", f"torch {torch_v} has no CUDA {cuda} build",
                            hint=f"its variants: {', '.join(v.cuda for v in release.variants)}")
-        if cuda and cuda.startswith("13") and Version(torch_v) < Version(self.compat.cuda13_min_torch):
+        cuda_ver = self._parse(combo, "cuda", cuda) if cuda else None
+        if cuda_ver and torch_ver and cuda_ver.major >= 13 and torch_ver < Version(self.compat.cuda13_min_torch):
             self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
-        cuda_rel = self.compat.cuda.get(cuda or "")
-        if cuda and cuda_rel is None:
+        cuda_rel = self.compat.cuda.get(cuda) if cuda else None
+        if cuda and cuda_ver and cuda_rel is None:
             self._fail(combo, "cuda", f"CUDA {cuda} is not in the compat table",
                        hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE")
-        if Version(fa) not in SUPPORTED_FLASH_ATTN:
-            self._fail(combo, "flash_attn", f"flash-attn {fa} cannot be built by fa-images", hint=f"supported: {SUPPORTED_FLASH_ATTN}")
-        else:
+        fa_ver = self._parse(combo, "flash_attn", fa) if fa else None
+        if fa_ver is not None and fa_ver not in SUPPORTED_FLASH_ATTN:
+            self._fail(combo, "flash_attn", f"flash-attn {fa} cannot be built by fa-images",
+                       hint=f"supported: {SUPPORTED_FLASH_ATTN}")
+        elif fa_ver is not None:
             self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
+        arch_key = "archs" if "archs" in combo.values else "target"
         for arch in archs:
-            min_cuda = self.compat.archs.get(arch, ("0", ""))[0]
-            if cuda and Version(cuda) < Version(min_cuda):
-                self._fail(combo, "target", f"arch {arch} needs CUDA >= {min_cuda}, this entry uses {cuda}")
+            if arch not in self.compat.archs:
+                self._fail(combo, arch_key, f"arch {arch} is not in the compat table",
+                           hint=f"known: {', '.join(self.compat.archs)}")
+            elif cuda_ver and cuda_ver < Version(self.compat.archs[arch][0]):
+                self._fail(combo, arch_key,
+                           f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}")
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         if not isinstance(ptx, bool):
             self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
-        if len(self.problems) > before or cuda is None or cuda_rel is None:
+        if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):
             return None
         variant = release.variant(cuda) if release else None
         fa_rel = self.compat.flash_attn.get(fa)
@@ -299,18 +319,37 @@ class _EntryBuilder:
         )
 
 
+PLACEHOLDERS = ("cuda", "cuda_release", "cuda_tag")
+TEMPLATED = {("bases", "devel"), ("bases", "runtime"), ("packages", "torch_index")}
+
+
 def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]) -> Any:
+    """One optional settings section -> its frozen dataclass, with every bad key reported."""
     raw = doc.data.get(key) or {}
     if not isinstance(raw, dict):
         problems.append(doc.problem((key,), f"{key} must be a mapping"))
         return cls()
-    fields = cls.__dataclass_fields__
+    defaults = cls()
     clean = {}
     for name, value in raw.items():
-        if name not in fields:
-            problems.append(doc.problem((key, name), f"unknown key {key}.{name}", hint=did_you_mean(name, list(fields))))
-        else:
-            clean[name] = tuple(value) if isinstance(value, list) else value
+        if name not in cls.__dataclass_fields__:
+            problems.append(doc.problem((key, name), f"unknown key {key}.{name}",
+                                        hint=did_you_mean(name, list(cls.__dataclass_fields__))))
+            continue
+        default = getattr(defaults, name)
+        if isinstance(default, tuple):
+            value = tuple(_as_list(value))  # one string is a list of one, not of its characters
+        if value is not None and not isinstance(value, type(default) if default is not None else str):
+            problems.append(doc.problem((key, name), f"{key}.{name} must be a {type(default or '').__name__}, not {value!r}"))
+            continue
+        if (key, name) in TEMPLATED and isinstance(value, str):
+            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+            unknown = sorted(fields - set(PLACEHOLDERS))
+            if unknown:
+                problems.append(doc.problem((key, name), f"{key}.{name} uses unknown placeholder {{{unknown[0]}}}",
+                                            hint=f"use {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+                continue
+        clean[name] = value
     if key == "bases" and clean.get("python", "uv") not in ("uv", "system"):
         problems.append(doc.problem((key, "python"), f"bases.python must be uv or system, not {clean['python']!r}"))
         clean.pop("python")
@@ -318,15 +357,14 @@ def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]
 
 
 def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
+    """Parses and validates ``path``; ``compat_override`` is merged after the matrix's own ``compat:``."""
     doc = yamlfile.load(path, what="matrix file")
     problems: list[Problem] = []
     for key in doc.data:
         if key not in TOP_KEYS:
             problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
-    override = compat_override
-    if override is None and doc.data.get("compat"):
-        override = (path.parent / str(doc.data["compat"])).resolve()
-    compat = compat_mod.load(override)
+    overrides = [(path.parent / str(doc.data["compat"])).resolve()] if doc.data.get("compat") else []
+    compat = compat_mod.load(*overrides, *([compat_override] if compat_override else []))
     image = doc.data.get("image", DEFAULT_IMAGE)
     if not isinstance(image, str) or not _REPO.match(image):
         problems.append(doc.problem(("image",), f"image {image!r} is not a repository name",

@@ -40,7 +40,7 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
         python_from=matrix.bases.python, uv_version=matrix.bases.uv_version,
         pip_index=pip_source(matrix, matrix.packages.index),
         torch_source=pip_source(matrix, torch_index),
-        flash_attn_index=matrix.packages.flash_attn_index,
+        flash_attn_index=matrix.packages.flash_attn_index, build_tools=matrix.compat.build_tools,
     )
 
 

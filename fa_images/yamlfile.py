@@ -43,11 +43,11 @@ def _record(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
             _record(item, path + (i,), lines)
 
 
-def load(path: Path, *, what: str) -> YamlDoc:
+def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create matrix.yaml") -> YamlDoc:
     """Parses ``path``; a missing, empty or malformed file is a ConfigError with its position."""
     shown = str(path)
     if not path.is_file():
-        raise ConfigError([Problem(f"{what} not found", file=shown, hint="pass --matrix FILE or create matrix.yaml")])
+        raise ConfigError([Problem(f"{what} not found", file=shown, hint=hint)])
     text = path.read_text()
     try:
         loader = yaml.SafeLoader(text)

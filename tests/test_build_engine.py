@@ -140,7 +140,7 @@ def test_image_runs_its_import_check_and_reports_no_gpu(project, first_build):
     labels = image.labels
     assert labels["fa-images.flash-attn"] == GOOD and labels["fa-images.torch"] == "2.9.1"
     assert labels["fa-images.archs"] == "80" and labels["fa-images.cxx11-abi"] == "true"
-    assert image.attrs["Config"]["User"] == "flash"
+    assert image.attrs["Config"]["User"] == "1000:1000"
     out = project.client.containers.run(good["image"], remove=True).decode()
     assert f"flash_attn {GOOD} imports next to torch 2.9.1" in out
 

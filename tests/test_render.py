@@ -215,7 +215,7 @@ entries:
     text = render.render_entry(m, m.entries[0])
     assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
     assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1 \\\n" in text
-    assert " && pip install --index-url http://pypi.local/simple ninja " in text
+    assert " && pip install --index-url http://pypi.local/simple ninja==" in text
     assert "      --index-url http://pypi.local/fa/simple \\\n" in text
     assert "pypi.org" not in text and "pytorch.org" not in text
 
@@ -325,20 +325,6 @@ def test_render_all_rewrites_only_stale_files(tmp_path: Path, golden_matrix: Mat
 
 # ----------------------------------------------------------------------------- hadolint
 
-# Rules hadolint reports on the rendered Dockerfiles that are real defects of the template,
-# not ignored in .hadolint.yaml: each has a strict xfail test below. Fixing the template makes
-# that test XPASS (fail); then remove the rule here and the xfail marker there.
-KNOWN_ISSUES = {
-    # The build tools are installed unpinned (`pip install ninja packaging psutil setuptools
-    # wheel`) in the builder venv that is copied into the runtime image: the compile and the
-    # image change with whatever PyPI serves that day.
-    "DL3013": "pin the builder's pip packages",
-    # `USER flash` is a name: Kubernetes' runAsNonRoot cannot verify it and refuses to start
-    # the container; `USER 1000:1000` (the uid useradd gives) can be verified.
-    "DL3066": "use a numeric USER",
-}
-
-
 def hadolint_binary() -> str:
     here = Path(sys.executable).parent / "hadolint"
     found = str(here) if here.is_file() else shutil.which("hadolint")
@@ -367,20 +353,7 @@ def describe(findings: list[dict]) -> str:
 
 
 def test_hadolint_passes_on_every_rendered_dockerfile(hadolint_findings: list[dict]) -> None:
-    unexpected = [f for f in hadolint_findings if f["code"] not in KNOWN_ISSUES]
-    assert unexpected == [], "hadolint:\n" + describe(unexpected)
-
-
-@pytest.mark.parametrize("rule", [
-    pytest.param("DL3013", marks=pytest.mark.xfail(strict=True, reason=(
-        "bug: the template installs ninja/packaging/psutil/setuptools/wheel unpinned into the venv "
-        "that the runtime image ships"))),
-    pytest.param("DL3066", marks=pytest.mark.xfail(strict=True, reason=(
-        "bug: `USER flash` is not numeric; Kubernetes runAsNonRoot refuses such images"))),
-])
-def test_hadolint_known_issue_is_fixed(hadolint_findings: list[dict], rule: str) -> None:
-    hits = [f for f in hadolint_findings if f["code"] == rule]
-    assert hits == [], f"{KNOWN_ISSUES[rule]}:\n" + describe(hits)
+    assert hadolint_findings == [], "hadolint:\n" + describe(hadolint_findings)
 
 
 def test_hadolint_config_justifies_every_ignored_rule() -> None:
@@ -395,7 +368,6 @@ def test_hadolint_config_justifies_every_ignored_rule() -> None:
             i -= 1
             comment.append(lines[i])
         assert any(rule in line for line in comment), f"{rule} is ignored without a comment saying why"
-    assert not set(ignored) & set(KNOWN_ISSUES), "a known issue must not also be ignored"
 
 
 def test_hadolint_config_is_used(hadolint_findings: list[dict]) -> None:

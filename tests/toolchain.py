@@ -25,10 +25,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fa_images import compat
+
 TORCH_VERSION = "2.9.1"
 # Build-time helpers that flash-attn's setup.py imports, plus einops, which
 # flash-attn (and the tiny fixture) lists in install_requires.
-TORCH_EXTRAS = ("ninja", "wheel", "setuptools", "packaging", "psutil", "einops")
+# The builder's pinned build tools, as the rendered Dockerfiles install them, plus the tiny
+# sdist's own requirement.
+TORCH_EXTRAS = (*compat.load().build_tools, "einops")
 MANYLINUX_PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux_2_17_x86_64",

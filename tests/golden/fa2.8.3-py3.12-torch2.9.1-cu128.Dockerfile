@@ -24,7 +24,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 # The exact torch build of the CUDA variant, then the build tools.
 RUN pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.9.1 \
- && pip install --index-url https://pypi.org/simple ninja packaging psutil setuptools wheel
+ && pip install --index-url https://pypi.org/simple ninja==1.13.2 packaging==26.3 psutil==7.2.2 setuptools==84.2.1 wheel==0.48.0
 COPY fa_images/ /opt/fa-images/fa_images/
 COPY inputs/ /opt/fa-images/inputs/
 ENV PYTHONPATH=/opt/fa-images
@@ -69,6 +69,7 @@ LABEL org.opencontainers.image.title="flash-attn 2.8.3" \
       fa-images.python="3.12" \
       fa-images.archs="80,90" \
       fa-images.cxx11-abi="true"
-USER flash
+# Numeric, so runAsNonRoot policies can verify it.
+USER 1000:1000
 WORKDIR /home/flash
 CMD ["python", "-m", "fa_images.builder", "check", "--import-only"]
