@@ -26,6 +26,7 @@ OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _short(instruction: str, width: int = 60) -> str:
@@ -130,11 +131,13 @@ class DockerEngine:
                 code = re.search(r"returned a non-zero code: (\d+)", message)
                 what = f"exited with {code.group(1)}" if code else f"failed: {message.strip()}"
                 where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
-                raise StepFailed(f"{where} {what}", step=step.instruction if step else None,
+                # The step's last error line: the builder ends with a one-line summary of the cause.
+                cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
+                raise StepFailed(f"{where} {what}{cause}", step=step.instruction if step else None,
                                  lines=_dedupe(errors[-6:] + tail[-6:]))
             if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
-            for line in str(chunk.get("stream", "")).splitlines():
+            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
                 line = line.rstrip()
                 if not line:
                     continue

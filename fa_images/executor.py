@@ -80,7 +80,7 @@ class Executor:
 
     def _run_entry(self, plan: EntryPlan, result: EntryResult, label: str) -> None:
         entry = plan.entry
-        log = EntryLog(self.options.log_dir / f"{entry.id}.log")
+        log = EntryLog((self.options.log_dir / f"{entry.id}.log").resolve())
         result.log = str(log.path)
         try:
             for name in plan.step_names():
@@ -153,7 +153,7 @@ class Executor:
                 raise StepFailed(f"{wheels[0].name} failed verification: " + "; ".join(report.problems()))
             final = dist / wheels[0].name
             os.replace(wheels[0], final)  # same filesystem: atomic
-            result.wheel, result.wheel_sha256 = str(final), report.sha256
+            result.wheel, result.wheel_sha256 = str(final.resolve()), report.sha256
             update_manifest(dist, final, report.sha256, entry)
             info["note"] = f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)"
         finally:

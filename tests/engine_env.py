@@ -1170,14 +1170,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_directory(path: Path) -> Iterator[str]:
+def serve_directory(path: Path, port: int = 0) -> Iterator[str]:
     """Serve ``path`` over HTTP on 127.0.0.1; yield ``"http://127.0.0.1:PORT/"``.
 
     Reachable from builds and containers that use ``network_mode="host"`` on
     a local engine, e.g. for ``pip install --no-index --find-links URL``.
+    A fixed ``port`` keeps the URL, and so the RUN lines that name it and the
+    engine's layer cache, the same from run to run; if it is taken, any port.
     """
     handler = functools.partial(_QuietHandler, directory=str(path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(
         target=server.serve_forever, name=f"serve {path}", daemon=True
     )

@@ -26,7 +26,7 @@ from fixtures.tiny import make_tiny_sdist
 # What each real setup.py can take from the environment (the spec, read from the
 # releases): 2.6.x hard-codes -gencode for 80 and 90; 2.7 added FLASH_ATTN_CUDA_ARCHS.
 HONOURS_CUDA_ARCHS_ENV = {"2.6.3": False, "2.7.4.post1": True, "2.8.3": True}
-PYTHON = "%d.%d" % sys.version_info[:2]
+PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def sha256_file(path: Path) -> str:
@@ -125,9 +125,10 @@ def test_prepare_warns_that_torch_is_a_cpu_build(prepared: Prepared, system_torc
 
 
 def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
+    sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     proc = run_fa_images([
-        "wheel", "--sdist", make_tiny_sdist(tmp_path / "in", version="2.8.3"), "--archs", "sm_90;80", "--ptx", "--max-jobs", "3",
-        "--nvcc-threads", "1", "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only", "--json",
+        "wheel", "--sdist", sdist, "--archs", "sm_90;80", "--ptx", "--max-jobs", "3", "--nvcc-threads", "1",
+        "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only", "--json",
     ])
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
@@ -135,8 +136,9 @@ def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
 
 
 def test_prepare_without_json_names_the_source_dir(run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(["wheel", "--sdist", make_tiny_sdist(tmp_path / "in", version="2.8.3"), "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
+    proc = run_fa_images(["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path,
+                          "--prepare-only"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"prepared {tmp_path / 'src' / 'flash_attn-2.8.3'}"
 
@@ -322,7 +324,6 @@ def test_index_credentials_are_sent_but_never_printed(fake_index: FakeIndex, run
     assert "***@127.0.0.1" in proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="fa_images bug: source._redact drops the port, so the error names another index")
 def test_redacted_index_url_keeps_its_port(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
     proc = run_fa_images(["wheel", "--flash-attn", "9.9.9", "--allow-untested",
                           "--index-url", fake_index.url("alice:s3cret"), "--out", tmp_path / "dist",

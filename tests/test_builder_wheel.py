@@ -166,8 +166,6 @@ def test_a_compile_error_is_a_build_failure(broken: Built) -> None:
     assert BROKEN_LINE.strip() in broken.proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="fa_images bug: BuildFailed quotes the last 12 lines of output, which are "
-                                       "setuptools' traceback; the compiler's error line is not in the message")
 def test_a_compile_error_names_the_compiler_error(broken: Built) -> None:
     assert broken.proc.returncode == 5
     assert "tiny_attn_fwd.cu" in broken.proc.stderr and "deliberately broken" in broken.proc.stderr, broken.proc.stderr

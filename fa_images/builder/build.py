@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from .settings import BuildSettings, local_version_label
 from .verify import inspect_wheel
 
 MANIFEST = "manifest.json"
+# gcc/nvcc diagnostics ("x.cu:1:2: error: ...", "fatal error: ..."), not setuptools' traceback.
+COMPILER_ERROR = re.compile(r"(?:^|[:)] )(?:fatal )?error(?: [A-Z]+\d+)?: ")
 SHIM_FAILED = 97
 
 
@@ -111,14 +114,19 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
         f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}")
     started = time.monotonic()
     tail: list[str] = []
+    compiler_errors: list[str] = []
     with subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
             tail = (tail + [line.rstrip()])[-30:]
+            if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
+                compiler_errors.append(line.strip())
     if proc.returncode != 0:
         why = next((t for t in reversed(tail) if "[fa-images] error" in t), None)
+        if why is None and compiler_errors:
+            why = "compilation failed: " + " | ".join(compiler_errors) + " (full log above)"
         raise BuildFailed(
             why or f"setup.py bdist_wheel exited with {proc.returncode}; last lines:\n  " + "\n  ".join(tail[-12:])
         )

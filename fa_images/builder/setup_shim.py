@@ -81,10 +81,11 @@ def correct_extension(ext: Any, settings: BuildSettings) -> str:
 
 
 def _pin_torch_abi(settings: BuildSettings) -> None:
-    """torch's BuildExtension adds its own ABI define from torch._C; keep it truthful.
+    """The settings must describe the torch that is importable here.
 
-    flash-attn's FLASH_ATTENTION_FORCE_CXX11_ABI overwrites that attribute; the builder
-    unsets the variable, and this undoes any other overwrite.
+    Older torch's BuildExtension derived its own ABI define from torch._C, which flash-attn's
+    FLASH_ATTENTION_FORCE_CXX11_ABI overwrites; torch >= 2.9 adds none, so the shim's define
+    is the one that takes effect. The builder unsets that variable either way.
     """
     import torch
 

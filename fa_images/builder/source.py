@@ -87,7 +87,8 @@ def _redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if not parts.username:
         return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{parts.hostname}"))
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -107,21 +108,25 @@ def gpu_archs(so: Path) -> tuple[set[str], set[str], str]:
     return cubins, ptx, "ELF .nv_fatbin"
 
 
+# torch's facts are printed before the extension is imported, so they are known even
+# when the import fails (which is when the ABI comparison matters most).
 _IMPORT_PROBE = (
-    "import json, sys, torch; sys.path.insert(0, sys.argv[1]); import flash_attn_2_cuda; "
-    "print(json.dumps({'torch': torch.__version__, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))"
+    "import json, sys, torch; "
+    "print(json.dumps({'torch': torch.__version__, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}), flush=True); "
+    "sys.path.insert(0, sys.argv[1]); import flash_attn_2_cuda"
 )
 
 
 def _import_check(unpacked: Path, python: str) -> tuple[str, str, dict]:
     proc = subprocess.run([python, "-c", _IMPORT_PROBE, str(unpacked)], capture_output=True, text=True)
+    out = proc.stdout.strip().splitlines()
+    info = json.loads(out[0]) if out and out[0].startswith("{") else {}
     if proc.returncode == 0:
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
         return "pass", f"imports next to torch {info['torch']}", info
     err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     if "No module named 'torch'" in err:
         return "skip", f"{python} has no torch to import against", {}
-    return "fail", err, {}
+    return "fail", err, info
 
 
 def inspect_wheel(
@@ -153,8 +158,12 @@ def inspect_wheel(
         report.add("extension", "pass", so_names[0])
         zf.extractall(tmp)
         so = Path(tmp) / so_names[0]
-        _check_abi(report, so, expect_cxx11_abi)
-        _check_archs(report, so, expect_archs)
+        try:
+            _check_abi(report, so, expect_cxx11_abi)
+            _check_archs(report, so, expect_archs)
+        except (elf.ElfError, ValueError, struct.error) as exc:
+            report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
+            return report
         if import_check:
             _check_import(report, Path(tmp), python, tags)
     return report

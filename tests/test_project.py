@@ -1,0 +1,37 @@
+"""The project's own promises: the README's commands are what CI runs, and the code lints."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_COMMAND = ".ci/setup && python -m pytest"
+MAIN_COMMAND = "pip install . && fa-images build --matrix matrix.yaml"
+
+
+def code_blocks(markdown: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```\n(.*?)```", markdown, re.DOTALL)]
+
+
+def test_readme_holds_the_two_setup_commands() -> None:
+    blocks = code_blocks((REPO / "README.md").read_text())
+    assert MAIN_COMMAND in blocks and TEST_COMMAND in blocks
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert lines[-1] == TEST_COMMAND
+
+
+def test_ruff_is_clean() -> None:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.fail("ruff is not installed: it is in the test extras")
+    proc = subprocess.run([ruff, "check", "."], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
