@@ -40,10 +40,19 @@ examples:
 
 
 def _matrix_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE",
-                        help="the build matrix (default: ./matrix.yaml)")
-    parser.add_argument("--compat", type=Path, metavar="FILE",
-                        help="extra compatibility data merged over the built-in table (new torch releases, GPUs)")
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=Path("matrix.yaml"),
+        metavar="FILE",
+        help="the build matrix (default: ./matrix.yaml)",
+    )
+    parser.add_argument(
+        "--compat",
+        type=Path,
+        metavar="FILE",
+        help="extra compatibility data merged over the built-in table (new torch releases, GPUs)",
+    )
 
 
 def _load(args: argparse.Namespace):
@@ -124,8 +133,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     console = Console()
     engine = DockerEngine.from_env()
     console.line(f"engine: {engine.describe()}")
-    options = Options(dist=args.dist, log_dir=args.log_dir, push=args.push, check=args.check,
-                      fail_fast=args.fail_fast, keep_container=args.keep_container)
+    options = Options(
+        dist=args.dist,
+        log_dir=args.log_dir,
+        push=args.push,
+        check=args.check,
+        fail_fast=args.fail_fast,
+        keep_container=args.keep_container,
+    )
     executor = Executor(engine, m, options, console)
     results = []
     try:
@@ -151,24 +166,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fa-images {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fmt = argparse.RawDescriptionHelpFormatter
-    plan = sub.add_parser("plan", help="show the entries the matrix expands to", epilog=PLAN_EXAMPLES, formatter_class=fmt)
+    plan = sub.add_parser(
+        "plan", help="show the entries the matrix expands to", epilog=PLAN_EXAMPLES, formatter_class=fmt
+    )
     _matrix_args(plan)
     plan.add_argument("--json", action="store_true", help="print a JSON array")
     plan.set_defaults(func=cmd_plan)
 
-    render = sub.add_parser("render", help="write one Dockerfile per entry", epilog=RENDER_EXAMPLES, formatter_class=fmt)
+    render = sub.add_parser(
+        "render", help="write one Dockerfile per entry", epilog=RENDER_EXAMPLES, formatter_class=fmt
+    )
     _matrix_args(render)
     render.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR", help="default: dockerfiles/")
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if DIR is stale")
     render.set_defaults(func=cmd_render)
 
-    build = sub.add_parser("build", help="build, check, export and push the images (needs a container engine)",
-                           epilog=BUILD_EXAMPLES, formatter_class=fmt)
+    build = sub.add_parser(
+        "build",
+        help="build, check, export and push the images (needs a container engine)",
+        epilog=BUILD_EXAMPLES,
+        formatter_class=fmt,
+    )
     _matrix_args(build)
     build.add_argument("--only", nargs="+", metavar="ID", help="build just these entries (ids from `fa-images plan`)")
-    build.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)")
-    build.add_argument("--log-dir", type=Path, default=Path("logs"), metavar="DIR",
-                       help="full build log of each entry (default: logs/)")
+    build.add_argument(
+        "--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)"
+    )
+    build.add_argument(
+        "--log-dir",
+        type=Path,
+        default=Path("logs"),
+        metavar="DIR",
+        help="full build log of each entry (default: logs/)",
+    )
     build.add_argument("--push", action="store_true", help="push each image after its checks pass")
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")

@@ -84,7 +84,6 @@ class Compat:
         return None
 
 
-
 def gpu_key(name: str) -> str:
     """'RTX PRO 6000' and 'rtx-pro-6000' are the same GPU."""
     return str(name).strip().upper().replace(" ", "").replace("-", "")
@@ -129,8 +128,11 @@ class _Checker:
 
     def version(self, path: tuple, value: Any) -> str | None:
         if not isinstance(value, str):
-            self.fail(path, f"{'.'.join(map(str, path))}: {value!r} must be a quoted string",
-                      hint='YAML reads 3.10 as the number 3.1; write "3.10"')
+            self.fail(
+                path,
+                f"{'.'.join(map(str, path))}: {value!r} must be a quoted string",
+                hint='YAML reads 3.10 as the number 3.1; write "3.10"',
+            )
             return None
         return value
 
@@ -152,7 +154,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         raw = c.mapping(("torch", ver), raw)
         pythons = raw.get("python")
         if not isinstance(pythons, list) or not all(isinstance(p, str) for p in pythons):
-            c.fail(("torch", ver, "python"), f"torch.{ver}.python must be a list of quoted versions like \"3.12\"")
+            c.fail(("torch", ver, "python"), f'torch.{ver}.python must be a list of quoted versions like "3.12"')
             pythons = []
         variants = []
         bad_variant = False
@@ -167,9 +169,12 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
             variants.append(CudaVariant(cuda=str(cu), cxx11_abi=v["cxx11_abi"]))
         default = raw.get("default_cuda")
         if default not in {v.cuda for v in variants} and not bad_variant:
-            c.fail(("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants")
-        torch[str(ver)] = TorchRelease(version=str(ver), pythons=tuple(pythons), default_cuda=str(default),
-                                       variants=tuple(variants))
+            c.fail(
+                ("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants"
+            )
+        torch[str(ver)] = TorchRelease(
+            version=str(ver), pythons=tuple(pythons), default_cuda=str(default), variants=tuple(variants)
+        )
     archs = {}
     for arch, raw in c.mapping(("archs",), data.get("archs", {})).items():
         raw = c.mapping(("archs", arch), raw)
@@ -190,18 +195,27 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
             c.fail(("flash_attn", ver, "sha256"), f"flash_attn.{ver}.sha256 must be 64 hex digits")
             continue
         if _version_key(str(ver)) not in SUPPORTED_FLASH_ATTN:
-            c.fail(("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})")
+            c.fail(
+                ("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})"
+            )
         flash[str(ver)] = FlashAttnRelease(version=str(ver), sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
     tools = data.get("build_tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) and "==" in t for t in tools):
-        c.fail(("build_tools",), "build_tools must be a list of pins like \"ninja==1.13.2\"")
+        c.fail(("build_tools",), 'build_tools must be a list of pins like "ninja==1.13.2"')
         tools = []
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
     if c.problems:
         raise ConfigError(c.problems)
-    return Compat(torch=torch, cuda=cuda, archs=archs, gpus=gpus, flash_attn=flash, build_tools=tuple(tools),
-                  cuda13_min_torch=min_torch)
+    return Compat(
+        torch=torch,
+        cuda=cuda,
+        archs=archs,
+        gpus=gpus,
+        flash_attn=flash,
+        build_tools=tuple(tools),
+        cuda13_min_torch=min_torch,
+    )
 
 
 def load(*overrides: Path) -> Compat:

@@ -29,8 +29,12 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path:
     local = Path(matrix.packages.sdists) if matrix.packages.sdists else None
     found_locally = local is not None and (local / source.sdist_name(entry.flash_attn)).is_file()
     path, _sha = source.obtain_sdist(
-        version=entry.flash_attn, sdist=None, dest_dir=cache, sha256=entry.sdist_sha256,
-        index_url=matrix.packages.flash_attn_index, sources_dir=local if found_locally else cache,
+        version=entry.flash_attn,
+        sdist=None,
+        dest_dir=cache,
+        sha256=entry.sdist_sha256,
+        index_url=matrix.packages.flash_attn_index,
+        sources_dir=local if found_locally else cache,
     )
     return path
 

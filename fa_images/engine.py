@@ -69,8 +69,16 @@ class Engine(Protocol):
 
     def has_gpu_runtime(self) -> bool: ...
 
-    def build(self, *, context: Path, target: str, tag: str | None, network: str | None,
-              on_line: OnLine, on_progress: Callable[[BuildProgress], None]) -> str: ...
+    def build(
+        self,
+        *,
+        context: Path,
+        target: str,
+        tag: str | None,
+        network: str | None,
+        on_line: OnLine,
+        on_progress: Callable[[BuildProgress], None],
+    ) -> str: ...
 
     def export(self, image: str, dest: Path) -> list[Path]: ...
 
@@ -114,11 +122,26 @@ class DockerEngine:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
 
-    def build(self, *, context: Path, target: str, tag: str | None, network: str | None,
-              on_line: OnLine, on_progress: Callable[[BuildProgress], None]) -> str:
+    def build(
+        self,
+        *,
+        context: Path,
+        target: str,
+        tag: str | None,
+        network: str | None,
+        on_line: OnLine,
+        on_progress: Callable[[BuildProgress], None],
+    ) -> str:
         stream = self.api.build(
-            path=str(context), dockerfile="Dockerfile", target=target, tag=tag, rm=True, forcerm=True,
-            decode=True, network_mode=network, pull=False,
+            path=str(context),
+            dockerfile="Dockerfile",
+            target=target,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            network_mode=network,
+            pull=False,
         )
         image_id: str | None = None
         stage: str | None = None
@@ -133,8 +156,11 @@ class DockerEngine:
                 where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
                 # The step's last error line: the builder ends with a one-line summary of the cause.
                 cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
-                raise StepFailed(f"{where} {what}{cause}", step=step.instruction if step else None,
-                                 lines=_dedupe(errors[-6:] + tail[-6:]))
+                raise StepFailed(
+                    f"{where} {what}{cause}",
+                    step=step.instruction if step else None,
+                    lines=_dedupe(errors[-6:] + tail[-6:]),
+                )
             if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
@@ -164,8 +190,9 @@ class DockerEngine:
     def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:
         """A uniquely named container, removed however the block ends unless ``state["keep"]`` is set."""
         name = f"fa-images-{uuid.uuid4().hex[:12]}"
-        container = self.client.containers.create(image, command=command, name=name,
-                                                  labels={CONTAINER_LABEL: "1"}, **kwargs)
+        container = self.client.containers.create(
+            image, command=command, name=name, labels={CONTAINER_LABEL: "1"}, **kwargs
+        )
         state = {"keep": False}
         try:
             yield container, state

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import context
 from .builder.verify import inspect_wheel
-from .engine import BuildProgress, Engine, StepFailed
+from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
 from .logger import Console, EntryLog, duration
 from .matrix import Entry, Matrix
@@ -59,6 +59,18 @@ class EntryResult:
         return asdict(self)
 
 
+@dataclass
+class _EntryRun:
+    """What the steps of one entry hand to each other."""
+
+    entry: Entry
+    result: EntryResult
+    log: EntryLog
+    label: str
+    sdist: Path | None = None
+    wheel_image: str | None = None
+
+
 class Executor:
     def __init__(self, engine: Engine, matrix: Matrix, options: Options, console: Console) -> None:
         self.engine, self.matrix, self.options, self.console = engine, matrix, options, console
@@ -79,22 +91,21 @@ class Executor:
         return results
 
     def _run_entry(self, plan: EntryPlan, result: EntryResult, label: str) -> None:
-        entry = plan.entry
-        log = EntryLog((self.options.log_dir / f"{entry.id}.log").resolve())
+        log = EntryLog((self.options.log_dir / f"{plan.entry.id}.log").resolve())
         result.log = str(log.path)
+        run = _EntryRun(entry=plan.entry, result=result, log=log, label=label)
         try:
             for name in plan.step_names():
                 result.failed_step = name
                 started = time.monotonic()
                 with self.console.step(name) as info:
-                    getattr(self, "_" + name.replace("-", "_"))(entry, result, info, log, label)
+                    getattr(self, "_" + name.replace("-", "_"))(run, info)
                 result.seconds[name] = round(time.monotonic() - started, 1)
             result.status, result.failed_step = "ok", None
         except FatalError as exc:
             result.status, result.error = "failed", str(exc)
-            lines = getattr(exc, "lines", [])
             self.console.line(f"    {exc}")
-            for line in lines[-8:]:
+            for line in getattr(exc, "lines", [])[-8:]:
                 self.console.line(f"    | {line}")
             self.console.line(f"    full log: {log.path}")
             log.write(f"fa-images: {result.failed_step} failed: {exc}")
@@ -103,92 +114,111 @@ class Executor:
 
     # Each step below is named after its plan step ("gpu-check" -> _gpu_check).
 
-    def _source(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
-        self._sdist = context.fetch_sdist(self.matrix, entry)
-        info["note"] = self._sdist.name
+    def _source(self, run: _EntryRun, info: dict) -> None:
+        run.sdist = context.fetch_sdist(self.matrix, run.entry)
+        info["note"] = run.sdist.name
 
-    def _build(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
+    def _build(self, run: _EntryRun, info: dict) -> None:
         started = time.monotonic()
-        state: dict = {"progress": None, "last": ""}
+        progress: BuildProgress | None = None
 
-        def show() -> None:
-            p: BuildProgress | None = state["progress"]
-            where = f"{p.stage or '?'} · step {p.step}/{p.total}" if p else "starting"
-            self.console.progress(
-                f"    {label} · {where} · {duration(time.monotonic() - started)} · {state['last'][:100]}",
-                key=(p.step if p else 0,),
-            )
+        def on_progress(update: BuildProgress) -> None:
+            nonlocal progress
+            progress = update
 
         def on_line(line: str) -> None:
-            log.write(line)
-            state["last"] = line.strip()
-            show()
+            run.log.write(line)
+            where = f"{progress.stage or '?'} · step {progress.step}/{progress.total}" if progress else "starting"
+            self.console.progress(
+                f"    {run.label} · {where} · {duration(time.monotonic() - started)} · {line.strip()[:100]}",
+                key=(progress.step if progress else 0,),
+            )
 
-        def on_progress(progress: BuildProgress) -> None:
-            state["progress"] = progress
-
+        assert run.sdist is not None
+        network = self.matrix.build.network
         with tempfile.TemporaryDirectory(prefix="fa-images-context-") as tmp:
-            ctx = context.assemble(self.matrix, entry, self._sdist, Path(tmp))
-            result.image_id = self.engine.build(context=ctx, target="runtime", tag=entry.image,
-                                               network=self.matrix.build.network, on_line=on_line, on_progress=on_progress)
+            ctx = context.assemble(self.matrix, run.entry, run.sdist, Path(tmp))
+            run.result.image_id = self.engine.build(
+                context=ctx,
+                target="runtime",
+                tag=run.entry.image,
+                network=network,
+                on_line=on_line,
+                on_progress=on_progress,
+            )
             # The export stage reuses the builder's cached layers: seconds, not another compile.
-            self._wheel_image = self.engine.build(context=ctx, target="wheel", tag=None, network=self.matrix.build.network,
-                                                  on_line=log.write, on_progress=lambda _p: None)
-        info["note"] = f"{entry.image} ({result.image_id[:19]})"
+            run.wheel_image = self.engine.build(
+                context=ctx,
+                target="wheel",
+                tag=None,
+                network=network,
+                on_line=run.log.write,
+                on_progress=lambda _: None,
+            )
+        info["note"] = f"{run.entry.image} ({run.result.image_id[:19]})"
 
-    def _export(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
-        dist = self.options.dist
+    def _export(self, run: _EntryRun, info: dict) -> None:
+        entry, dist = run.entry, self.options.dist
+        assert run.wheel_image is not None
         dist.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.id}-", dir=dist))
         try:
-            files = self.engine.export(self._wheel_image, staging)
+            files = self.engine.export(run.wheel_image, staging)
             wheels = [f for f in files if f.suffix == ".whl"]
             if len(wheels) != 1:
                 raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, expected one: {[f.name for f in files]}")
-            report = inspect_wheel(wheels[0], expect_python=entry.python, expect_cxx11_abi=entry.cxx11_abi,
-                                   expect_archs=entry.archs, import_check=False)
+            report = inspect_wheel(
+                wheels[0],
+                expect_python=entry.python,
+                expect_cxx11_abi=entry.cxx11_abi,
+                expect_archs=entry.archs,
+                import_check=False,
+            )
             for line in report.lines():
-                log.write(line)
+                run.log.write(line)
             if not report.ok:
                 raise StepFailed(f"{wheels[0].name} failed verification: " + "; ".join(report.problems()))
             final = dist / wheels[0].name
             os.replace(wheels[0], final)  # same filesystem: atomic
-            result.wheel, result.wheel_sha256 = str(final.resolve()), report.sha256
+            run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256
             update_manifest(dist, final, report.sha256, entry)
             info["note"] = f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _check(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
-        run = self.engine.run(entry.image, None, gpu=False, keep=self.options.keep_container, on_line=log.write)
-        self._after_run(run, result, "import check")
-        result.check = "passed"
-        info["note"] = run.output[-1] if run.output else ""
+    def _check(self, run: _EntryRun, info: dict) -> None:
+        outcome = self._run_container(run, None, gpu=False, what="import check")
+        run.result.check = "passed"
+        info["note"] = outcome.output[-1] if outcome.output else ""
 
-    def _gpu_check(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
+    def _gpu_check(self, run: _EntryRun, info: dict) -> None:
         if not self.engine.has_gpu_runtime():
-            result.gpu_check = "skipped: the engine has no GPU runtime"
-            info["note"], info["skipped"] = result.gpu_check, True
+            run.result.gpu_check = info["note"] = "skipped: the engine has no GPU runtime"
+            info["skipped"] = True
             return
-        run = self.engine.run(entry.image, GPU_CHECK, gpu=True, keep=self.options.keep_container, on_line=log.write)
-        if run.exit_code == NO_GPU_EXIT:
-            result.gpu_check = "skipped: no GPU visible in the container"
-            info["note"], info["skipped"] = result.gpu_check, True
+        outcome = self._run_container(run, GPU_CHECK, gpu=True, what="GPU check", tolerate=(NO_GPU_EXIT,))
+        if outcome.exit_code == NO_GPU_EXIT:
+            run.result.gpu_check = info["note"] = "skipped: no GPU visible in the container"
+            info["skipped"] = True
             return
-        self._after_run(run, result, "GPU check")
-        result.gpu_check = "passed"
-        info["note"] = run.output[-1] if run.output else ""
+        run.result.gpu_check = "passed"
+        info["note"] = outcome.output[-1] if outcome.output else ""
 
-    def _after_run(self, run, result: EntryResult, what: str) -> None:
-        if run.exit_code == 0:
-            return
-        result.kept_container = run.kept_container
-        hint = f"; kept container {run.kept_container}: docker start -ai {run.kept_container}" if run.kept_container else ""
-        raise StepFailed(f"{what} exited with {run.exit_code}{hint}", lines=run.output[-20:])
+    def _run_container(
+        self, run: _EntryRun, command: list[str] | None, *, gpu: bool, what: str, tolerate: tuple[int, ...] = ()
+    ) -> RunResult:
+        outcome = self.engine.run(
+            run.entry.image, command, gpu=gpu, keep=self.options.keep_container, on_line=run.log.write
+        )
+        if outcome.exit_code == 0 or outcome.exit_code in tolerate:
+            return outcome
+        run.result.kept_container = outcome.kept_container
+        hint = f"; kept for debugging: docker start -ai {outcome.kept_container}" if outcome.kept_container else ""
+        raise StepFailed(f"{what} exited with {outcome.exit_code}{hint}", lines=outcome.output[-20:])
 
-    def _push(self, entry: Entry, result: EntryResult, info: dict, log: EntryLog, label: str) -> None:
-        result.pushed = self.engine.push(entry.image, on_line=log.write)
-        info["note"] = f"{entry.image}@{result.pushed}"
+    def _push(self, run: _EntryRun, info: dict) -> None:
+        run.result.pushed = self.engine.push(run.entry.image, on_line=run.log.write)
+        info["note"] = f"{run.entry.image}@{run.result.pushed}"
 
 
 def update_manifest(dist: Path, wheel: Path, sha256: str, entry: Entry) -> None:
@@ -196,11 +226,17 @@ def update_manifest(dist: Path, wheel: Path, sha256: str, entry: Entry) -> None:
     path = dist / "manifest.json"
     data = json.loads(path.read_text()) if path.is_file() else {"wheels": {}}
     data["wheels"][wheel.name] = {
-        "sha256": sha256, "size": wheel.stat().st_size, "entry": entry.id, "image": entry.image,
-        "flash_attn": entry.flash_attn, "python": entry.python, "torch": entry.torch, "cuda": entry.cuda,
-        "archs": list(entry.archs), "cxx11_abi": entry.cxx11_abi,
+        "sha256": sha256,
+        "size": wheel.stat().st_size,
+        "entry": entry.id,
+        "image": entry.image,
+        "flash_attn": entry.flash_attn,
+        "python": entry.python,
+        "torch": entry.torch,
+        "cuda": entry.cuda,
+        "archs": list(entry.archs),
+        "cxx11_abi": entry.cxx11_abi,
     }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
-

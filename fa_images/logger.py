@@ -19,10 +19,10 @@ HEARTBEAT_S = 60.0
 
 
 def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, sec = divmod(seconds, 60)
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, sec = divmod(whole, 60)
     return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 

@@ -104,10 +104,15 @@ class Matrix:
         known = {e.id for e in self.entries}
         unknown = [i for i in ids if i not in known]
         if unknown:
-            raise ConfigError([Problem(
-                f"--only {unknown[0]!r} is not an entry of this matrix", file=self.file,
-                hint=did_you_mean(unknown[0], sorted(known)),
-            )])
+            raise ConfigError(
+                [
+                    Problem(
+                        f"--only {unknown[0]!r} is not an entry of this matrix",
+                        file=self.file,
+                        hint=did_you_mean(unknown[0], sorted(known)),
+                    )
+                ]
+            )
         return tuple(e for e in self.entries if e.id in ids)
 
 
@@ -134,8 +139,13 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
         if key not in AXES:
             problems.append(doc.problem(("matrix", key), f"unknown axis {key!r}", hint=did_you_mean(key, AXES)))
         elif not isinstance(values, list) or not values:
-            problems.append(doc.problem(("matrix", key), f"axis {key!r} must be a non-empty list",
-                                        hint=f"e.g. {key}: [{values!r}]" if values is not None else None))
+            problems.append(
+                doc.problem(
+                    ("matrix", key),
+                    f"axis {key!r} must be a non-empty list",
+                    hint=f"e.g. {key}: [{values!r}]" if values is not None else None,
+                )
+            )
     axes = {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
 
@@ -145,8 +155,13 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
             continue
         bad = [k for k in rule if k not in axes]
         if bad:
-            problems.append(doc.problem(("matrix", "exclude", i), f"exclude rule names {bad[0]!r}, which is not an axis",
-                                        hint=did_you_mean(bad[0], list(axes))))
+            problems.append(
+                doc.problem(
+                    ("matrix", "exclude", i),
+                    f"exclude rule names {bad[0]!r}, which is not an axis",
+                    hint=did_you_mean(bad[0], list(axes)),
+                )
+            )
             continue
         combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
 
@@ -180,9 +195,19 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
 
 
 class _EntryBuilder:
-    def __init__(self, doc: yamlfile.YamlDoc, compat: Compat, problems: list[Problem], *,
-                 targets: dict[str, list[str]], image: str, bases: Bases, packages: Packages,
-                 build: BuildOptions, allow_unknown: bool) -> None:
+    def __init__(
+        self,
+        doc: yamlfile.YamlDoc,
+        compat: Compat,
+        problems: list[Problem],
+        *,
+        targets: dict[str, list[str]],
+        image: str,
+        bases: Bases,
+        packages: Packages,
+        build: BuildOptions,
+        allow_unknown: bool,
+    ) -> None:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
@@ -209,9 +234,13 @@ class _EntryBuilder:
             return True
         if self.allow_unknown:
             return True
-        self._fail(combo, key, f"{what} {value} is not in the compat table",
-                   hint=f"{did_you_mean(value, known) if value[:1].isalpha() else 'known: ' + ', '.join(known)}; "
-                   "add it with --compat FILE, or set allow_unknown: true")
+        self._fail(
+            combo,
+            key,
+            f"{what} {value} is not in the compat table",
+            hint=f"{did_you_mean(value, known) if value[:1].isalpha() else 'known: ' + ', '.join(known)}; "
+            "add it with --compat FILE, or set allow_unknown: true",
+        )
         return False
 
     def archs_for(self, combo: _Combo) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -223,8 +252,12 @@ class _EntryBuilder:
                 self._fail(combo, "archs", str(exc))
                 return None
         if "target" not in combo.values:
-            self._fail(combo, None, "no target and no archs: name the GPUs it is for",
-                       hint="e.g. target: aws (a name under targets:) or archs: [80]")
+            self._fail(
+                combo,
+                None,
+                "no target and no archs: name the GPUs it is for",
+                hint="e.g. target: aws (a name under targets:) or archs: [80]",
+            )
             return None
         gpus: list[str] = []
         for name in _as_list(combo.values["target"]):
@@ -234,13 +267,21 @@ class _EntryBuilder:
             cc = self.compat.capability_of(gpu)
             if cc is None:
                 known = list(self.targets) + sorted(self.compat.gpus)
-                self._fail(combo, "target", f"unknown GPU or target {gpu!r}",
-                           hint=f"{did_you_mean(gpu, known)}; or write its compute capability, e.g. sm_86")
+                self._fail(
+                    combo,
+                    "target",
+                    f"unknown GPU or target {gpu!r}",
+                    hint=f"{did_you_mean(gpu, known)}; or write its compute capability, e.g. sm_86",
+                )
                 return None
             arch = self.compat.arch_for_capability(cc)
             if arch is None or Version(cc) < Version("8.0"):
-                self._fail(combo, "target", f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
-                           hint="flash-attn 2 needs Ampere (8.0) or newer")
+                self._fail(
+                    combo,
+                    "target",
+                    f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
+                    hint="flash-attn 2 needs Ampere (8.0) or newer",
+                )
                 return None
             archs.add(arch)
         return tuple(sorted(archs, key=int)), tuple(gpus)
@@ -267,39 +308,60 @@ class _EntryBuilder:
             self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
         torch_ver = self._parse(combo, "torch", torch_v) if torch_v else None
         release = self.compat.torch.get(torch_v) if torch_v else None
-        if torch_v and release is None and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch"):
-            if cuda is None and "cuda" not in combo.values:
-                self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
+        unknown_torch = torch_v and release is None
+        if unknown_torch and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
+            self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
         if release is not None:
             if python and python not in release.pythons and not self.allow_unknown:
-                self._fail(combo, "python", f"torch {torch_v} has no wheels for Python {python}",
-                           hint=f"torch {torch_v} supports {', '.join(release.pythons)}")
+                self._fail(
+                    combo,
+                    "python",
+                    f"torch {torch_v} has no wheels for Python {python}",
+                    hint=f"torch {torch_v} supports {', '.join(release.pythons)}",
+                )
             if "cuda" not in combo.values:
                 cuda = release.default_cuda
             if cuda and release.variant(cuda) is None:
-                self._fail(combo, "cuda", f"torch {torch_v} has no CUDA {cuda} build",
-                           hint=f"its variants: {', '.join(v.cuda for v in release.variants)}")
+                self._fail(
+                    combo,
+                    "cuda",
+                    f"torch {torch_v} has no CUDA {cuda} build",
+                    hint=f"its variants: {', '.join(v.cuda for v in release.variants)}",
+                )
         cuda_ver = self._parse(combo, "cuda", cuda) if cuda else None
         if cuda_ver and torch_ver and cuda_ver.major >= 13 and torch_ver < Version(self.compat.cuda13_min_torch):
             self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
         cuda_rel = self.compat.cuda.get(cuda) if cuda else None
         if cuda and cuda_ver and cuda_rel is None:
-            self._fail(combo, "cuda", f"CUDA {cuda} is not in the compat table",
-                       hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE")
+            self._fail(
+                combo,
+                "cuda",
+                f"CUDA {cuda} is not in the compat table",
+                hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE",
+            )
         fa_ver = self._parse(combo, "flash_attn", fa) if fa else None
         if fa_ver is not None and fa_ver not in SUPPORTED_FLASH_ATTN:
-            self._fail(combo, "flash_attn", f"flash-attn {fa} cannot be built by fa-images",
-                       hint=f"supported: {SUPPORTED_FLASH_ATTN}")
+            self._fail(
+                combo,
+                "flash_attn",
+                f"flash-attn {fa} cannot be built by fa-images",
+                hint=f"supported: {SUPPORTED_FLASH_ATTN}",
+            )
         elif fa_ver is not None:
             self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
         arch_key = "archs" if "archs" in combo.values else "target"
         for arch in archs:
             if arch not in self.compat.archs:
-                self._fail(combo, arch_key, f"arch {arch} is not in the compat table",
-                           hint=f"known: {', '.join(self.compat.archs)}")
+                self._fail(
+                    combo,
+                    arch_key,
+                    f"arch {arch} is not in the compat table",
+                    hint=f"known: {', '.join(self.compat.archs)}",
+                )
             elif cuda_ver and cuda_ver < Version(self.compat.archs[arch][0]):
-                self._fail(combo, arch_key,
-                           f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}")
+                self._fail(
+                    combo, arch_key, f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}"
+                )
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         if not isinstance(ptx, bool):
             self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
@@ -310,11 +372,20 @@ class _EntryBuilder:
         tag = f"fa{fa}-py{python}-torch{torch_v}-cu{cuda.replace('.', '')}"
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": "cu" + cuda.replace(".", "")}
         return Entry(
-            id=tag, python=python, torch=torch_v, cuda=cuda, cuda_release=cuda_rel.release,
-            flash_attn=fa, archs=archs, ptx=bool(ptx), gpus=gpus,
+            id=tag,
+            python=python,
+            torch=torch_v,
+            cuda=cuda,
+            cuda_release=cuda_rel.release,
+            flash_attn=fa,
+            archs=archs,
+            ptx=bool(ptx),
+            gpus=gpus,
             cxx11_abi=variant.cxx11_abi if variant else None,
-            sdist_sha256=fa_rel.sha256 if fa_rel else None, image=f"{self.image}:{tag}",
-            devel_image=self.bases.devel.format(**fill), runtime_image=self.bases.runtime.format(**fill),
+            sdist_sha256=fa_rel.sha256 if fa_rel else None,
+            image=f"{self.image}:{tag}",
+            devel_image=self.bases.devel.format(**fill),
+            runtime_image=self.bases.runtime.format(**fill),
             torch_index=self.packages.torch_index.format(**fill) if self.packages.torch_index else None,
         )
 
@@ -333,21 +404,31 @@ def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]
     clean = {}
     for name, value in raw.items():
         if name not in cls.__dataclass_fields__:
-            problems.append(doc.problem((key, name), f"unknown key {key}.{name}",
-                                        hint=did_you_mean(name, list(cls.__dataclass_fields__))))
+            problems.append(
+                doc.problem(
+                    (key, name), f"unknown key {key}.{name}", hint=did_you_mean(name, list(cls.__dataclass_fields__))
+                )
+            )
             continue
         default = getattr(defaults, name)
         if isinstance(default, tuple):
             value = tuple(_as_list(value))  # one string is a list of one, not of its characters
         if value is not None and not isinstance(value, type(default) if default is not None else str):
-            problems.append(doc.problem((key, name), f"{key}.{name} must be a {type(default or '').__name__}, not {value!r}"))
+            problems.append(
+                doc.problem((key, name), f"{key}.{name} must be a {type(default or '').__name__}, not {value!r}")
+            )
             continue
         if (key, name) in TEMPLATED and isinstance(value, str):
             fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
             unknown = sorted(fields - set(PLACEHOLDERS))
             if unknown:
-                problems.append(doc.problem((key, name), f"{key}.{name} uses unknown placeholder {{{unknown[0]}}}",
-                                            hint=f"use {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+                problems.append(
+                    doc.problem(
+                        (key, name),
+                        f"{key}.{name} uses unknown placeholder {{{unknown[0]}}}",
+                        hint=f"use {', '.join('{' + p + '}' for p in PLACEHOLDERS)}",
+                    )
+                )
                 continue
         clean[name] = value
     if key == "bases" and clean.get("python", "uv") not in ("uv", "system"):
@@ -367,18 +448,30 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     compat = compat_mod.load(*overrides, *([compat_override] if compat_override else []))
     image = doc.data.get("image", DEFAULT_IMAGE)
     if not isinstance(image, str) or not _REPO.match(image):
-        problems.append(doc.problem(("image",), f"image {image!r} is not a repository name",
-                                    hint="e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)"))
+        problems.append(
+            doc.problem(
+                ("image",),
+                f"image {image!r} is not a repository name",
+                hint="e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)",
+            )
+        )
         image = DEFAULT_IMAGE
     targets = doc.data.get("targets") or {}
     if not isinstance(targets, dict) or not all(isinstance(v, list) for v in targets.values()):
-        problems.append(doc.problem(("targets",), "targets must map names to lists of GPUs",
-                                    hint="e.g. targets: {aws: [A10G, L4]}"))
+        problems.append(
+            doc.problem(("targets",), "targets must map names to lists of GPUs", hint="e.g. targets: {aws: [A10G, L4]}")
+        )
         targets = {}
     builder = _EntryBuilder(
-        doc, compat, problems, targets={str(k): [str(g) for g in v] for k, v in targets.items()}, image=image,
-        bases=_section(doc, "bases", Bases, problems), packages=_section(doc, "packages", Packages, problems),
-        build=_section(doc, "build", BuildOptions, problems), allow_unknown=bool(doc.data.get("allow_unknown")),
+        doc,
+        compat,
+        problems,
+        targets={str(k): [str(g) for g in v] for k, v in targets.items()},
+        image=image,
+        bases=_section(doc, "bases", Bases, problems),
+        packages=_section(doc, "packages", Packages, problems),
+        build=_section(doc, "build", BuildOptions, problems),
+        allow_unknown=bool(doc.data.get("allow_unknown")),
     )
     combos = expand(doc, problems)
     if not combos and not problems:
@@ -390,8 +483,12 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         if entry is None:
             continue
         if entry.id in seen:
-            builder._fail(combo, None, f"expands to {entry.id}, which {seen[entry.id]} already builds",
-                          hint="remove one, or change an exclude/include rule")
+            builder._fail(
+                combo,
+                None,
+                f"expands to {entry.id}, which {seen[entry.id]} already builds",
+                hint="remove one, or change an exclude/include rule",
+            )
             continue
         seen[entry.id] = combo.label
         entries.append(entry)
@@ -400,5 +497,12 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     packages = builder.packages
     if packages.sdists:
         packages = replace(packages, sdists=str((path.parent / packages.sdists).resolve()))
-    return Matrix(file=str(path), image=image, entries=tuple(entries), bases=builder.bases,
-                  packages=packages, build=builder.build_opts, compat=compat)
+    return Matrix(
+        file=str(path),
+        image=image,
+        entries=tuple(entries),
+        bases=builder.bases,
+        packages=packages,
+        build=builder.build_opts,
+        compat=compat,
+    )

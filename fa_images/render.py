@@ -19,8 +19,12 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
     )
 
 
@@ -34,13 +38,21 @@ def pip_source(matrix: Matrix, index: str | None) -> str:
 def render_entry(matrix: Matrix, entry: Entry) -> str:
     torch_index = entry.torch_index or matrix.packages.index
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
-    return _environment().get_template("Dockerfile.j2").render(
-        e=entry, matrix_file=Path(matrix.file).name, abi_text=abi,
-        abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
-        python_from=matrix.bases.python, uv_version=matrix.bases.uv_version,
-        pip_index=pip_source(matrix, matrix.packages.index),
-        torch_source=pip_source(matrix, torch_index),
-        flash_attn_index=matrix.packages.flash_attn_index, build_tools=matrix.compat.build_tools,
+    return (
+        _environment()
+        .get_template("Dockerfile.j2")
+        .render(
+            e=entry,
+            matrix_file=Path(matrix.file).name,
+            abi_text=abi,
+            abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
+            python_from=matrix.bases.python,
+            uv_version=matrix.bases.uv_version,
+            pip_index=pip_source(matrix, matrix.packages.index),
+            torch_source=pip_source(matrix, torch_index),
+            flash_attn_index=matrix.packages.flash_attn_index,
+            build_tools=matrix.compat.build_tools,
+        )
     )
 
 

@@ -15,8 +15,17 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
         total = sum(r.seconds.values())
         wheel = f"{Path(r.wheel).name} sha256:{r.wheel_sha256[:12]}" if r.wheel and r.wheel_sha256 else "-"
         image = r.image + (f" @{r.pushed[:19]}" if r.pushed else "")
-        rows.append((r.id, r.status + (f" ({r.failed_step})" if r.failed_step else ""), image, wheel,
-                     duration(total) if total else "-", r.check, r.gpu_check))
+        rows.append(
+            (
+                r.id,
+                r.status + (f" ({r.failed_step})" if r.failed_step else ""),
+                image,
+                wheel,
+                duration(total) if total else "-",
+                r.check,
+                r.gpu_check,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     console.line()
     for row in rows:

@@ -58,17 +58,24 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        raise ConfigError([Problem(
-            f"invalid YAML: {exc.problem}", file=shown,
-            line=mark.line + 1 if mark else None,
-            hint=f"column {mark.column + 1}" if mark else None,
-        )]) from None
+        raise ConfigError(
+            [
+                Problem(
+                    f"invalid YAML: {exc.problem}",
+                    file=shown,
+                    line=mark.line + 1 if mark else None,
+                    hint=f"column {mark.column + 1}" if mark else None,
+                )
+            ]
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(f"invalid YAML: {exc}", file=shown)]) from None
     if data is None:
         raise ConfigError([Problem(f"{what} is empty", file=shown)])
     if not isinstance(data, dict):
-        raise ConfigError([Problem(f"{what} must be a mapping at the top, not a {type(data).__name__}", file=shown, line=1)])
+        raise ConfigError(
+            [Problem(f"{what} must be a mapping at the top, not a {type(data).__name__}", file=shown, line=1)]
+        )
     doc = YamlDoc(data=data, file=shown)
     _record(node, (), doc.lines)
     return doc

@@ -57,7 +57,10 @@ def real_sdist(sdist_cache: Path) -> Callable[[str], Path]:
 
     def get(version: str) -> Path:
         path, _sha = obtain_sdist(
-            version=version, sdist=None, dest_dir=sdist_cache, sources_dir=sdist_cache,
+            version=version,
+            sdist=None,
+            dest_dir=sdist_cache,
+            sources_dir=sdist_cache,
             sha256=REAL_SDISTS[version],
         )
         return path
@@ -70,14 +73,23 @@ def run_fa_images() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Runs ``python -m fa_images ARGS`` the way a user would, with this checkout importable."""
 
     def run(
-        args: Sequence[str], *, python: str = sys.executable, env: Mapping[str, str] | None = None,
-        cwd: Path | None = None, module: str = "fa_images", timeout: float = 900,
+        args: Sequence[str],
+        *,
+        python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        module: str = "fa_images",
+        timeout: float = 900,
     ) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), (env or {}).get("PYTHONPATH")]))
         return subprocess.run(
-            [python, "-m", module, *map(str, args)], capture_output=True, text=True,
-            env=full_env, cwd=cwd, timeout=timeout,
+            [python, "-m", module, *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=cwd,
+            timeout=timeout,
         )
 
     return run

@@ -162,9 +162,7 @@ def docker_engine() -> Iterator[EngineHandle]:
                 client = _start_dockerd(base_url)
             fcntl.flock(users_lock, fcntl.LOCK_SH)
         try:
-            yield EngineHandle(
-                client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log"
-            )
+            yield EngineHandle(client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log")
         finally:
             client.close()
             fcntl.flock(users_lock, fcntl.LOCK_UN)
@@ -172,9 +170,7 @@ def docker_engine() -> Iterator[EngineHandle]:
                 try:
                     fcntl.flock(users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    log.info(
-                        "private dockerd still in use elsewhere; leaving it running"
-                    )
+                    log.info("private dockerd still in use elsewhere; leaving it running")
                 else:
                     _stop_dockerd()
                     fcntl.flock(users_lock, fcntl.LOCK_UN)
@@ -184,9 +180,7 @@ def _env_base_url() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def _connect(
-    base_url: str, *, from_env: bool = False, timeout: int = 10
-) -> docker.DockerClient | None:
+def _connect(base_url: str, *, from_env: bool = False, timeout: int = 10) -> docker.DockerClient | None:
     """A client whose engine answers a ping, or None."""
     client = None
     try:
@@ -205,9 +199,7 @@ def _connect(
     # A fresh client with a long timeout: builds may stay silent for minutes.
     if from_env:
         return docker.from_env(timeout=CLIENT_TIMEOUT)
-    return docker.DockerClient(
-        base_url=base_url, version="auto", timeout=CLIENT_TIMEOUT
-    )
+    return docker.DockerClient(base_url=base_url, version="auto", timeout=CLIENT_TIMEOUT)
 
 
 def _sbin_path() -> str:
@@ -221,18 +213,14 @@ def _sbin_path() -> str:
 def _which(name: str, package: str) -> str:
     found = shutil.which(name, path=_sbin_path())
     if found is None:
-        raise RuntimeError(
-            f"{name} not found; install it with: apt-get install -y {package}"
-        )
+        raise RuntimeError(f"{name} not found; install it with: apt-get install -y {package}")
     return found
 
 
 def _child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, PATH=_sbin_path(), **extra)
     # Keep loopback traffic (local registry, wheel server) off any proxy.
-    if any(
-        env.get(k) for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")
-    ):
+    if any(env.get(k) for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")):
         for key in ("no_proxy", "NO_PROXY"):
             env[key] = ",".join(filter(None, [env.get(key), "127.0.0.1", "localhost"]))
     return env
@@ -304,18 +292,14 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
         # file systems); vfs works everywhere, only slower and larger.
         if driver == drivers[-1] or "driver" not in errors.lower():
             break
-        log.warning(
-            "dockerd refused storage driver %s; retrying with vfs:\n%s", driver, errors
-        )
+        log.warning("dockerd refused storage driver %s; retrying with vfs:\n%s", driver, errors)
     raise RuntimeError(
         f"dockerd did not come up at {base_url} within {ENGINE_START_TIMEOUT:.0f} s "
         f"(command: {' '.join(command)}); log tail:\n{_tail(log_path)}"
     )
 
 
-def _wait_for_dockerd(
-    proc: subprocess.Popen[bytes], base_url: str
-) -> docker.DockerClient | None:
+def _wait_for_dockerd(proc: subprocess.Popen[bytes], base_url: str) -> docker.DockerClient | None:
     socket_path = Path(base_url.removeprefix("unix://"))
     deadline = time.monotonic() + ENGINE_START_TIMEOUT
     while time.monotonic() < deadline:
@@ -396,12 +380,7 @@ def _is_private_dockerd(pid: int) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return (
-        _alive(pid)
-        and bool(argv)
-        and argv[0].endswith(b"dockerd")
-        and os.fsencode(RUN_DIR / "exec") in argv
-    )
+    return _alive(pid) and bool(argv) and argv[0].endswith(b"dockerd") and os.fsencode(RUN_DIR / "exec") in argv
 
 
 def _tail(path: Path, lines: int = 30, grep: str | None = None) -> str:
@@ -410,11 +389,7 @@ def _tail(path: Path, lines: int = 30, grep: str | None = None) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return f"({path} unreadable)"
-    kept = [
-        line
-        for line in text.splitlines()
-        if grep is None or re.search(grep, line, re.IGNORECASE)
-    ]
+    kept = [line for line in text.splitlines() if grep is None or re.search(grep, line, re.IGNORECASE)]
     return "\n".join(kept[-lines:])
 
 
@@ -471,9 +446,7 @@ def base_images(client: docker.DockerClient) -> BaseImages:
         if any(not tarball.exists() for _, _, tarball, _ in jobs):
             make_rootfs = stack.enter_context(_rootfs_maker())
 
-        def ensure(
-            tag: str, key: str, tarball: Path, packages: tuple[str, ...]
-        ) -> None:
+        def ensure(tag: str, key: str, tarball: Path, packages: tuple[str, ...]) -> None:
             if not tarball.exists():
                 assert make_rootfs is not None
                 make_rootfs(packages, tarball)
@@ -508,22 +481,14 @@ def _image_key(client: docker.DockerClient, tag: str) -> str | None:
     return (image.labels or {}).get(KEY_LABEL)
 
 
-def _import_rootfs(
-    client: docker.DockerClient, tarball: Path, tag: str, key: str
-) -> None:
+def _import_rootfs(client: docker.DockerClient, tarball: Path, tag: str, key: str) -> None:
     started = time.monotonic()
     repository, _, version = tag.rpartition(":")
     changes = [*_IMPORT_CHANGES, f"LABEL {KEY_LABEL}={key}"]
-    client.api.import_image(
-        src=str(tarball), repository=repository, tag=version, changes=changes
-    )
+    client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
     if _image_key(client, tag) != key:
-        raise RuntimeError(
-            f"docker import of {tarball} did not produce {tag} with label {key}"
-        )
-    log.info(
-        "imported %s as %s in %.1f s", tarball.name, tag, time.monotonic() - started
-    )
+        raise RuntimeError(f"docker import of {tarball} did not produce {tag} with label {key}")
+    log.info("imported %s as %s in %.1f s", tarball.name, tag, time.monotonic() - started)
 
 
 @contextlib.contextmanager
@@ -574,8 +539,7 @@ def _debootstrap(
     if result.returncode != 0:
         inner = rootfs / "debootstrap" / "debootstrap.log"
         raise RuntimeError(
-            f"{' '.join(command)} failed ({result.returncode}):\n{_tail(log_path)}\n"
-            f"--- {inner}:\n{_tail(inner)}"
+            f"{' '.join(command)} failed ({result.returncode}):\n{_tail(log_path)}\n--- {inner}:\n{_tail(inner)}"
         )
     log.info(
         "debootstrap %s (%s) from %s took %.1f s",
@@ -602,9 +566,7 @@ def _tar_rootfs(rootfs: Path, tarball: Path) -> None:
         str(partial),
     ]
     command += [f"--exclude={pattern}" for pattern in _ROOTFS_EXCLUDES]
-    result = subprocess.run(
-        [*command, "."], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run([*command, "."], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"{' '.join(command)} . failed: {result.stderr}")
@@ -693,9 +655,7 @@ def _scratch_dir() -> Iterator[Path]:
     """
     path = Path(tempfile.mkdtemp(prefix="fa-images-rootfs-"))
     mount = ["mount", "-t", "tmpfs", "-o", "mode=0755,size=50%", "fa-images-rootfs"]
-    result = subprocess.run(
-        [*mount, str(path)], capture_output=True, env=_child_env(), check=False
-    )
+    result = subprocess.run([*mount, str(path)], capture_output=True, env=_child_env(), check=False)
     mounted = result.returncode == 0
     if not mounted:
         log.info("no tmpfs for debootstrap; working on disk in %s", path)
@@ -756,17 +716,11 @@ def _apt_proxy(mirror: str) -> Iterator[dict[str, str]]:
     Not used when the mirror is https or the host already needs a proxy.
     """
     parts = urllib.parse.urlsplit(mirror)
-    if (
-        parts.scheme != "http"
-        or os.environ.get("http_proxy")
-        or os.environ.get("HTTP_PROXY")
-    ):
+    if parts.scheme != "http" or os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"):
         yield {}
         return
     server = _AptProxy(cache_dir() / "debs")
-    thread = threading.Thread(
-        target=server.serve_forever, name="apt-proxy", daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, name="apt-proxy", daemon=True)
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
@@ -784,13 +738,11 @@ class _AptProxy(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _AptProxyHandler)
         self.deb_dir = deb_dir
         # Idle upstream connections per host, reused across requests.
-        self._pools: collections.defaultdict[
-            str, queue.SimpleQueue[http.client.HTTPConnection]
-        ] = collections.defaultdict(queue.SimpleQueue)
-        self._memo: dict[str, tuple[int, list[tuple[str, str]], bytes]] = {}
-        self._locks: collections.defaultdict[str, threading.Lock] = (
-            collections.defaultdict(threading.Lock)
+        self._pools: collections.defaultdict[str, queue.SimpleQueue[http.client.HTTPConnection]] = (
+            collections.defaultdict(queue.SimpleQueue)
         )
+        self._memo: dict[str, tuple[int, list[tuple[str, str]], bytes]] = {}
+        self._locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
 
     def fetch(self, url: str) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -843,11 +795,7 @@ class _AptProxy(http.server.ThreadingHTTPServer):
                 if attempt == 2:
                     raise
                 continue
-            headers = [
-                (k, v)
-                for k, v in response.getheaders()
-                if k.lower() in ("location", "last-modified")
-            ]
+            headers = [(k, v) for k, v in response.getheaders() if k.lower() in ("location", "last-modified")]
             if response.will_close:
                 conn.close()
             else:
@@ -915,9 +863,7 @@ def cuda_devel_standin(
     if not cuda_home.is_dir():
         raise FileNotFoundError(f"CUDA tree {cuda_home} is not a directory")
     version = _cuda_version(cuda_home)
-    dockerfile = _STANDIN_DOCKERFILE.format(
-        base=base, extra_env=f" \\\n    CUDA_VERSION={version}" if version else ""
-    )
+    dockerfile = _STANDIN_DOCKERFILE.format(base=base, extra_env=f" \\\n    CUDA_VERSION={version}" if version else "")
     key = _hash_json(
         {
             "base": client.images.get(base).id,
@@ -983,18 +929,14 @@ def run_build(client: docker.DockerClient, **build_kwargs: Any) -> str:
         if match and image_id is None:
             image_id = match.group(1)
     if image_id is None:
-        raise docker.errors.BuildError(
-            "build stream ended without an image id", list(output)
-        )
+        raise docker.errors.BuildError("build stream ended without an image id", list(output))
     return image_id
 
 
 def _cuda_version(cuda_home: Path) -> str | None:
     # Real toolkits carry version.json ({"cuda": {"version": "12.8.1"}, ...}).
     try:
-        return str(
-            json.loads((cuda_home / "version.json").read_text())["cuda"]["version"]
-        )
+        return str(json.loads((cuda_home / "version.json").read_text())["cuda"]["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -1007,9 +949,7 @@ def _tree_entries(root: Path, arc_root: str) -> Iterator[tuple[str, Path, str | 
     its target will not exist in the image.
     """
 
-    def walk(
-        src: Path, arc: str, seen: frozenset[str]
-    ) -> Iterator[tuple[str, Path, str | None]]:
+    def walk(src: Path, arc: str, seen: frozenset[str]) -> Iterator[tuple[str, Path, str | None]]:
         for entry in sorted(os.scandir(src), key=lambda e: e.name):
             path, name = Path(entry.path), f"{arc}/{entry.name}"
             if entry.is_symlink():
@@ -1046,9 +986,7 @@ def _tree_fingerprint(root: Path) -> str:
             digest.update(f"{name} -> {link}\n".encode())
         else:
             st = path.stat()
-            digest.update(
-                f"{name} {st.st_mode:o} {st.st_size} {st.st_mtime_ns}\n".encode()
-            )
+            digest.update(f"{name} {st.st_mode:o} {st.st_size} {st.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -1080,10 +1018,7 @@ def local_registry() -> Iterator[str]:
     """
     binary = shutil.which("docker-registry") or shutil.which("registry")
     if binary is None:
-        raise RuntimeError(
-            "docker-registry not found; install it with: "
-            "apt-get install -y docker-registry"
-        )
+        raise RuntimeError("docker-registry not found; install it with: apt-get install -y docker-registry")
     # The registry reads REGISTRY_* variables as config overrides.
     env = {k: v for k, v in _child_env().items() if not k.startswith("REGISTRY_")}
     with tempfile.TemporaryDirectory(prefix="fa-images-registry-") as tmp:
@@ -1123,9 +1058,7 @@ def local_registry() -> Iterator[str]:
                     return
             finally:
                 _terminate(proc.pid, grace=10)
-        raise RuntimeError(
-            f"docker-registry did not answer; log tail:\n{_tail(log_path)}"
-        )
+        raise RuntimeError(f"docker-registry did not answer; log tail:\n{_tail(log_path)}")
 
 
 def _wait_for_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -1183,9 +1116,7 @@ def serve_directory(path: Path, port: int = 0) -> Iterator[str]:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(
-        target=server.serve_forever, name=f"serve {path}", daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, name=f"serve {path}", daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"

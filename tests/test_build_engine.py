@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-import yaml
-
 import engine_env
+import pytest
 import toolchain
-from fa_images.builder.source import sha256_of
+import yaml
 from fixtures.tiny import make_tiny_sdist
+
+from fa_images.builder.source import sha256_of
 
 pytestmark = pytest.mark.engine
 
@@ -51,8 +51,7 @@ class Project:
             "build": {"network": "host"},
             "compat": "compat.yaml",
             "entries": [
-                {"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}
-                for v in versions
+                {"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]} for v in versions
             ],
         }
         path = self.dir / name
@@ -60,8 +59,14 @@ class Project:
         return path
 
     def run(self, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=self.dir, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "fa_images", *args],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     wheelhouse: str = ""
 
@@ -80,11 +85,14 @@ def project(tmp_path_factory):
         sdist = make_tiny_sdist(sdists, version=version, broken=broken)
         shas[version] = sha256_of(sdist)
     # The tiny versions are not on PyPI: a compat override pins their sha256, as a user would.
-    (root / "compat.yaml").write_text(yaml.safe_dump(
-        {"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}}
-    ))
-    with engine_env.docker_engine() as engine, engine_env.local_registry() as registry, \
-            engine_env.serve_directory(toolchain.torch_wheelhouse(), port=WHEELHOUSE_PORT) as wheelhouse:
+    (root / "compat.yaml").write_text(
+        yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
+    )
+    with (
+        engine_env.docker_engine() as engine,
+        engine_env.local_registry() as registry,
+        engine_env.serve_directory(toolchain.torch_wheelhouse(), port=WHEELHOUSE_PORT) as wheelhouse,
+    ):
         bases = engine_env.base_images(engine.client)
         engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
         env = {**os.environ, "DOCKER_HOST": engine.base_url, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -96,7 +104,9 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def first_build(project):
     """One build of two entries: one good, one whose compile fails."""
-    matrix = project.matrix("matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN])
+    matrix = project.matrix(
+        "matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN]
+    )
     started = time.monotonic()
     proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "report.json")
     print(f"first build: {time.monotonic() - started:.0f} s\n{proc.stderr[-4000:]}")
@@ -173,8 +183,13 @@ def test_unreachable_registry_fails_the_entry(project, first_build):
 
 def test_no_engine_is_one_clear_line(project, tmp_path):
     env = {**project.env, "DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"}
-    proc = subprocess.run([sys.executable, "-m", "fa_images", "build", "--matrix", str(project.dir / "matrix.yaml")],
-                          cwd=project.dir, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--matrix", str(project.dir / "matrix.yaml")],
+        cwd=project.dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 7
     assert proc.stderr.startswith("error: no Docker Engine answers at unix://")
     assert "Traceback" not in proc.stderr
@@ -182,8 +197,13 @@ def test_no_engine_is_one_clear_line(project, tmp_path):
 
 def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project, first_build):
     matrix = project.matrix("interrupt.yaml", image="fa-images-test/interrupt", versions=[INTERRUPTED])
-    proc = subprocess.Popen([sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--dist", "dist3"],
-                            cwd=project.dir, env=project.env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--dist", "dist3"],
+        cwd=project.dir,
+        env=project.env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     assert proc.stderr is not None
     for line in proc.stderr:  # wait until the compile step is running

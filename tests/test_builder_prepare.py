@@ -52,9 +52,15 @@ def assert_one_clear_error(proc: subprocess.CompletedProcess[str], exit_code: in
 def system_torch() -> dict:
     """The torch of the interpreter that runs the CLI, asked directly (not via fa_images)."""
     out = subprocess.run(
-        [sys.executable, "-c", "import json, torch; print(json.dumps({'version': torch.__version__, "
-         "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import json, torch; print(json.dumps({'version': torch.__version__, "
+            "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -79,10 +85,21 @@ def prepared(request, real_sdist, run_fa_images, tmp_path_factory) -> Prepared:
     version = request.param
     sdist = real_sdist(version)
     work = tmp_path_factory.mktemp(f"prepare-{version}")
-    proc = run_fa_images([
-        "wheel", "--sdist", sdist, "--archs", "90,8.0", "--out", work / "dist", "--work-dir", work,
-        "--prepare-only", "--json",
-    ])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            sdist,
+            "--archs",
+            "90,8.0",
+            "--out",
+            work / "dist",
+            "--work-dir",
+            work,
+            "--prepare-only",
+            "--json",
+        ]
+    )
     return Prepared(version, sdist, work, proc)
 
 
@@ -126,10 +143,26 @@ def test_prepare_warns_that_torch_is_a_cpu_build(prepared: Prepared, system_torc
 
 def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
-    proc = run_fa_images([
-        "wheel", "--sdist", sdist, "--archs", "sm_90;80", "--ptx", "--max-jobs", "3", "--nvcc-threads", "1",
-        "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only", "--json",
-    ])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            sdist,
+            "--archs",
+            "sm_90;80",
+            "--ptx",
+            "--max-jobs",
+            "3",
+            "--nvcc-threads",
+            "1",
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+            "--json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert (s["archs"], s["ptx"], s["max_jobs"], s["nvcc_threads"]) == (["80", "90"], True, 3, 1)
@@ -137,8 +170,9 @@ def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
 
 def test_prepare_without_json_names_the_source_dir(run_fa_images, tmp_path: Path) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
-    proc = run_fa_images(["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path,
-                          "--prepare-only"])
+    proc = run_fa_images(
+        ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"]
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"prepared {tmp_path / 'src' / 'flash_attn-2.8.3'}"
 
@@ -146,17 +180,44 @@ def test_prepare_without_json_names_the_source_dir(run_fa_images, tmp_path: Path
 def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path) -> None:
     sdist = real_sdist("2.8.3")
     wrong = "0" * 64
-    proc = run_fa_images(["wheel", "--sdist", sdist, "--sha256", wrong, "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            sdist,
+            "--sha256",
+            wrong,
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 4, "sha256 mismatch", wrong, sha256_file(sdist))
     assert not (tmp_path / "src").exists(), "a mismatched sdist must not be unpacked"
 
 
 def test_sha256_mismatch_of_a_file_in_sources_dir(real_sdist, run_fa_images, tmp_path: Path) -> None:
     sources = real_sdist("2.8.3").parent
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--sources-dir", sources, "--sha256", "ab" * 32,
-                          "--index-url", "http://127.0.0.1:9/simple", "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--sources-dir",
+            sources,
+            "--sha256",
+            "ab" * 32,
+            "--index-url",
+            "http://127.0.0.1:9/simple",
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 4, "sha256 mismatch", "flash_attn-2.8.3.tar.gz")
 
 
@@ -165,8 +226,20 @@ def test_sha256_mismatch_of_a_file_in_sources_dir(real_sdist, run_fa_images, tmp
     [("2.4.2", "outside the versions"), ("2.9.0", "outside the versions"), ("two.eight", "not a valid")],
 )
 def test_unsupported_version_is_a_usage_error(run_fa_images, tmp_path: Path, version: str, needle: str) -> None:
-    proc = run_fa_images(["wheel", "--flash-attn", version, "--index-url", "http://127.0.0.1:9/simple",
-                          "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            version,
+            "--index-url",
+            "http://127.0.0.1:9/simple",
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     line = assert_one_clear_error(proc, 2, version, needle)
     if needle.startswith("outside"):
         assert "--allow-untested" in proc.stderr, line
@@ -175,15 +248,28 @@ def test_unsupported_version_is_a_usage_error(run_fa_images, tmp_path: Path, ver
 
 def test_unsupported_version_of_a_local_sdist(run_fa_images, tmp_path: Path) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.4.2")
-    proc = run_fa_images(["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w",
-                          "--prepare-only"])
+    proc = run_fa_images(
+        ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w", "--prepare-only"]
+    )
     assert_one_clear_error(proc, 2, "flash-attn 2.4.2 is outside")
 
 
 def test_json_without_prepare_only_is_refused_up_front(run_fa_images, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--json", "--out", tmp_path / "dist",
-                          "--work-dir", work, "--index-url", "http://127.0.0.1:9/simple"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--json",
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            work,
+            "--index-url",
+            "http://127.0.0.1:9/simple",
+        ]
+    )
     assert_one_clear_error(proc, 2, "--json", "--prepare-only")
     assert not work.exists()
 
@@ -198,40 +284,76 @@ def test_bad_archs_are_refused_by_the_parser(run_fa_images, tmp_path: Path, arch
 def test_expect_cxx11_abi_guards_the_torch_variant(run_fa_images, tmp_path: Path, system_torch: dict) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     other = str(not system_torch["abi"]).lower()
-    proc = run_fa_images(["wheel", "--sdist", sdist, "--expect-cxx11-abi", other,
-                          "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            sdist,
+            "--expect-cxx11-abi",
+            other,
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 3, f"cxx11_abi={system_torch['abi']}", "wrong torch variant")
     same = str(system_torch["abi"]).lower()
-    proc = run_fa_images(["wheel", "--sdist", sdist, "--expect-cxx11-abi", same,
-                          "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            sdist,
+            "--expect-cxx11-abi",
+            same,
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_missing_local_sdist(run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(["wheel", "--sdist", tmp_path / "nope.tar.gz", "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--sdist",
+            tmp_path / "nope.tar.gz",
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 2, "does not exist")
 
 
 def test_a_file_that_is_not_an_sdist(run_fa_images, tmp_path: Path) -> None:
     bogus = tmp_path / "flash_attn-2.8.3.tar.gz"
     bogus.write_bytes(b"<html>rate limited</html>")
-    proc = run_fa_images(["wheel", "--sdist", bogus, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w",
-                          "--prepare-only"])
+    proc = run_fa_images(
+        ["wheel", "--sdist", bogus, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w", "--prepare-only"]
+    )
     assert_one_clear_error(proc, 4, "not a readable .tar.gz")
 
 
 def test_an_sdist_that_escapes_its_directory_is_not_unpacked(run_fa_images, tmp_path: Path) -> None:
     evil = tmp_path / "flash_attn-2.8.3.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
-        for name, data in [("flash_attn-2.8.3/setup.py", b"print('hi')\n"),
-                           ("flash_attn-2.8.3/../../../../escaped.txt", b"gotcha\n")]:
+        for name, data in [
+            ("flash_attn-2.8.3/setup.py", b"print('hi')\n"),
+            ("flash_attn-2.8.3/../../../../escaped.txt", b"gotcha\n"),
+        ]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     work = tmp_path / "a" / "b"
-    proc = run_fa_images(["wheel", "--sdist", evil, "--out", tmp_path / "dist", "--work-dir", work,
-                          "--prepare-only"])
+    proc = run_fa_images(["wheel", "--sdist", evil, "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"])
     assert proc.returncode == 4, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.rglob("escaped.txt"))
@@ -253,15 +375,17 @@ class FakeIndex:
         return f"http://{credentials + '@' if credentials else ''}127.0.0.1:{self.port}/simple"
 
     def listing(self) -> bytes:
-        return json.dumps({
-            "meta": {"api-version": "1.1"},
-            "name": "flash-attn",
-            "versions": self.versions,
-            "files": [
-                {"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": sha}}
-                for name, (_data, sha) in self.files.items()
-            ],
-        }).encode()
+        return json.dumps(
+            {
+                "meta": {"api-version": "1.1"},
+                "name": "flash-attn",
+                "versions": self.versions,
+                "files": [
+                    {"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": sha}}
+                    for name, (_data, sha) in self.files.items()
+                ],
+            }
+        ).encode()
 
     def add_sdist(self, path: Path, published_sha256: str | None = None) -> None:
         data = path.read_bytes()
@@ -278,8 +402,8 @@ def fake_index() -> Iterator[FakeIndex]:
             index.requests.append((self.path, dict(self.headers)))
             if self.path == "/simple/flash-attn/":
                 body, ctype = index.listing(), "application/vnd.pypi.simple.v1+json"
-            elif self.path.startswith("/files/") and self.path[len("/files/"):] in index.files:
-                body, ctype = index.files[self.path[len("/files/"):]][0], "application/octet-stream"
+            elif self.path.startswith("/files/") and self.path[len("/files/") :] in index.files:
+                body, ctype = index.files[self.path[len("/files/") :]][0], "application/octet-stream"
             else:
                 self.send_error(404)
                 return
@@ -304,30 +428,67 @@ def fake_index() -> Iterator[FakeIndex]:
 
 
 def test_untested_version_missing_from_the_index(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(["wheel", "--flash-attn", "9.9.9", "--allow-untested", "--index-url", fake_index.url(),
-                          "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "9.9.9",
+            "--allow-untested",
+            "--index-url",
+            fake_index.url(),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 4, "flash-attn 9.9.9", fake_index.url())
     assert "2.8.3" in proc.stderr  # the hint names what the index does have
-    (path, headers), = fake_index.requests
+    ((path, headers),) = fake_index.requests
     assert path == "/simple/flash-attn/"
     assert "application/vnd.pypi.simple.v1+json" in headers.get("Accept", "")
 
 
 def test_index_credentials_are_sent_but_never_printed(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(["wheel", "--flash-attn", "9.9.9", "--allow-untested",
-                          "--index-url", fake_index.url("alice:s3cr%2Ft"), "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "9.9.9",
+            "--allow-untested",
+            "--index-url",
+            fake_index.url("alice:s3cr%2Ft"),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert proc.returncode == 4, proc.stderr
-    (_path, headers), = fake_index.requests
+    ((_path, headers),) = fake_index.requests
     assert headers.get("Authorization") == "Basic " + base64.b64encode(b"alice:s3cr/t").decode()
     assert "s3cr" not in proc.stderr + proc.stdout and "alice" not in proc.stderr + proc.stdout
     assert "***@127.0.0.1" in proc.stderr
 
 
 def test_redacted_index_url_keeps_its_port(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(["wheel", "--flash-attn", "9.9.9", "--allow-untested",
-                          "--index-url", fake_index.url("alice:s3cret"), "--out", tmp_path / "dist",
-                          "--work-dir", tmp_path, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "9.9.9",
+            "--allow-untested",
+            "--index-url",
+            fake_index.url("alice:s3cret"),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+        ]
+    )
     assert proc.returncode == 4, proc.stderr
     assert f"***@127.0.0.1:{fake_index.port}/simple" in proc.stderr
 
@@ -336,8 +497,21 @@ def test_download_from_the_index_is_checked_and_kept(fake_index: FakeIndex, run_
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist)
     work = tmp_path / "work"
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--index-url", fake_index.url(),
-                          "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only", "--json"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--index-url",
+            fake_index.url(),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            work,
+            "--prepare-only",
+            "--json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     downloaded = work / "sdists" / "flash_attn-2.8.3.tar.gz"
@@ -348,13 +522,26 @@ def test_download_from_the_index_is_checked_and_kept(fake_index: FakeIndex, run_
     assert [p for p, _h in fake_index.requests] == ["/simple/flash-attn/", "/files/flash_attn-2.8.3.tar.gz"]
 
 
-def test_download_with_a_wrong_published_sha256_leaves_nothing(fake_index: FakeIndex, run_fa_images,
-                                                                tmp_path: Path) -> None:
+def test_download_with_a_wrong_published_sha256_leaves_nothing(
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path
+) -> None:
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist, published_sha256="cd" * 32)
     work = tmp_path / "work"
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--index-url", fake_index.url(),
-                          "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--index-url",
+            fake_index.url(),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            work,
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 4, "sha256 mismatch", "cd" * 32, sha256_file(sdist))
     assert list((work / "sdists").iterdir()) == [], "a failed download must leave no file behind"
     assert not (work / "src").exists()
@@ -363,18 +550,47 @@ def test_download_with_a_wrong_published_sha256_leaves_nothing(fake_index: FakeI
 def test_a_pinned_sha256_that_the_index_contradicts(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist)
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--sha256", "ef" * 32, "--index-url", fake_index.url(),
-                          "--out", tmp_path / "dist", "--work-dir", tmp_path / "work", "--prepare-only"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--sha256",
+            "ef" * 32,
+            "--index-url",
+            fake_index.url(),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path / "work",
+            "--prepare-only",
+        ]
+    )
     assert_one_clear_error(proc, 4, "ef" * 32, "pinned")
     assert [p for p, _h in fake_index.requests] == ["/simple/flash-attn/"], "nothing may be downloaded"
 
 
-def test_by_version_uses_sources_dir_before_the_index(fake_index: FakeIndex, real_sdist, run_fa_images,
-                                                      tmp_path: Path) -> None:
+def test_by_version_uses_sources_dir_before_the_index(
+    fake_index: FakeIndex, real_sdist, run_fa_images, tmp_path: Path
+) -> None:
     cached = real_sdist("2.8.3")
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--sources-dir", cached.parent,
-                          "--index-url", fake_index.url(), "--out", tmp_path / "dist", "--work-dir", tmp_path,
-                          "--prepare-only", "--json"])
+    proc = run_fa_images(
+        [
+            "wheel",
+            "--flash-attn",
+            "2.8.3",
+            "--sources-dir",
+            cached.parent,
+            "--index-url",
+            fake_index.url(),
+            "--out",
+            tmp_path / "dist",
+            "--work-dir",
+            tmp_path,
+            "--prepare-only",
+            "--json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert s["sdist"] == str(cached)

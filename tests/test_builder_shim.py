@@ -34,10 +34,20 @@ SHIM_FAILED = 97
 
 def make_settings(tmp_path: Path | None = None, **overrides) -> BuildSettings:
     fields = dict(
-        flash_attn="2.8.3", python=f"{sys.version_info[0]}.{sys.version_info[1]}", torch="2.9.1+cu128", cuda="12.8",
-        cxx11_abi=True, archs=("80",), ptx=False, max_jobs=2, nvcc_threads=2,
-        local_version="cu128torch2.9cxx11abitrue", source_dir=str(tmp_path or "/nonexistent"),
-        sdist="/nonexistent/flash_attn-2.8.3.tar.gz", sha256="0" * 64, honours_cuda_archs_env=True,
+        flash_attn="2.8.3",
+        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+        torch="2.9.1+cu128",
+        cuda="12.8",
+        cxx11_abi=True,
+        archs=("80",),
+        ptx=False,
+        max_jobs=2,
+        nvcc_threads=2,
+        local_version="cu128torch2.9cxx11abitrue",
+        source_dir=str(tmp_path or "/nonexistent"),
+        sdist="/nonexistent/flash_attn-2.8.3.tar.gz",
+        sha256="0" * 64,
+        honours_cuda_archs_env=True,
     )
     fields.update(overrides)
     return BuildSettings(**fields)
@@ -84,8 +94,13 @@ def test_strip_abi_flags_handles_the_field_sed_recipe() -> None:
 
 @pytest.mark.parametrize(
     "abi_flags",
-    [["-D_GLIBCXX_USE_CXX11_ABI=0"], ["-D_GLIBCXX_USE_CXX11_ABI=1"], ["-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=0"],
-     ["-Xcompiler", "-D_GLIBCXX_USE_CXX11_ABI=1"], ["-U_GLIBCXX_USE_CXX11_ABI"]],
+    [
+        ["-D_GLIBCXX_USE_CXX11_ABI=0"],
+        ["-D_GLIBCXX_USE_CXX11_ABI=1"],
+        ["-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=0"],
+        ["-Xcompiler", "-D_GLIBCXX_USE_CXX11_ABI=1"],
+        ["-U_GLIBCXX_USE_CXX11_ABI"],
+    ],
 )
 def test_strip_abi_flags_removes_every_form(abi_flags: list[str]) -> None:
     assert _strip_abi_flags(["-O3", *abi_flags, "-std=c++17"]) == ["-O3", "-std=c++17"]
@@ -105,16 +120,31 @@ def flash_attn_like_extension(cxx: list[str], nvcc: list[str]) -> Extension:
 def test_correct_extension_sets_the_abi_and_exactly_the_archs() -> None:
     ext = flash_attn_like_extension(
         cxx=["-O3", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"],
-        nvcc=["-O3", "-gencode", GENCODE_80, "-gencode", GENCODE_90, "-Xcompiler", "-D_GLIBCXX_USE_CXX11_ABI=0",
-              "--threads", "4"],
+        nvcc=[
+            "-O3",
+            "-gencode",
+            GENCODE_80,
+            "-gencode",
+            GENCODE_90,
+            "-Xcompiler",
+            "-D_GLIBCXX_USE_CXX11_ABI=0",
+            "--threads",
+            "4",
+        ],
     )
     line = correct_extension(ext, make_settings(archs=("90",), cxx11_abi=True))
     assert ext.extra_compile_args["cxx"] == ["-O3", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1"]
     assert ext.extra_compile_args["nvcc"] == [
-        "-O3", "--threads", "4", "-gencode", GENCODE_90, "-D_GLIBCXX_USE_CXX11_ABI=1",
+        "-O3",
+        "--threads",
+        "4",
+        "-gencode",
+        GENCODE_90,
+        "-D_GLIBCXX_USE_CXX11_ABI=1",
     ]
-    assert line == (f"{EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 90 "
-                    f"(setup.py asked for: {GENCODE_80}, {GENCODE_90})")
+    assert line == (
+        f"{EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 90 (setup.py asked for: {GENCODE_80}, {GENCODE_90})"
+    )
 
 
 def test_correct_extension_old_abi_and_ptx_of_the_newest_arch() -> None:
@@ -122,8 +152,16 @@ def test_correct_extension_old_abi_and_ptx_of_the_newest_arch() -> None:
     line = correct_extension(ext, make_settings(archs=("80", "120", "90"), cxx11_abi=False, ptx=True))
     assert ext.extra_compile_args["cxx"] == ["-O3", "-D_GLIBCXX_USE_CXX11_ABI=0"]
     assert ext.extra_compile_args["nvcc"] == [
-        "-O3", "-gencode", GENCODE_80, "-gencode", "arch=compute_120,code=sm_120", "-gencode", GENCODE_90,
-        "-gencode", "arch=compute_120,code=compute_120", "-D_GLIBCXX_USE_CXX11_ABI=0",
+        "-O3",
+        "-gencode",
+        GENCODE_80,
+        "-gencode",
+        "arch=compute_120,code=sm_120",
+        "-gencode",
+        GENCODE_90,
+        "-gencode",
+        "arch=compute_120,code=compute_120",
+        "-D_GLIBCXX_USE_CXX11_ABI=0",
     ]
     assert "+PTX" in line and "(setup.py asked for: none)" in line
 
@@ -190,18 +228,32 @@ print("NVCC-FLAGS", dist.ext_modules[0].extra_compile_args["nvcc"])
 
 @pytest.fixture(scope="module")
 def this_torch_abi() -> bool:
-    out = subprocess.run([sys.executable, "-c", "import torch; print(bool(torch._C._GLIBCXX_USE_CXX11_ABI))"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(bool(torch._C._GLIBCXX_USE_CXX11_ABI))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.strip().splitlines()[-1] == "True"
 
 
-def run_shim(python: str, source_dir: Path, settings_file: Path, *setup_args: str,
-             env: dict[str, str] | None = None, repo_root: Path) -> subprocess.CompletedProcess[str]:
+def run_shim(
+    python: str,
+    source_dir: Path,
+    settings_file: Path,
+    *setup_args: str,
+    env: dict[str, str] | None = None,
+    repo_root: Path,
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(repo_root)
     return subprocess.run(
         [python, "-m", "fa_images.builder.setup_shim", str(settings_file), *setup_args],
-        cwd=source_dir, env=full_env, capture_output=True, text=True, timeout=300,
+        cwd=source_dir,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -225,8 +277,9 @@ def test_shim_corrects_a_small_setup_py(small_source, repo_root: Path) -> None:
 
 def test_shim_restores_the_abi_attribute_a_setup_py_flipped(small_source, repo_root: Path) -> None:
     src, settings = small_source
-    proc = run_shim(sys.executable, src, src / "fa_images_build.json", "--name", env={"FLIP_ABI": "1"},
-                    repo_root=repo_root)
+    proc = run_shim(
+        sys.executable, src, src / "fa_images_build.json", "--name", env={"FLIP_ABI": "1"}, repo_root=repo_root
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"ABI-AT-SETUP {settings.cxx11_abi}" in proc.stdout
 
@@ -243,11 +296,19 @@ def test_shim_refuses_settings_prepared_for_another_torch(small_source, repo_roo
 
 def test_shim_fails_loudly_without_the_extension(small_source, repo_root: Path) -> None:
     src, _settings = small_source
-    proc = run_shim(sys.executable, src, src / "fa_images_build.json", "--name",
-                    env={"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}, repo_root=repo_root)
+    proc = run_shim(
+        sys.executable,
+        src,
+        src / "fa_images_build.json",
+        "--name",
+        env={"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
+        repo_root=repo_root,
+    )
     assert proc.returncode == SHIM_FAILED
-    assert (f"[fa-images] error: setup.py of flash-attn 2.8.3 defines no {EXTENSION} extension "
-            "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?)") in proc.stderr
+    assert (
+        f"[fa-images] error: setup.py of flash-attn 2.8.3 defines no {EXTENSION} extension "
+        "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?)"
+    ) in proc.stderr
     assert "flash_attn" not in proc.stdout.splitlines(), "setup() must not have run"
 
 
@@ -270,8 +331,22 @@ def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory)
     def get(version: str) -> tuple[Path, BuildSettings]:
         if version not in cache:
             work = tmp_path_factory.mktemp(f"shim-{version}")
-            proc = run_fa_images(["wheel", "--sdist", real_sdist(version), "--archs", "80", "--out", work / "dist",
-                                  "--work-dir", work, "--prepare-only", "--json"], python=venv_python)
+            proc = run_fa_images(
+                [
+                    "wheel",
+                    "--sdist",
+                    real_sdist(version),
+                    "--archs",
+                    "80",
+                    "--out",
+                    work / "dist",
+                    "--work-dir",
+                    work,
+                    "--prepare-only",
+                    "--json",
+                ],
+                python=venv_python,
+            )
             assert proc.returncode == 0, proc.stderr
             settings = BuildSettings.read(Path(json.loads(proc.stdout)["source_dir"]) / "fa_images_build.json")
             cache[version] = (Path(settings.source_dir), settings)
@@ -286,21 +361,26 @@ def shim_env(settings: BuildSettings, cuda_home: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("version", sorted(ASKED_FOR_WHEN_80))
-def test_shim_on_the_real_setup_py(version: str, real_prepared, venv_python: str, cuda_home: Path,
-                                   repo_root: Path) -> None:
+def test_shim_on_the_real_setup_py(
+    version: str, real_prepared, venv_python: str, cuda_home: Path, repo_root: Path
+) -> None:
     src, settings = real_prepared(version)
     assert settings.cxx11_abi is True and settings.cuda == "12.8"  # the venv's torch 2.9.1+cu128
-    proc = run_shim(venv_python, src, src / "fa_images_build.json", "--name", env=shim_env(settings, cuda_home),
-                    repo_root=repo_root)
+    proc = run_shim(
+        venv_python, src, src / "fa_images_build.json", "--name", env=shim_env(settings, cuda_home), repo_root=repo_root
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    expected = (f"[fa-images] {EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 80 "
-                f"(setup.py asked for: {ASKED_FOR_WHEN_80[version]})")
+    expected = (
+        f"[fa-images] {EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 80 "
+        f"(setup.py asked for: {ASKED_FOR_WHEN_80[version]})"
+    )
     assert expected in proc.stdout.splitlines(), proc.stdout
     assert "flash_attn" in proc.stdout.splitlines()
 
 
-def test_real_2_8_3_without_the_archs_variable_asks_for_its_defaults(real_prepared, venv_python: str,
-                                                                     cuda_home: Path, repo_root: Path) -> None:
+def test_real_2_8_3_without_the_archs_variable_asks_for_its_defaults(
+    real_prepared, venv_python: str, cuda_home: Path, repo_root: Path
+) -> None:
     src, settings = real_prepared("2.8.3")
     env = shim_env(settings, cuda_home)
     del env["FLASH_ATTN_CUDA_ARCHS"]  # 2.8.3 then defaults to 80;90;100;120, and nvcc 12.4 drops 100 and 120
@@ -310,12 +390,12 @@ def test_real_2_8_3_without_the_archs_variable_asks_for_its_defaults(real_prepar
 
 
 @pytest.mark.parametrize("version", ["2.6.3", "2.8.3"])
-def test_real_setup_py_without_the_extension_fails_loudly(version: str, real_prepared, venv_python: str,
-                                                          cuda_home: Path, repo_root: Path) -> None:
+def test_real_setup_py_without_the_extension_fails_loudly(
+    version: str, real_prepared, venv_python: str, cuda_home: Path, repo_root: Path
+) -> None:
     src, settings = real_prepared(version)
     env = {**shim_env(settings, cuda_home), "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
     proc = run_shim(venv_python, src, src / "fa_images_build.json", "--name", env=env, repo_root=repo_root)
     assert proc.returncode == SHIM_FAILED, proc.stderr[-3000:]
     assert f"[fa-images] error: setup.py of flash-attn {version} defines no {EXTENSION} extension" in proc.stderr
     assert "Traceback" not in proc.stderr
-

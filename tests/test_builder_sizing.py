@@ -142,8 +142,9 @@ def test_a_cgroup_limit_below_memavailable_sizes_the_build(fake_root: Path) -> N
 
 
 @pytest.mark.parametrize(("cpu_max", "expected"), [("200000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", 8)])
-def test_available_cpus_honours_the_cgroup_quota(fake_root: Path, monkeypatch: pytest.MonkeyPatch,
-                                                cpu_max: str, expected: int) -> None:
+def test_available_cpus_honours_the_cgroup_quota(
+    fake_root: Path, monkeypatch: pytest.MonkeyPatch, cpu_max: str, expected: int
+) -> None:
     monkeypatch.setattr(environment.os, "sched_getaffinity", lambda _pid: set(range(8)))
     write(fake_root, "/sys/fs/cgroup/cpu.max", cpu_max)
     assert environment.available_cpus() == expected

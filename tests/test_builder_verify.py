@@ -24,8 +24,14 @@ from fa_images.builder.verify import inspect_wheel
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 CP = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 SO_NAME = f"flash_attn_2_cuda.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"
-GENCODE_ARGS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
-                "-gencode", "arch=compute_90,code=compute_90"]
+GENCODE_ARGS = [
+    "-gencode",
+    "arch=compute_80,code=sm_80",
+    "-gencode",
+    "arch=compute_90,code=sm_90",
+    "-gencode",
+    "arch=compute_90,code=compute_90",
+]
 SYSTEM_CUDA13 = Path("/usr/local/cuda/bin/nvcc")
 
 KERNEL_CU = """\
@@ -54,8 +60,10 @@ def make_wheel(dest: Path, filename: str, files: dict[str, bytes], *, metadata_v
         for arcname, data in files.items():
             zf.writestr(arcname, data)
         if metadata_version is not None:
-            zf.writestr(f"{dist_info}/METADATA",
-                        f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {metadata_version or version}\n")
+            zf.writestr(
+                f"{dist_info}/METADATA",
+                f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {metadata_version or version}\n",
+            )
         tag = "-".join(filename.removesuffix(".whl").split("-")[-3:])
         zf.writestr(f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
     return path
@@ -83,9 +91,24 @@ def nvcc_shared_library(nvcc: Path, out: Path, *extra: str) -> Path:
     cuda_lib = nvcc.parent.parent / "lib64"
     # -cudart none: the registry-built toolkit has no static cudart/cudadevrt to link.
     subprocess.run(
-        [str(nvcc), "-shared", "-cudart", "none", "-Xcompiler", "-fPIC", *GENCODE_ARGS, *extra,
-         str(cu), "-o", str(out), f"-L{cuda_lib}", "-lcudart"],
-        check=True, capture_output=True, text=True,
+        [
+            str(nvcc),
+            "-shared",
+            "-cudart",
+            "none",
+            "-Xcompiler",
+            "-fPIC",
+            *GENCODE_ARGS,
+            *extra,
+            str(cu),
+            "-o",
+            str(out),
+            f"-L{cuda_lib}",
+            "-lcudart",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return out
 
@@ -135,8 +158,9 @@ def test_fatbin_archs_of_a_compressed_fatbin(cuda_home: Path, tmp_path: Path) ->
 
 
 @pytest.mark.skipif(not SYSTEM_CUDA13.exists(), reason="no system CUDA at /usr/local/cuda")
-@pytest.mark.parametrize("extra", [[], ["--compress-mode=size"], ["--compress-mode=none"]],
-                         ids=["default", "size", "none"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--compress-mode=size"], ["--compress-mode=none"]], ids=["default", "size", "none"]
+)
 def test_fatbin_archs_of_a_system_cuda_library(extra: list[str], cuda_home: Path, tmp_path: Path) -> None:
     version = subprocess.run([str(SYSTEM_CUDA13), "--version"], capture_output=True, text=True).stdout
     if extra and "release 12." in version:
@@ -170,8 +194,9 @@ def test_undefined_symbols_agree_with_nm(kernel_so: Path, host_only_so: Path) ->
     assert "__cudaRegisterFatBinary" in elf.undefined_dynamic_symbols(kernel_so)
 
 
-def test_gpu_archs_reads_the_same_with_and_without_cuobjdump(kernel_so: Path, cuda_home: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_archs_reads_the_same_with_and_without_cuobjdump(
+    kernel_so: Path, cuda_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("CUDA_HOME", str(cuda_home))
     with_tool = verify.gpu_archs(kernel_so)
@@ -208,8 +233,11 @@ def test_a_pure_python_wheel_is_rejected(kernel_so: Path, tmp_path: Path, run_fa
 def test_a_wheel_for_another_python_is_rejected(kernel_so: Path, tmp_path: Path) -> None:
     other = "cp312" if CP != "cp312" else "cp313"
     other_py = f"{other[2]}.{other[3:]}"
-    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{other}-{other}-linux_x86_64.whl",
-                       {SO_NAME.replace(CP[2:], other[2:]): kernel_so.read_bytes()})
+    wheel = make_wheel(
+        tmp_path,
+        f"flash_attn-2.8.3-{other}-{other}-linux_x86_64.whl",
+        {SO_NAME.replace(CP[2:], other[2:]): kernel_so.read_bytes()},
+    )
     report = inspect_wheel(wheel, expect_python=PY, import_check=True)
     status, detail = checks_of(report)["platform tag"]
     assert status == "fail" and f"expected Python {PY}" in detail
@@ -225,8 +253,11 @@ def test_other_platform_tags_are_rejected(tag: str, kernel_so: Path, tmp_path: P
 
 
 def test_a_wheel_without_the_extension_is_rejected(tmp_path: Path, run_fa_images) -> None:
-    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
-                       {"flash_attn/__init__.py": b"", "flash_attn/flash_attn_interface.py": b""})
+    wheel = make_wheel(
+        tmp_path,
+        f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
+        {"flash_attn/__init__.py": b"", "flash_attn/flash_attn_interface.py": b""},
+    )
     report = inspect_wheel(wheel, expect_python=PY)
     assert not report.ok
     status, detail = checks_of(report)["extension"]
@@ -236,15 +267,23 @@ def test_a_wheel_without_the_extension_is_rejected(tmp_path: Path, run_fa_images
 
 
 def test_metadata_that_contradicts_the_file_name(kernel_so: Path, tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
-                       {SO_NAME: kernel_so.read_bytes()}, metadata_version="2.8.2")
+    wheel = make_wheel(
+        tmp_path,
+        f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
+        {SO_NAME: kernel_so.read_bytes()},
+        metadata_version="2.8.2",
+    )
     status, detail = checks_of(inspect_wheel(wheel, import_check=False))["metadata"]
     assert status == "fail" and detail == "file name says 2.8.3, METADATA says 2.8.2"
 
 
 def test_a_wheel_without_metadata(kernel_so: Path, tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
-                       {SO_NAME: kernel_so.read_bytes()}, metadata_version=None)
+    wheel = make_wheel(
+        tmp_path,
+        f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl",
+        {SO_NAME: kernel_so.read_bytes()},
+        metadata_version=None,
+    )
     assert checks_of(inspect_wheel(wheel, import_check=False))["metadata"] == ("fail", "no .dist-info/METADATA")
 
 
@@ -283,10 +322,12 @@ def test_inspect_of_a_file_that_is_not_a_wheel(tmp_path: Path, run_fa_images) ->
 
 
 @pytest.mark.parametrize("content", ["html", "empty", "truncated"])
-def test_a_corrupt_extension_fails_a_check_not_the_tool(content: str, host_only_so: Path, tmp_path: Path,
-                                                        run_fa_images) -> None:
-    data = {"html": b"<html>503 Service Unavailable</html>", "empty": b"",
-            "truncated": host_only_so.read_bytes()[:64]}[content]
+def test_a_corrupt_extension_fails_a_check_not_the_tool(
+    content: str, host_only_so: Path, tmp_path: Path, run_fa_images
+) -> None:
+    data = {"html": b"<html>503 Service Unavailable</html>", "empty": b"", "truncated": host_only_so.read_bytes()[:64]}[
+        content
+    ]
     wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl", {SO_NAME: data})
     proc = run_fa_images(["inspect", wheel])
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -332,10 +373,16 @@ def cpu_extension_wheels(tmp_path_factory) -> dict[bool, Path]:
         (src / "flash_api.cpp").write_text(EXT_SOURCE)
         (src / "setup.py").write_text(EXT_SETUP.format(abi=int(abi)))
         log = (src / "build.log").open("w")
-        procs[abi] = (src, log, subprocess.Popen(
-            [sys.executable, "setup.py", "-q", "bdist_wheel", "--dist-dir", str(src / "dist")],
-            cwd=src, stdout=log, stderr=subprocess.STDOUT,
-        ))
+        procs[abi] = (
+            src,
+            log,
+            subprocess.Popen(
+                [sys.executable, "setup.py", "-q", "bdist_wheel", "--dist-dir", str(src / "dist")],
+                cwd=src,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ),
+        )
     wheels = {}
     for abi, (src, log, proc) in procs.items():
         rc = proc.wait(timeout=900)
@@ -350,8 +397,15 @@ def cpu_extension_wheels(tmp_path_factory) -> dict[bool, Path]:
 @pytest.fixture(scope="session")
 def this_torch() -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", "import json, torch; print(json.dumps({'version': torch.__version__, "
-         "'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))"], capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import json, torch; print(json.dumps({'version': torch.__version__, "
+            "'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     info = json.loads(out.strip().splitlines()[-1])
     if not info["abi"]:
@@ -390,8 +444,9 @@ def test_old_abi_extension_against_the_expected_abi(cpu_extension_wheels, this_t
 
 
 @pytest.mark.slow
-def test_old_abi_extension_with_a_new_abi_label(cpu_extension_wheels, this_torch, tmp_path: Path,
-                                                run_fa_images) -> None:
+def test_old_abi_extension_with_a_new_abi_label(
+    cpu_extension_wheels, this_torch, tmp_path: Path, run_fa_images
+) -> None:
     labelled = relabel_wheel(cpu_extension_wheels[False], tmp_path, "0.0.1+cu128torch2.13cxx11abitrue")
     proc = run_fa_images(["inspect", labelled])
     assert proc.returncode == 1, proc.stderr
@@ -424,4 +479,3 @@ def test_abi_symbols_are_read_as_nm_reads_them(cpu_extension_wheels, this_torch,
         symbols = elf.undefined_dynamic_symbols(so)
         assert set(symbols) == expected
         assert verify._abi_from_symbols(symbols)[0] is abi
-

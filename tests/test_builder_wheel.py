@@ -33,10 +33,16 @@ class Built:
 @pytest.fixture(scope="module")
 def venv_torch(venv_python: str) -> dict:
     out = subprocess.run(
-        [venv_python, "-c", "import json, sys, torch; print(json.dumps({'version': torch.__version__, "
-         "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), "
-         "'gpu': torch.cuda.is_available(), 'cp': 'cp%d%d' % sys.version_info[:2]}))"],
-        capture_output=True, text=True, check=True,
+        [
+            venv_python,
+            "-c",
+            "import json, sys, torch; print(json.dumps({'version': torch.__version__, "
+            "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), "
+            "'gpu': torch.cuda.is_available(), 'cp': 'cp%d%d' % sys.version_info[:2]}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     info = json.loads(out.strip().splitlines()[-1])
     assert info["version"].startswith(toolchain.TORCH_VERSION + "+cu128"), info
@@ -47,7 +53,10 @@ def build_wheel(sdist: Path, work: Path, run_fa_images, venv_python: str, cuda_h
     out = work / "dist"
     proc = run_fa_images(
         ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", work / "work"],
-        python=venv_python, env={"CUDA_HOME": str(cuda_home)}, cwd=work, timeout=1200,
+        python=venv_python,
+        env={"CUDA_HOME": str(cuda_home)},
+        cwd=work,
+        timeout=1200,
     )
     return Built(sdist, out, proc)
 
@@ -125,28 +134,51 @@ def test_inspect_names_archs_the_wheel_lacks(wheel: Path, venv_python: str, run_
 @pytest.fixture(scope="module")
 def installed(wheel: Path, venv_python: str, tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([venv_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                    str(target), str(wheel)], check=True, capture_output=True, text=True,
-                   env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    subprocess.run(
+        [
+            venv_python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
     assert list(target.glob("flash_attn_2_cuda.*.so"))
     return target
 
 
-def test_check_import_only_passes_next_to_the_installed_wheel(installed: Path, venv_python: str, run_fa_images,
-                                                              venv_torch: dict, tmp_path: Path) -> None:
-    proc = run_fa_images(["check", "--import-only"], python=venv_python, module="fa_images.builder",
-                         env={"PYTHONPATH": str(installed)}, cwd=tmp_path)
+def test_check_import_only_passes_next_to_the_installed_wheel(
+    installed: Path, venv_python: str, run_fa_images, venv_torch: dict, tmp_path: Path
+) -> None:
+    proc = run_fa_images(
+        ["check", "--import-only"],
+        python=venv_python,
+        module="fa_images.builder",
+        env={"PYTHONPATH": str(installed)},
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"flash_attn {DEFAULT_VERSION} imports next to torch {venv_torch['version']}" in proc.stdout
     assert "PASS: import check" in proc.stdout
 
 
-def test_check_without_a_gpu_says_so(installed: Path, venv_python: str, run_fa_images, venv_torch: dict,
-                                     tmp_path: Path) -> None:
+def test_check_without_a_gpu_says_so(
+    installed: Path, venv_python: str, run_fa_images, venv_torch: dict, tmp_path: Path
+) -> None:
     if venv_torch["gpu"]:
         pytest.skip("a GPU is visible here; this test is about machines without one")
-    proc = run_fa_images(["check"], python=venv_python, module="fa_images.builder",
-                         env={"PYTHONPATH": str(installed)}, cwd=tmp_path)
+    proc = run_fa_images(
+        ["check"], python=venv_python, module="fa_images.builder", env={"PYTHONPATH": str(installed)}, cwd=tmp_path
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "NO GPU" in proc.stdout and "import check passed" in proc.stdout
 

@@ -103,22 +103,25 @@ def test_cuda_releases_belong_to_their_version(table: Compat) -> None:
         assert release.min_driver.isdigit()
 
 
-@pytest.mark.parametrize(("gpu", "capability", "arch"), [
-    ("A10G", "8.6", "80"),
-    ("a10g", "8.6", "80"),
-    ("L4", "8.9", "80"),
-    ("A100", "8.0", "80"),
-    ("H100", "9.0", "90"),
-    ("H200", "9.0", "90"),
-    ("B200", "10.0", "100"),
-    ("RTX5090", "12.0", "120"),
-    ("RTX 4090", "8.9", "80"),  # spaces and dashes in the query are ignored
-    ("sm_86", "8.6", "80"),
-    ("SM89", "8.9", "80"),
-    ("8.9", "8.9", "80"),
-    ("sm_100", "10.0", "100"),
-    ("sm_120", "12.0", "120"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "capability", "arch"),
+    [
+        ("A10G", "8.6", "80"),
+        ("a10g", "8.6", "80"),
+        ("L4", "8.9", "80"),
+        ("A100", "8.0", "80"),
+        ("H100", "9.0", "90"),
+        ("H200", "9.0", "90"),
+        ("B200", "10.0", "100"),
+        ("RTX5090", "12.0", "120"),
+        ("RTX 4090", "8.9", "80"),  # spaces and dashes in the query are ignored
+        ("sm_86", "8.6", "80"),
+        ("SM89", "8.9", "80"),
+        ("8.9", "8.9", "80"),
+        ("sm_100", "10.0", "100"),
+        ("sm_120", "12.0", "120"),
+    ],
+)
 def test_gpu_to_arch(table: Compat, gpu: str, capability: str, arch: str) -> None:
     assert table.capability_of(gpu) == capability
     assert table.arch_for_capability(capability) == arch
@@ -165,13 +168,15 @@ def test_flash_attn_facts(table: Compat) -> None:
 
 def test_override_merges_key_by_key(tmp_path: Path) -> None:
     path = tmp_path / "extra.yaml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         torch:
           "2.9.1":
             python: ["3.11", "3.12"]
         gpus:
           GB300: "10.3"
-    """))
+    """)
+    )
     table = compat_mod.load(path)
     assert table.torch["2.9.1"].pythons == ("3.11", "3.12")  # a list replaces
     assert table.torch["2.9.1"].default_cuda == "12.8"  # siblings stay
@@ -188,16 +193,21 @@ def test_merge() -> None:
 
 
 def test_unknown_section_with_did_you_mean(tmp_path: Path) -> None:
-    (p,) = override_problems(tmp_path, """
+    (p,) = override_problems(
+        tmp_path,
+        """
         # new GPUs
         gpu:
           GB300: "10.3"
-    """)
+    """,
+    )
     assert (p.line, p.message, p.hint) == (2, "unknown section 'gpu'", "did you mean 'gpus'?")
 
 
 def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
-    problems = override_problems(tmp_path, """
+    problems = override_problems(
+        tmp_path,
+        """
         torch:
           "2.10.0":
             python: ["3.12"]
@@ -210,7 +220,8 @@ def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
           "2.4.2": {sha256: "0000000000000000000000000000000000000000000000000000000000000000"}
         rules:
           cuda13_min_torch: 2.9
-    """)
+    """,
+    )
     assert [(p.line, p.message) for p in problems] == [
         (8, "cuda.13.1.release: 13.1 must be a quoted string"),
         (4, "torch.2.10.0.default_cuda '13.1' is not one of its CUDA variants"),

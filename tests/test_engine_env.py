@@ -44,17 +44,13 @@ def no_leftover_containers(engine: EngineHandle) -> Iterator[None]:
     """Each test must remove every container it (or a build) created."""
     before = {c.id for c in engine.client.containers.list(all=True)}
     yield
-    left = [
-        c.name for c in engine.client.containers.list(all=True) if c.id not in before
-    ]
+    left = [c.name for c in engine.client.containers.list(all=True) if c.id not in before]
     assert not left, f"containers left behind: {left}"
 
 
 def run(client: docker.DockerClient, image: str, script: str) -> str:
     """Run ``bash -c script`` in a throwaway container; return its output."""
-    output = client.containers.run(
-        image, ["bash", "-c", script], remove=True, network_mode="none", stderr=True
-    )
+    output = client.containers.run(image, ["bash", "-c", script], remove=True, network_mode="none", stderr=True)
     return output.decode()
 
 
@@ -63,22 +59,12 @@ def make_wheel(directory: Path, version: str = "1.0") -> Path:
     dist_info = f"{PROBE}-{version}.dist-info"
     files = {
         f"{PROBE}/__init__.py": b"VALUE = 'probe-ok'\n",
-        f"{dist_info}/METADATA": (
-            b"Metadata-Version: 2.1\nName: fa-engine-probe\n"
-            + f"Version: {version}\n".encode()
-        ),
-        f"{dist_info}/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-            b"Tag: py3-none-any\n"
-        ),
+        f"{dist_info}/METADATA": (b"Metadata-Version: 2.1\nName: fa-engine-probe\n" + f"Version: {version}\n".encode()),
+        f"{dist_info}/WHEEL": (b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
     }
     record = []
     for name, data in files.items():
-        digest = (
-            base64.urlsafe_b64encode(hashlib.sha256(data).digest())
-            .rstrip(b"=")
-            .decode()
-        )
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(data)}")
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
@@ -93,8 +79,7 @@ def test_base_images(engine: EngineHandle, bases: BaseImages) -> None:
     runtime = run(
         engine.client,
         bases.runtime,
-        "python3 -c 'import ensurepip, venv, ssl; print(\"py-ok\")';"
-        " command -v g++ || echo no-gxx",
+        "python3 -c 'import ensurepip, venv, ssl; print(\"py-ok\")'; command -v g++ || echo no-gxx",
     )
     assert "py-ok" in runtime
     assert "no-gxx" in runtime
@@ -110,9 +95,7 @@ def test_base_images(engine: EngineHandle, bases: BaseImages) -> None:
     assert base_images(engine.client) == bases
 
 
-def test_pip_from_served_wheel_then_push_and_pull(
-    engine: EngineHandle, bases: BaseImages, tmp_path: Path
-) -> None:
+def test_pip_from_served_wheel_then_push_and_pull(engine: EngineHandle, bases: BaseImages, tmp_path: Path) -> None:
     client = engine.client
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -128,9 +111,7 @@ def test_pip_from_served_wheel_then_push_and_pull(
         (tmp_path / "Dockerfile").write_text(dockerfile)
         local_tag = "fa-images-test/probe:latest"
         remote = f"{registry}/fa-images-test/probe"
-        image_id = run_build(
-            client, path=str(tmp_path), tag=local_tag, network_mode="host"
-        )
+        image_id = run_build(client, path=str(tmp_path), tag=local_tag, network_mode="host")
         try:
             out = client.containers.run(
                 local_tag,
@@ -163,9 +144,7 @@ def test_pip_from_served_wheel_then_push_and_pull(
                     pass
 
 
-def test_push_to_unreachable_registry_reports_error(
-    engine: EngineHandle, bases: BaseImages
-) -> None:
+def test_push_to_unreachable_registry_reports_error(engine: EngineHandle, bases: BaseImages) -> None:
     client = engine.client
     remote = f"{unreachable_registry()}/fa-images-test/nowhere"
     client.images.get(bases.runtime).tag(remote, "1")
@@ -177,9 +156,7 @@ def test_push_to_unreachable_registry_reports_error(
     assert errors, pushed
 
 
-def test_cuda_devel_standin(
-    engine: EngineHandle, bases: BaseImages, tmp_path: Path
-) -> None:
+def test_cuda_devel_standin(engine: EngineHandle, bases: BaseImages, tmp_path: Path) -> None:
     client = engine.client
     outside = tmp_path / "outside.h"
     outside.write_text("#define OUTSIDE 1\n")
@@ -188,9 +165,7 @@ def test_cuda_devel_standin(
     (cuda / "targets/x86_64-linux/lib").mkdir(parents=True)
     (cuda / "include").mkdir()
     nvcc = cuda / "bin" / "nvcc"
-    nvcc.write_text(
-        "#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n"
-    )
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
     nvcc.chmod(0o755)
     (cuda / "lib64").symlink_to("targets/x86_64-linux/lib")  # stays a symlink
     (cuda / "include" / "outside.h").symlink_to(outside)  # copied in

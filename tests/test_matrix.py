@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from packaging.version import InvalidVersion
 
 from fa_images import matrix as matrix_mod
 from fa_images import render, yamlfile
@@ -71,8 +70,9 @@ def entry_of(tmp_path: Path, line: str, extra: str = "") -> Entry:
 
 def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "fa_images", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 # ----------------------------------------------------------------------------- default matrix
@@ -134,7 +134,8 @@ def expand_values(data: dict) -> tuple[list[dict], list[Problem]]:
 
 def test_expand_is_the_cartesian_product_in_axis_order() -> None:
     values, problems = expand_values(
-        {"matrix": {"python": ["3.11", "3.12"], "torch": ["2.6.0", "2.9.1"], "ptx": [False]}})
+        {"matrix": {"python": ["3.11", "3.12"], "torch": ["2.6.0", "2.9.1"], "ptx": [False]}}
+    )
     assert problems == []
     assert values == [
         {"python": "3.11", "torch": "2.6.0", "ptx": False},
@@ -145,18 +146,28 @@ def test_expand_is_the_cartesian_product_in_axis_order() -> None:
 
 
 def test_exclude_matches_partially() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.10", "3.11", "3.12"], "torch": ["2.6.0", "2.9.1"],
-        "exclude": [{"torch": "2.6.0"}, {"python": "3.10", "torch": "2.9.1"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.10", "3.11", "3.12"],
+                "torch": ["2.6.0", "2.9.1"],
+                "exclude": [{"torch": "2.6.0"}, {"python": "3.10", "torch": "2.9.1"}],
+            }
+        }
+    )
     assert values == [{"python": "3.11", "torch": "2.9.1"}, {"python": "3.12", "torch": "2.9.1"}]
 
 
 def test_include_merges_extra_keys_into_matching_combinations_only() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.11", "3.12"], "torch": ["2.6.0", "2.9.1"],
-        "include": [{"torch": "2.9.1", "cuda": "12.8"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.11", "3.12"],
+                "torch": ["2.6.0", "2.9.1"],
+                "include": [{"torch": "2.9.1", "cuda": "12.8"}],
+            }
+        }
+    )
     assert values == [
         {"python": "3.11", "torch": "2.6.0"},
         {"python": "3.11", "torch": "2.9.1", "cuda": "12.8"},
@@ -166,10 +177,15 @@ def test_include_merges_extra_keys_into_matching_combinations_only() -> None:
 
 
 def test_include_that_would_overwrite_an_axis_value_adds_a_new_combination() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.12"], "torch": ["2.9.1"],
-        "include": [{"python": "3.12", "torch": "2.8.0", "cuda": "12.9"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.12"],
+                "torch": ["2.9.1"],
+                "include": [{"python": "3.12", "torch": "2.8.0", "cuda": "12.9"}],
+            }
+        }
+    )
     assert values == [
         {"python": "3.12", "torch": "2.9.1"},  # original value kept
         {"python": "3.12", "torch": "2.8.0", "cuda": "12.9"},  # new combination, nothing inherited
@@ -182,10 +198,15 @@ def test_include_with_only_new_keys_goes_into_every_combination() -> None:
 
 
 def test_added_values_can_be_overwritten_by_later_includes() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.12"], "torch": ["2.6.0", "2.9.1"],
-        "include": [{"cuda": "12.6"}, {"torch": "2.9.1", "cuda": "12.8"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.12"],
+                "torch": ["2.6.0", "2.9.1"],
+                "include": [{"cuda": "12.6"}, {"torch": "2.9.1", "cuda": "12.8"}],
+            }
+        }
+    )
     assert values == [
         {"python": "3.12", "torch": "2.6.0", "cuda": "12.6"},
         {"python": "3.12", "torch": "2.9.1", "cuda": "12.8"},
@@ -193,10 +214,14 @@ def test_added_values_can_be_overwritten_by_later_includes() -> None:
 
 
 def test_includes_do_not_merge_into_combinations_added_by_includes() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.12"],
-        "include": [{"python": "3.11", "torch": "2.6.0"}, {"python": "3.11", "cuda": "12.4"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.12"],
+                "include": [{"python": "3.11", "torch": "2.6.0"}, {"python": "3.11", "cuda": "12.4"}],
+            }
+        }
+    )
     assert values == [
         {"python": "3.12"},
         {"python": "3.11", "torch": "2.6.0"},
@@ -205,22 +230,32 @@ def test_includes_do_not_merge_into_combinations_added_by_includes() -> None:
 
 
 def test_exclude_runs_before_include() -> None:
-    values, _ = expand_values({"matrix": {
-        "python": ["3.11", "3.12"], "exclude": [{"python": "3.11"}], "include": [{"python": "3.11", "torch": "2.6.0"}],
-    }})
+    values, _ = expand_values(
+        {
+            "matrix": {
+                "python": ["3.11", "3.12"],
+                "exclude": [{"python": "3.11"}],
+                "include": [{"python": "3.11", "torch": "2.6.0"}],
+            }
+        }
+    )
     assert values == [{"python": "3.12"}, {"python": "3.11", "torch": "2.6.0"}]
 
 
 def test_one_off_entries_come_after_the_matrix() -> None:
-    values, _ = expand_values({
-        "matrix": {"python": ["3.12"], "include": [{"python": "3.9", "torch": "2.5.1"}]},
-        "entries": [{"python": "3.10"}],
-    })
+    values, _ = expand_values(
+        {
+            "matrix": {"python": ["3.12"], "include": [{"python": "3.9", "torch": "2.5.1"}]},
+            "entries": [{"python": "3.10"}],
+        }
+    )
     assert values == [{"python": "3.12"}, {"python": "3.9", "torch": "2.5.1"}, {"python": "3.10"}]
 
 
 def test_expansion_through_load_keeps_plan_order(tmp_path: Path) -> None:
-    m = load(tmp_path, """
+    m = load(
+        tmp_path,
+        """
         matrix:
           python: ["3.11", "3.12"]
           torch: ["2.6.0", "2.9.1"]
@@ -234,7 +269,8 @@ def test_expansion_through_load_keeps_plan_order(tmp_path: Path) -> None:
             - {python: "3.13", torch: "2.9.1", cuda: "13.0", flash_attn: "2.8.3", archs: [90]}
         entries:
           - {python: "3.10", torch: "2.8.0", flash_attn: "2.8.2", target: H100}
-    """)
+    """,
+    )
     assert [e.id for e in m.entries] == [
         "fa2.8.3-py3.11-torch2.9.1-cu128",
         "fa2.8.3-py3.12-torch2.6.0-cu126",
@@ -247,7 +283,9 @@ def test_expansion_through_load_keeps_plan_order(tmp_path: Path) -> None:
 
 
 def test_duplicate_ids_are_reported_with_the_entry_that_builds_it_first(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: ["3.12"]
           torch: ["2.9.1"]
@@ -255,22 +293,28 @@ def test_duplicate_ids_are_reported_with_the_entry_that_builds_it_first(tmp_path
           target: [A100]
         entries:
           - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", archs: [90]}
-    """)
+    """,
+    )
     assert p.line == 7
     assert p.entry == "entries[0]"
-    assert p.message == ("expands to fa2.8.3-py3.12-torch2.9.1-cu128, which "
-                         "matrix[python=3.12, torch=2.9.1, flash_attn=2.8.3, target=A100] already builds")
+    assert p.message == (
+        "expands to fa2.8.3-py3.12-torch2.9.1-cu128, which "
+        "matrix[python=3.12, torch=2.9.1, flash_attn=2.8.3, target=A100] already builds"
+    )
     assert p.hint == "remove one, or change an exclude/include rule"
 
 
 def test_targets_that_differ_only_in_gpus_collide(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: ["3.12"]
           torch: ["2.9.1"]
           flash_attn: ["2.8.3"]
           target: [A100, H100]
-    """)
+    """,
+    )
     assert p.line == 1
     assert "expands to fa2.8.3-py3.12-torch2.9.1-cu128, which matrix[" in p.message
     assert "target=A100] already builds" in p.message
@@ -279,19 +323,22 @@ def test_targets_that_differ_only_in_gpus_collide(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- targets -> archs
 
 
-@pytest.mark.parametrize(("target", "archs"), [
-    ("A10G", ("80",)),
-    ("L4", ("80",)),
-    ("a10g", ("80",)),  # case-insensitive
-    ("A100", ("80",)),
-    ("H100", ("90",)),
-    ("H200", ("90",)),
-    ('"sm_86"', ("80",)),
-    ('"sm_89"', ("80",)),
-    ('"8.9"', ("80",)),
-    ("[A10G, L4]", ("80",)),
-    ("[L4, H100]", ("80", "90")),
-])
+@pytest.mark.parametrize(
+    ("target", "archs"),
+    [
+        ("A10G", ("80",)),
+        ("L4", ("80",)),
+        ("a10g", ("80",)),  # case-insensitive
+        ("A100", ("80",)),
+        ("H100", ("90",)),
+        ("H200", ("90",)),
+        ('"sm_86"', ("80",)),
+        ('"sm_89"', ("80",)),
+        ('"8.9"', ("80",)),
+        ("[A10G, L4]", ("80",)),
+        ("[L4, H100]", ("80", "90")),
+    ],
+)
 def test_target_resolves_to_archs(tmp_path: Path, target: str, archs: tuple[str, ...]) -> None:
     e = entry_of(tmp_path, f'{{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: {target}}}')
     assert e.archs == archs
@@ -304,18 +351,24 @@ def test_b200_needs_arch_100(tmp_path: Path) -> None:
 
 
 def test_named_targets_are_the_union_of_their_gpus(tmp_path: Path) -> None:
-    e = entry_of(tmp_path, '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: [aws, cluster]}',
-                 extra="targets:\n  aws: [A10G, L4]\n  cluster: [A100, H100]\n")
+    e = entry_of(
+        tmp_path,
+        '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: [aws, cluster]}',
+        extra="targets:\n  aws: [A10G, L4]\n  cluster: [A100, H100]\n",
+    )
     assert e.archs == ("80", "90")
     assert e.gpus == ("A10G", "L4", "A100", "H100")
 
 
-@pytest.mark.parametrize(("archs", "want"), [
-    ("[80, 90]", ("80", "90")),
-    ("[90, 80]", ("80", "90")),
-    ('["sm_90", "8.0"]', ("80", "90")),
-    ("80", ("80",)),
-])
+@pytest.mark.parametrize(
+    ("archs", "want"),
+    [
+        ("[80, 90]", ("80", "90")),
+        ("[90, 80]", ("80", "90")),
+        ('["sm_90", "8.0"]', ("80", "90")),
+        ("80", ("80",)),
+    ],
+)
 def test_explicit_archs(tmp_path: Path, archs: str, want: tuple[str, ...]) -> None:
     e = entry_of(tmp_path, f'{{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: {archs}}}')
     assert e.archs == want
@@ -323,13 +376,16 @@ def test_explicit_archs(tmp_path: Path, archs: str, want: tuple[str, ...]) -> No
 
 
 def test_explicit_arch_that_flash_attn_has_no_kernels_for(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             flash_attn: "2.8.3"
             archs: [86]
-    """)
+    """,
+    )
     assert p.line == 5
     assert p.message.startswith("'86' is not a flash-attn arch")
     assert "8.6 and 8.9 GPUs run the 80 kernels" in p.message
@@ -337,20 +393,25 @@ def test_explicit_arch_that_flash_attn_has_no_kernels_for(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("gpu", ["T4", '"sm_75"'])
 def test_pre_ampere_gpu_is_rejected(tmp_path: Path, gpu: str) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         entries:
           - python: "3.12"
             torch: "2.9.1"
             flash_attn: "2.8.3"
             target: [A10G, {gpu}]
-    """)
+    """,
+    )
     assert p.line == 5
     assert p.message.endswith("(compute capability 7.5) cannot run flash-attn 2")
     assert p.hint == "flash-attn 2 needs Ampere (8.0) or newer"
 
 
 def test_unknown_gpu_gets_a_did_you_mean(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         targets:
           aws: [A10G, L4]
         entries:
@@ -358,7 +419,8 @@ def test_unknown_gpu_gets_a_did_you_mean(tmp_path: Path) -> None:
             torch: "2.9.1"
             flash_attn: "2.8.3"
             target: H1000
-    """)
+    """,
+    )
     assert p.line == 7
     assert p.message == "unknown GPU or target 'H1000'"
     assert p.hint == "did you mean 'H100'?; or write its compute capability, e.g. sm_86"
@@ -366,34 +428,43 @@ def test_unknown_gpu_gets_a_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_unknown_gpu_inside_a_named_target_is_reported_at_the_target(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         targets:
           lab: [A100, RTX4080]
         entries:
           - {ENTRY.replace("A100", "lab")}
-    """)
+    """,
+    )
     assert p.line == 4
     assert p.message == "unknown GPU or target 'RTX4080'"
     assert p.hint.startswith("did you mean 'RTX4090'?")
 
 
 def test_no_target_and_no_archs(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3"}
-    """)
+    """,
+    )
     assert (p.line, p.message) == (2, "no target and no archs: name the GPUs it is for")
     assert p.hint == "e.g. target: aws (a name under targets:) or archs: [80]"
 
 
 def test_targets_must_map_names_to_lists(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, f"""
+    problems = problems_of(
+        tmp_path,
+        f"""
         image: acme/fa
         targets:
           aws: A10G
         entries:
           - {ENTRY.replace("A100", "aws")}
-    """)
+    """,
+    )
     assert [(p.line, p.message) for p in problems] == [
         (2, "targets must map names to lists of GPUs"),
         (5, "unknown GPU or target 'aws'"),
@@ -404,12 +475,15 @@ def test_targets_must_map_names_to_lists(tmp_path: Path) -> None:
 
 
 def test_yaml_syntax_error_has_line_and_column(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         image: acme/fa
         entries:
           - {python: "3.12", torch: "2.9.1"
           - {python: "3.11"}
-    """)
+    """,
+    )
     assert p.file == str(tmp_path / "matrix.yaml")
     assert p.message == "invalid YAML: expected ',' or '}', but got '-'"
     assert (p.line, p.hint) == (4, "column 3")
@@ -448,13 +522,16 @@ def test_top_level_must_be_a_mapping(tmp_path: Path, text: str, kind: str) -> No
 
 
 def test_unknown_top_level_key_with_did_you_mean(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         image: acme/fa
         entrys:
           - {ENTRY}
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     assert (p.line, p.message, p.hint) == (2, "unknown key 'entrys'", "did you mean 'entries'?")
     assert p.entry is None
 
@@ -474,13 +551,16 @@ def test_entries_must_be_a_list_of_mappings(tmp_path: Path) -> None:
 
 
 def test_a_matrix_that_expands_to_nothing(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         image: acme/fa
         matrix:
           python: ["3.12"]
           exclude:
             - {python: "3.12"}
-    """)
+    """,
+    )
     assert (p.line, p.message) == (2, "the matrix expands to no entries")
 
 
@@ -488,13 +568,16 @@ def test_a_matrix_that_expands_to_nothing(tmp_path: Path) -> None:
 
 
 def test_unknown_axis_with_did_you_mean(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, """
+    problems = problems_of(
+        tmp_path,
+        """
         matrix:
           pyton: ["3.12"]
           torch: ["2.9.1"]
           flash_attn: ["2.8.3"]
           target: [A100]
-    """)
+    """,
+    )
     first = problems[0]
     assert (first.line, first.message, first.hint) == (2, "unknown axis 'pyton'", "did you mean 'python'?")
     # The combinations lack python because the axis was dropped; that is reported too.
@@ -502,12 +585,15 @@ def test_unknown_axis_with_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_axis_must_be_a_non_empty_list(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, """
+    problems = problems_of(
+        tmp_path,
+        """
         matrix:
           python: "3.12"
           torch: []
           flash_attn: ["2.8.3"]
-    """)
+    """,
+    )
     assert [(p.line, p.message, p.hint) for p in problems[:2]] == [
         (2, "axis 'python' must be a non-empty list", "e.g. python: ['3.12']"),
         (3, "axis 'torch' must be a non-empty list", "e.g. torch: [[]]"),
@@ -515,7 +601,9 @@ def test_axis_must_be_a_non_empty_list(tmp_path: Path) -> None:
 
 
 def test_exclude_and_include_rules_are_checked(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, """
+    problems = problems_of(
+        tmp_path,
+        """
         matrix:
           python: ["3.12"]
           torch: ["2.9.1"]
@@ -526,7 +614,8 @@ def test_exclude_and_include_rules_are_checked(tmp_path: Path) -> None:
             - just-a-string
           include:
             - 42
-    """)
+    """,
+    )
     assert [(p.line, p.message, p.hint) for p in problems] == [
         (7, "exclude rule names 'cuda', which is not an axis", "known: python, torch, flash_attn, target"),
         (8, "each exclude rule must be a mapping", None),
@@ -535,19 +624,24 @@ def test_exclude_and_include_rules_are_checked(tmp_path: Path) -> None:
 
 
 def test_unknown_key_in_an_entry(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             flash_attn: "2.8.3"
             target: A100
             ptxx: true
-    """)
+    """,
+    )
     assert (p.line, p.entry, p.message, p.hint) == (6, "entries[0]", "unknown key 'ptxx'", "did you mean 'ptx'?")
 
 
 def test_unknown_key_in_an_include_points_at_the_include(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: ["3.12"]
           torch: ["2.9.1"]
@@ -555,52 +649,67 @@ def test_unknown_key_in_an_include_points_at_the_include(tmp_path: Path) -> None
           target: [A100]
           include:
             - {python: "3.11", torch: "2.9.1", flash_attn: "2.8.3", target: A100, cudaa: "12.8"}
-    """)
+    """,
+    )
     assert (p.line, p.entry, p.message) == (7, "matrix.include[0]", "unknown key 'cudaa'")
 
 
 def test_unquoted_3_10(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: [3.10]
           torch: ["2.9.1"]
           flash_attn: ["2.8.3"]
           target: [A100]
-    """)
+    """,
+    )
     assert (p.line, p.message) == (2, "python 3.1 must be a quoted string")
     assert p.hint == 'write python: "3.1"; quote versions: YAML reads an unquoted 3.10 as the number 3.1'
     assert p.entry == "matrix[python=3.1, torch=2.9.1, flash_attn=2.8.3, target=A100]"
 
 
 def test_unquoted_cuda(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             cuda: 12.8
             flash_attn: "2.8.3"
             target: A100
-    """)
-    assert (p.line, p.message, p.hint) == (4, "cuda 12.8 must be a quoted string",
-                                           'write cuda: "12.8"; quote versions: YAML reads an unquoted 3.10 as the number 3.1')
+    """,
+    )
+    assert (p.line, p.message, p.hint) == (
+        4,
+        "cuda 12.8 must be a quoted string",
+        'write cuda: "12.8"; quote versions: YAML reads an unquoted 3.10 as the number 3.1',
+    )
 
 
 def test_unquoted_cuda_does_not_hide_other_problems(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, """
+    problems = problems_of(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             cuda: 12.8
             flash_attn: "2.4.2"
             target: T4
-    """)
+    """,
+    )
     assert sorted(p.line for p in problems) == [4, 5, 6]  # cuda, flash_attn, target
 
 
 def test_missing_version_keys(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, "entries:\n  - {target: A100}\n")
     assert [(p.line, p.message) for p in problems] == [
-        (2, "python is missing"), (2, "torch is missing"), (2, "flash_attn is missing"),
+        (2, "python is missing"),
+        (2, "torch is missing"),
+        (2, "flash_attn is missing"),
     ]
 
 
@@ -613,21 +722,27 @@ def test_python_that_fa_images_does_not_support(tmp_path: Path) -> None:
 
 
 def test_ptx_must_be_a_bool(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80],
              ptx: "yes"}
-    """)
+    """,
+    )
     assert (p.line, p.message) == (3, "ptx must be true or false, not 'yes'")
 
 
 def test_ptx_comes_from_build_options_unless_the_entry_says(tmp_path: Path) -> None:
-    m = load(tmp_path, """
+    m = load(
+        tmp_path,
+        """
         build: {ptx: true}
         entries:
           - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}
           - {python: "3.11", torch: "2.9.1", flash_attn: "2.8.3", archs: [80], ptx: false}
-    """)
+    """,
+    )
     assert [e.ptx for e in m.entries] == [True, False]
     assert m.build.ptx is True
 
@@ -636,45 +751,57 @@ def test_ptx_comes_from_build_options_unless_the_entry_says(tmp_path: Path) -> N
 
 
 def test_unknown_torch_lists_the_known_versions(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.10.0"
             cuda: "12.8"
             flash_attn: "2.8.3"
             target: A100
-    """)
+    """,
+    )
     assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table")
-    assert p.hint == ("known: 2.5.1, 2.6.0, 2.7.0, 2.7.1, 2.8.0, 2.9.0, 2.9.1; "
-                      "add it with --compat FILE, or set allow_unknown: true")
+    assert p.hint == (
+        "known: 2.5.1, 2.6.0, 2.7.0, 2.7.1, 2.8.0, 2.9.0, 2.9.1; add it with --compat FILE, or set allow_unknown: true"
+    )
 
 
 def test_python_not_supported_by_that_torch(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.9"
             torch: "2.9.1"
             flash_attn: "2.8.3"
             target: A100
-    """)
+    """,
+    )
     assert (p.line, p.message) == (2, "torch 2.9.1 has no wheels for Python 3.9")
     assert p.hint == "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13"
 
 
 def test_cuda_variant_missing(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             cuda: "12.4"
             flash_attn: "2.8.3"
             target: A100
-    """)
+    """,
+    )
     assert (p.line, p.message, p.hint) == (4, "torch 2.9.1 has no CUDA 12.4 build", "its variants: 12.6, 12.8, 13.0")
 
 
 def test_cuda_variant_missing_from_an_include_points_at_the_include(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: ["3.12"]
           torch: ["2.6.0"]
@@ -682,20 +809,24 @@ def test_cuda_variant_missing_from_an_include_points_at_the_include(tmp_path: Pa
           target: [A100]
           include:
             - {torch: "2.6.0", cuda: "12.8"}
-    """)
+    """,
+    )
     assert p.message == "torch 2.6.0 has no CUDA 12.8 build"
     assert p.line == 7
 
 
 def test_cuda_13_needs_torch_2_9(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, """
+    problems = problems_of(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.8.0"
             cuda: "13.0"
             flash_attn: "2.8.3"
             target: A100
-    """)
+    """,
+    )
     assert [(p.line, p.message) for p in problems] == [
         (4, "torch 2.8.0 has no CUDA 13.0 build"),
         (4, "CUDA 13.0 needs torch >= 2.9, not 2.8.0"),
@@ -703,39 +834,53 @@ def test_cuda_13_needs_torch_2_9(tmp_path: Path) -> None:
 
 
 def test_cuda_13_rule_holds_even_where_the_table_has_the_variant(tmp_path: Path) -> None:
-    override = write(tmp_path, """
+    override = write(
+        tmp_path,
+        """
         torch:
           "2.8.0":
             cuda:
               "13.0": {cxx11_abi: true}
-    """, name="compat-extra.yaml")
-    p = one_problem(tmp_path, """
+    """,
+        name="compat-extra.yaml",
+    )
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.8.0"
             cuda: "13.0"
             flash_attn: "2.8.3"
             target: A100
-    """, compat_override=override)
+    """,
+        compat_override=override,
+    )
     assert (p.line, p.message) == (4, "CUDA 13.0 needs torch >= 2.9, not 2.8.0")
     assert p.file == str(tmp_path / "matrix.yaml")
 
 
-@pytest.mark.parametrize("where", [
-    "target: B200",
-    'target: "sm_100"',
-    "archs: [100]",
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "target: B200",
+        'target: "sm_100"',
+        "archs: [100]",
+    ],
+)
 def test_arch_100_needs_cuda_12_8(tmp_path: Path, where: str) -> None:
     key = where.split(":")[0]
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         entries:
           - python: "3.12"
             torch: "2.6.0"
             cuda: "12.4"
             flash_attn: "2.8.3"
             {where}
-    """)
+    """,
+    )
     assert p.message == "arch 100 needs CUDA >= 12.8, this entry uses 12.4"
     assert p.line == 6, f"{key} is on line 6"
 
@@ -746,38 +891,47 @@ def test_arch_100_with_cuda_12_8_is_fine(tmp_path: Path) -> None:
 
 
 def test_arch_110_needs_cuda_13(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.6.0"
             cuda: "12.4"
             flash_attn: "2.8.3"
             archs: [110]
-    """)
+    """,
+    )
     assert "arch 110" in p.message  # (its line: see test_arch_100_needs_cuda_12_8[archs: [100]])
 
 
 @pytest.mark.parametrize("version", ["2.4.2", "2.8.4", "3.0.0b1"])
 def test_flash_attn_outside_the_supported_range(tmp_path: Path, version: str) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         entries:
           - python: "3.12"
             torch: "2.9.1"
             flash_attn: "{version}"
             target: A100
-    """)
+    """,
+    )
     assert (p.line, p.message) == (4, f"flash-attn {version} cannot be built by fa-images")
     assert p.hint == f"supported: {SUPPORTED_FLASH_ATTN}"
 
 
 def test_unknown_flash_attn_version_inside_the_range(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         entries:
           - python: "3.12"
             torch: "2.9.1"
             flash_attn: "2.7.0"
             target: A100
-    """)
+    """,
+    )
     assert (p.line, p.message) == (4, "flash-attn 2.7.0 is not in the compat table")
     assert p.hint.startswith("known: 2.5.9.post1, 2.6.3, ")
     assert p.hint.endswith("; add it with --compat FILE, or set allow_unknown: true")
@@ -794,12 +948,15 @@ def test_non_pep440_versions_are_config_errors(tmp_path: Path, key: str, value: 
 
 
 def test_allow_unknown_lets_an_unknown_torch_through(tmp_path: Path) -> None:
-    m = load(tmp_path, """
+    m = load(
+        tmp_path,
+        """
         allow_unknown: true
         entries:
           - {python: "3.12", torch: "2.10.0", cuda: "12.8", flash_attn: "2.8.3", target: H100}
           - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.0", target: H100}
-    """)
+    """,
+    )
     new_torch, new_fa = m.entries
     assert new_torch.id == "fa2.8.3-py3.12-torch2.10.0-cu128"
     assert new_torch.cxx11_abi is None  # the table does not know; the builder reads it from torch
@@ -810,25 +967,32 @@ def test_allow_unknown_lets_an_unknown_torch_through(tmp_path: Path) -> None:
 
 
 def test_allow_unknown_still_needs_cuda_for_an_unknown_torch(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         allow_unknown: true
         entries:
           - python: "3.12"
             torch: "2.10.0"
             flash_attn: "2.8.3"
             target: H100
-    """)
+    """,
+    )
     assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table, so cuda must be given")
 
 
 def test_allow_unknown_does_not_relax_the_flash_attn_range(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, 'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.9.1", '
-                              'flash_attn: "2.4.2", target: H100}\n')
+    p = one_problem(
+        tmp_path,
+        'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.4.2", target: H100}\n',
+    )
     assert p.message == "flash-attn 2.4.2 cannot be built by fa-images"
 
 
 def test_all_problems_are_reported_together(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         image: Acme/FA
         targts: {}
         matrix:
@@ -839,7 +1003,8 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
         entries:
           - {python: "3.12", torch: "2.6.0", cuda: "12.8", flash_attn: "2.8.3", target: A100}
           - {python: "3.9", torch: "2.9.1", flash_attn: "2.4.2", target: T4}
-    """)
+    """,
+    )
     with pytest.raises(ConfigError) as info:
         matrix_mod.load(path)
     got = [(p.line, p.message) for p in info.value.problems]
@@ -859,13 +1024,16 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
 
 
 def test_an_axis_value_wrong_in_many_combinations_is_reported_once(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, """
+    p = one_problem(
+        tmp_path,
+        """
         matrix:
           python: ["3.11", "3.12"]
           torch: ["2.9.1"]
           flash_attn: ["2.4.2"]
           target: [A100]
-    """)
+    """,
+    )
     assert (p.line, p.message) == (4, "flash-attn 2.4.2 cannot be built by fa-images")
     assert p.entry == "matrix[python=3.11, torch=2.9.1, flash_attn=2.4.2, target=A100] (and 1 more)"
 
@@ -888,25 +1056,36 @@ def test_default_image(tmp_path: Path) -> None:
 
 
 def test_bases_python_must_be_uv_or_system(tmp_path: Path) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         bases:
           python: conda
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     assert (p.line, p.message) == (2, "bases.python must be uv or system, not 'conda'")
 
 
-@pytest.mark.parametrize(("section", "key", "near"), [
-    ("bases", "devl", "devel"), ("packages", "torch-index", "torch_index"), ("build", "ptxx", "ptx"),
-])
+@pytest.mark.parametrize(
+    ("section", "key", "near"),
+    [
+        ("bases", "devl", "devel"),
+        ("packages", "torch-index", "torch_index"),
+        ("build", "ptxx", "ptx"),
+    ],
+)
 def test_unknown_key_in_a_section(tmp_path: Path, section: str, key: str, near: str) -> None:
-    p = one_problem(tmp_path, f"""
+    p = one_problem(
+        tmp_path,
+        f"""
         {section}:
           {key}: x
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     assert (p.line, p.message, p.hint) == (2, f"unknown key {section}.{key}", f"did you mean {near!r}?")
 
 
@@ -925,13 +1104,16 @@ def test_unknown_placeholder_in_a_base_image(tmp_path: Path) -> None:
 
 
 def test_bases_devel_points_at_a_registry_mirror(tmp_path: Path) -> None:
-    m = load(tmp_path, f"""
+    m = load(
+        tmp_path,
+        f"""
         bases:
           devel: "mirror.local/nvidia/cuda:{{cuda_release}}-devel-ubuntu22.04"
           runtime: "mirror.local/nvidia/cuda:{{cuda}}-base"
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     (e,) = m.entries
     assert e.devel_image == "mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04"
     assert e.runtime_image == "mirror.local/nvidia/cuda:12.8-base"
@@ -941,14 +1123,17 @@ def test_bases_devel_points_at_a_registry_mirror(tmp_path: Path) -> None:
 
 
 def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None:
-    m = load(tmp_path, f"""
+    m = load(
+        tmp_path,
+        f"""
         packages:
           index: null
           torch_index: null
           find_links: [/wheels, "http://127.0.0.1:8000/links/"]
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     (e,) = m.entries
     assert e.torch_index is None
     assert m.packages.find_links == ("/wheels", "http://127.0.0.1:8000/links/")
@@ -968,12 +1153,15 @@ def test_torch_index_null_takes_torch_from_the_main_index(tmp_path: Path) -> Non
 
 
 def test_torch_index_template_is_filled_per_entry(tmp_path: Path) -> None:
-    m = load(tmp_path, f"""
+    m = load(
+        tmp_path,
+        f"""
         packages:
           torch_index: "http://torch.mirror/{{cuda_tag}}/{{cuda}}/{{cuda_release}}"
         entries:
           - {ENTRY}
-    """)
+    """,
+    )
     assert m.entries[0].torch_index == "http://torch.mirror/cu128/12.8/12.8.1"
 
 
@@ -1030,25 +1218,33 @@ def test_compat_flag_on_the_command_line(tmp_path: Path) -> None:
     result = run_cli("plan", "--json", "--compat", "compat-extra.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [e["id"] for e in json.loads(result.stdout)] == [
-        "fa2.8.3-py3.12-torch2.10.0-cu130", "fa2.8.3-py3.12-torch2.10.0-cu128"]
+        "fa2.8.3-py3.12-torch2.10.0-cu130",
+        "fa2.8.3-py3.12-torch2.10.0-cu128",
+    ]
 
 
 def torch_2_10(python: str = '["3.12"]', default: str = '"12.8"', cuda: str = '"12.8"', abi: str = "true") -> str:
-    return (f'torch:\n  "2.10.0":\n    python: {python}\n    default_cuda: {default}\n'
-            f'    cuda:\n      {cuda}: {{cxx11_abi: {abi}}}\n')
+    return (
+        f'torch:\n  "2.10.0":\n    python: {python}\n    default_cuda: {default}\n'
+        f"    cuda:\n      {cuda}: {{cxx11_abi: {abi}}}\n"
+    )
 
 
-@pytest.mark.parametrize(("body", "line", "message"), [
-    (torch_2_10(abi='"yes"'), 6, "torch.2.10.0.cuda.12.8.cxx11_abi must be true or false"),
-    (torch_2_10(default='"12.4"'), 4, "torch.2.10.0.default_cuda '12.4' is not one of its CUDA variants"),
-    (torch_2_10(python="[3.12]"), 3, 'torch.2.10.0.python must be a list of quoted versions like "3.12"'),
-    (torch_2_10(default='"12.7"', cuda='"12.7"'), 6, "torch 2.10.0 names CUDA 12.7, which the cuda section lacks"),
-    ('flash_attn:\n  "2.8.3":\n    sha256: 1e71dd64a9e0\n', 3, "flash_attn.2.8.3.sha256 must be 64 hex digits"),
-    ("gpus:\n  RTXPRO6000: 12.0\n", 2, "gpus.RTXPRO6000: 12.0 must be a quoted string"),
-    ('archs:\n  "100": {min_cuda: 12.8}\n', 2, "archs.100.min_cuda: 12.8 must be a quoted string"),
-])
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        (torch_2_10(abi='"yes"'), 6, "torch.2.10.0.cuda.12.8.cxx11_abi must be true or false"),
+        (torch_2_10(default='"12.4"'), 4, "torch.2.10.0.default_cuda '12.4' is not one of its CUDA variants"),
+        (torch_2_10(python="[3.12]"), 3, 'torch.2.10.0.python must be a list of quoted versions like "3.12"'),
+        (torch_2_10(default='"12.7"', cuda='"12.7"'), 6, "torch 2.10.0 names CUDA 12.7, which the cuda section lacks"),
+        ('flash_attn:\n  "2.8.3":\n    sha256: 1e71dd64a9e0\n', 3, "flash_attn.2.8.3.sha256 must be 64 hex digits"),
+        ("gpus:\n  RTXPRO6000: 12.0\n", 2, "gpus.RTXPRO6000: 12.0 must be a quoted string"),
+        ('archs:\n  "100": {min_cuda: 12.8}\n', 2, "archs.100.min_cuda: 12.8 must be a quoted string"),
+    ],
+)
 def test_invalid_compat_override_names_the_override_file_and_line(
-        tmp_path: Path, body: str, line: int, message: str) -> None:
+    tmp_path: Path, body: str, line: int, message: str
+) -> None:
     override = tmp_path / "compat-extra.yaml"
     override.write_text(body)
     with pytest.raises(ConfigError) as info:
@@ -1059,14 +1255,18 @@ def test_invalid_compat_override_names_the_override_file_and_line(
 
 
 def test_bad_cxx11_abi_is_one_problem(tmp_path: Path) -> None:
-    override = write(tmp_path, """
+    override = write(
+        tmp_path,
+        """
         torch:
           "2.10.0":
             python: ["3.12"]
             default_cuda: "12.8"
             cuda:
               "12.8": {cxx11_abi: "yes"}
-    """, name="compat-extra.yaml")
+    """,
+        name="compat-extra.yaml",
+    )
     p = one_problem(tmp_path, f"entries:\n  - {ENTRY}\n", compat_override=override)
     assert p.line == 6
 
@@ -1120,7 +1320,8 @@ def test_cli_plan_json() -> None:
         assert isinstance(item["archs"], list) and all(isinstance(a, str) for a in item["archs"])
         assert item["image"] == f"ghcr.io/fa-images/flash-attn:{item['id']}"
     assert [(i["id"], i["python"], i["torch"], i["cuda"], tuple(i["archs"])) for i in plan] == [
-        row[:5] for row in DEFAULT_PLAN]
+        row[:5] for row in DEFAULT_PLAN
+    ]
     assert plan[-1]["archs"] == ["80", "90"]
 
 
@@ -1129,8 +1330,14 @@ def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> Non
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[-1] == "4 entries"
-    assert lines[0].split() == ["fa2.8.3-py3.11-torch2.6.0-cu124", "archs", "80", "old", "ABI",
-                                "ghcr.io/fa-images/flash-attn:fa2.8.3-py3.11-torch2.6.0-cu124"]
+    assert lines[0].split() == [
+        "fa2.8.3-py3.11-torch2.6.0-cu124",
+        "archs",
+        "80",
+        "old",
+        "ABI",
+        "ghcr.io/fa-images/flash-attn:fa2.8.3-py3.11-torch2.6.0-cu124",
+    ]
     assert lines[3].split()[:5] == ["fa2.8.3-py3.10-torch2.9.1-cu128", "archs", "80,90", "new", "ABI"]
 
 
@@ -1141,11 +1348,15 @@ def test_cli_plan_without_a_matrix_here(tmp_path: Path) -> None:
 
 
 def test_cli_plan_on_a_malformed_matrix_exits_2_with_one_error(tmp_path: Path) -> None:
-    write(tmp_path, """
+    write(
+        tmp_path,
+        """
         entries:
           - {python: 3.10, torch: "2.9.1", flash_attn: "2.8.3", target: T4}
           - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: A100, extra: 1}
-    """, name="bad.yaml")
+    """,
+        name="bad.yaml",
+    )
     result = run_cli("plan", "--matrix", "bad.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stdout == ""

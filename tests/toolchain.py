@@ -138,9 +138,7 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
         if _is_ready(dest, spec):
             return dest
         dest.mkdir(parents=True, exist_ok=True)
-        _log(
-            f"downloading torch {TORCH_VERSION} and dependencies for {tag} into {dest} (~3.5 GB)"
-        )
+        _log(f"downloading torch {TORCH_VERSION} and dependencies for {tag} into {dest} (~3.5 GB)")
         # pip keeps wheels already in dest, so an interrupted download resumes.
         _run(
             [
@@ -294,11 +292,7 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     if deb.exists():
         return deb
     keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-    if (
-        shutil.which("apt-get") is None
-        or shutil.which("dpkg-deb") is None
-        or not keyring.exists()
-    ):
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None or not keyring.exists():
         raise RuntimeError(
             "assembling CUDA needs apt-get, dpkg-deb and Debian's archive keyring "
             "(for nvidia-cuda-toolkit, the only registry source of nvcc for CUDA 12)"
@@ -307,9 +301,7 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     (apt_root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt_root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     sources = apt_root / "sources.list"
-    sources.write_text(
-        f"deb [signed-by={keyring}] {_debian_mirror()} {release.debian_suite} non-free\n"
-    )
+    sources.write_text(f"deb [signed-by={keyring}] {_debian_mirror()} {release.debian_suite} non-free\n")
     options = [
         "-o",
         f"Dir::Etc::SourceList={sources}",
@@ -329,9 +321,7 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     if os.geteuid() == 0:
         # The _apt sandbox user cannot write into a root-owned cache.
         options += ["-o", "APT::Sandbox::User=root"]
-    _log(
-        f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}"
-    )
+    _log(f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}")
     _run(["apt-get", *options, "-qq", "update"], progress=True)
     _run(
         [
@@ -381,10 +371,7 @@ def _unpack_nvidia_wheel(wheel: Path, root: Path) -> None:
             if info.is_dir() or len(parts) < 4 or parts[0] != "nvidia":
                 continue
             rel = parts[2:]
-            if (
-                rel[0] not in ("bin", "include", "lib", "nvvm")
-                or rel[-1] == "__init__.py"
-            ):
+            if rel[0] not in ("bin", "include", "lib", "nvvm") or rel[-1] == "__init__.py":
                 continue
             if rel[0] == "lib":
                 if rel[1] == "cmake":
@@ -451,9 +438,7 @@ def _check_cuda_home(root: Path, release: CudaRelease) -> None:
 
 def _cp_tag(python_version: str) -> str:
     if not re.fullmatch(r"3\.\d+", python_version):
-        raise ValueError(
-            f"expected a CPython version like '3.11', got {python_version!r}"
-        )
+        raise ValueError(f"expected a CPython version like '3.11', got {python_version!r}")
     return "cp" + python_version.replace(".", "")
 
 
@@ -525,9 +510,7 @@ def _run(
         raise RuntimeError(f"cannot run {cmd[0]}: {exc}") from exc
     except subprocess.CalledProcessError as exc:
         output = f":\n{exc.stdout}" if exc.stdout else " (output above)"
-        raise RuntimeError(
-            f"command failed with exit code {exc.returncode}: {' '.join(cmd)}{output}"
-        ) from exc
+        raise RuntimeError(f"command failed with exit code {exc.returncode}: {' '.join(cmd)}{output}") from exc
     return proc.stdout if capture else ""
 
 

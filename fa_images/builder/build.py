@@ -29,11 +29,21 @@ SHIM_FAILED = 97
 
 
 def prepare(
-    *, version: str | None, sdist: Path | None, work_dir: Path, archs: tuple[str, ...],
-    ptx: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
-    sha256: str | None = None, index_url: str = source.PYPI_SIMPLE,
-    sources_dir: Path | None = None, allow_untested: bool = False,
-    expect_cxx11_abi: bool | None = None, expect_cuda: str | None = None, python: str = sys.executable,
+    *,
+    version: str | None,
+    sdist: Path | None,
+    work_dir: Path,
+    archs: tuple[str, ...],
+    ptx: bool = False,
+    max_jobs: int | None = None,
+    nvcc_threads: int | None = None,
+    sha256: str | None = None,
+    index_url: str = source.PYPI_SIMPLE,
+    sources_dir: Path | None = None,
+    allow_untested: bool = False,
+    expect_cxx11_abi: bool | None = None,
+    expect_cuda: str | None = None,
+    python: str = sys.executable,
 ) -> BuildSettings:
     if version is not None:
         source.check_supported(version, allow_untested=allow_untested)
@@ -49,8 +59,12 @@ def prepare(
             f"CUDA {expect_cuda}; the wrong torch variant is installed"
         )
     sdist_path, sha = source.obtain_sdist(
-        version=version, sdist=sdist, dest_dir=work_dir / "sdists", sha256=sha256,
-        index_url=index_url, sources_dir=sources_dir,
+        version=version,
+        sdist=sdist,
+        dest_dir=work_dir / "sdists",
+        sha256=sha256,
+        index_url=index_url,
+        sources_dir=sources_dir,
     )
     tree = source.unpack(sdist_path, work_dir / "src", sha)
     if version is None:
@@ -58,22 +72,31 @@ def prepare(
     warnings: list[str] = []
     if torch.cuda is None:
         warnings.append(
-            f"torch {torch.version} is a CPU build: preparing works, but the build itself "
-            "needs a CUDA build of torch"
+            f"torch {torch.version} is a CPU build: preparing works, but the build itself needs a CUDA build of torch"
         )
     if not tree.honours_local_version:
         warnings.append(f"flash-attn {tree.version} ignores FLASH_ATTN_LOCAL_VERSION; the wheel has no +label")
     par = environment.size_parallelism(max_jobs=max_jobs, nvcc_threads=nvcc_threads)
     settings = BuildSettings(
-        flash_attn=tree.version, python=torch.python, torch=torch.version, cuda=torch.cuda,
-        cxx11_abi=torch.cxx11_abi, archs=archs, ptx=ptx, max_jobs=par.max_jobs,
+        flash_attn=tree.version,
+        python=torch.python,
+        torch=torch.version,
+        cuda=torch.cuda,
+        cxx11_abi=torch.cxx11_abi,
+        archs=archs,
+        ptx=ptx,
+        max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
         local_version=(
             local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
-            if tree.honours_local_version else None
+            if tree.honours_local_version
+            else None
         ),
-        source_dir=str(tree.path), sdist=str(sdist_path), sha256=sha,
-        honours_cuda_archs_env=tree.honours_cuda_archs_env, warnings=tuple(warnings),
+        source_dir=str(tree.path),
+        sdist=str(sdist_path),
+        sha256=sha,
+        honours_cuda_archs_env=tree.honours_cuda_archs_env,
+        warnings=tuple(warnings),
     )
     settings.write()
     return settings
@@ -105,18 +128,28 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
     environment.check_toolchain(torch, nvcc)
     src = Path(settings.source_dir)
     dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
-    cmd = [python, "-m", "fa_images.builder.setup_shim", str(src / "fa_images_build.json"),
-           "bdist_wheel", "--dist-dir", str(dist)]
+    cmd = [
+        python,
+        "-m",
+        "fa_images.builder.setup_shim",
+        str(src / "fa_images_build.json"),
+        "bdist_wheel",
+        "--dist-dir",
+        str(dist),
+    ]
     env = build_environment(settings, nvcc)
     # The shim is imported from this package wherever it lives (site-packages or a build context).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
-    log(f"compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
-        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}")
+    log(
+        f"compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
+        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}"
+    )
     started = time.monotonic()
     tail: list[str] = []
     compiler_errors: list[str] = []
-    with subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1) as proc:
+    with subprocess.Popen(
+        cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -135,8 +168,11 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
         raise BuildFailed(f"setup.py produced {len(wheels)} wheels in {dist}, expected one")
     elapsed = time.monotonic() - started
     report = inspect_wheel(
-        wheels[0], expect_python=settings.python, expect_cxx11_abi=settings.cxx11_abi,
-        expect_archs=settings.archs, python=python,
+        wheels[0],
+        expect_python=settings.python,
+        expect_cxx11_abi=settings.cxx11_abi,
+        expect_archs=settings.archs,
+        python=python,
     )
     for line in report.lines():
         log(line)
@@ -154,10 +190,18 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
 def write_manifest(out_dir: Path, settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> Path:
     """What the wheel is, what it was built against, and its sha256, for the image and the host."""
     manifest = {
-        "wheel": wheel.name, "sha256": sha256, "size": wheel.stat().st_size,
-        "flash_attn": settings.flash_attn, "python": settings.python, "torch": settings.torch,
-        "cuda": settings.cuda, "cxx11_abi": settings.cxx11_abi, "archs": list(settings.archs),
-        "ptx": settings.ptx, "sdist_sha256": settings.sha256, "build_seconds": round(seconds, 1),
+        "wheel": wheel.name,
+        "sha256": sha256,
+        "size": wheel.stat().st_size,
+        "flash_attn": settings.flash_attn,
+        "python": settings.python,
+        "torch": settings.torch,
+        "cuda": settings.cuda,
+        "cxx11_abi": settings.cxx11_abi,
+        "archs": list(settings.archs),
+        "ptx": settings.ptx,
+        "sdist_sha256": settings.sha256,
+        "build_seconds": round(seconds, 1),
     }
     path = out_dir / MANIFEST
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -59,42 +59,75 @@ def _bool(text: str) -> bool:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
-    wheel = sub.add_parser("wheel", help="build a flash-attn wheel here, right for the installed torch",
-                           epilog=WHEEL_EXAMPLES, formatter_class=fmt)
+    wheel = sub.add_parser(
+        "wheel",
+        help="build a flash-attn wheel here, right for the installed torch",
+        epilog=WHEEL_EXAMPLES,
+        formatter_class=fmt,
+    )
     what = wheel.add_mutually_exclusive_group(required=True)
     what.add_argument("--flash-attn", metavar="VERSION", help="fetch this version's sdist from the index")
     what.add_argument("--sdist", type=Path, metavar="PATH", help="build this local sdist")
     wheel.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the wheel and manifest.json go")
-    wheel.add_argument("--archs", type=_archs, default=("80",), metavar="LIST",
-                       help="flash-attn archs, e.g. 80 or 80,90 (default: 80)")
+    wheel.add_argument(
+        "--archs", type=_archs, default=("80",), metavar="LIST", help="flash-attn archs, e.g. 80 or 80,90 (default: 80)"
+    )
     wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
-    wheel.add_argument("--max-jobs", type=_positive, metavar="N", help="parallel compile jobs (default: sized from memory)")
+    wheel.add_argument(
+        "--max-jobs", type=_positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
+    )
     wheel.add_argument("--nvcc-threads", type=_positive, metavar="N", help="threads per nvcc (default: 2)")
     wheel.add_argument("--sha256", metavar="HEX", help="require the sdist to have this sha256")
-    wheel.add_argument("--index-url", default=source.PYPI_SIMPLE, metavar="URL",
-                       help="package index (PEP 691) for --flash-attn; user:token@ in the URL is used, never printed")
-    wheel.add_argument("--sources-dir", type=Path, metavar="DIR",
-                       help="look here for flash_attn-VERSION.tar.gz before the index (offline builds)")
+    wheel.add_argument(
+        "--index-url",
+        default=source.PYPI_SIMPLE,
+        metavar="URL",
+        help="package index (PEP 691) for --flash-attn; user:token@ in the URL is used, never printed",
+    )
+    wheel.add_argument(
+        "--sources-dir",
+        type=Path,
+        metavar="DIR",
+        help="look here for flash_attn-VERSION.tar.gz before the index (offline builds)",
+    )
     wheel.add_argument("--work-dir", type=Path, metavar="DIR", help="where to unpack and build (default: a temp dir)")
-    wheel.add_argument("--expect-cxx11-abi", type=_bool, metavar="BOOL",
-                       help="fail unless the installed torch uses this ABI (guards the torch variant)")
+    wheel.add_argument(
+        "--expect-cxx11-abi",
+        type=_bool,
+        metavar="BOOL",
+        help="fail unless the installed torch uses this ABI (guards the torch variant)",
+    )
     wheel.add_argument("--expect-cuda", metavar="X.Y", help="fail unless the installed torch is built for this CUDA")
-    wheel.add_argument("--allow-untested", action="store_true", help="try versions outside " + str(source.SUPPORTED_FLASH_ATTN))
+    wheel.add_argument(
+        "--allow-untested", action="store_true", help="try versions outside " + str(source.SUPPORTED_FLASH_ATTN)
+    )
     wheel.add_argument("--prepare-only", action="store_true", help="fetch, unpack and prepare; do not compile")
     wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
     wheel.set_defaults(func=cmd_wheel)
 
-    insp = sub.add_parser("inspect", help="check that a wheel is sound: tags, extension, ABI, GPU archs, import",
-                          epilog=INSPECT_EXAMPLES, formatter_class=fmt)
+    insp = sub.add_parser(
+        "inspect",
+        help="check that a wheel is sound: tags, extension, ABI, GPU archs, import",
+        epilog=INSPECT_EXAMPLES,
+        formatter_class=fmt,
+    )
     insp.add_argument("wheel", type=Path)
     insp.add_argument("--archs", type=_archs, metavar="LIST", help="require cubins for these archs")
-    insp.add_argument("--python", default=sys.executable, metavar="EXE",
-                      help="interpreter whose torch the import check uses (default: this one)")
+    insp.add_argument(
+        "--python",
+        default=sys.executable,
+        metavar="EXE",
+        help="interpreter whose torch the import check uses (default: this one)",
+    )
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(func=cmd_inspect)
 
-    check = sub.add_parser("check", help="import flash-attn and compare it with SDPA on the GPU",
-                           description=gpucheck.__doc__, formatter_class=fmt)
+    check = sub.add_parser(
+        "check",
+        help="import flash-attn and compare it with SDPA on the GPU",
+        description=gpucheck.__doc__,
+        formatter_class=fmt,
+    )
     check.add_argument("--import-only", action="store_true", help="only the import check (no GPU needed)")
     check.set_defaults(func=cmd_check)
 
@@ -104,10 +137,19 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         raise UsageError("--json goes with --prepare-only")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="fa-images-build-"))
     settings = build.prepare(
-        version=args.flash_attn, sdist=args.sdist, work_dir=work, archs=args.archs, ptx=args.ptx,
-        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads, sha256=args.sha256,
-        index_url=args.index_url, sources_dir=args.sources_dir, allow_untested=args.allow_untested,
-        expect_cxx11_abi=args.expect_cxx11_abi, expect_cuda=args.expect_cuda,
+        version=args.flash_attn,
+        sdist=args.sdist,
+        work_dir=work,
+        archs=args.archs,
+        ptx=args.ptx,
+        max_jobs=args.max_jobs,
+        nvcc_threads=args.nvcc_threads,
+        sha256=args.sha256,
+        index_url=args.index_url,
+        sources_dir=args.sources_dir,
+        allow_untested=args.allow_untested,
+        expect_cxx11_abi=args.expect_cxx11_abi,
+        expect_cuda=args.expect_cuda,
     )
     for warning in settings.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -144,5 +186,3 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fa_images.builder", description=__doc__)
     add_commands(parser.add_subparsers(dest="command", required=True))
     return run_command(parser.parse_args(argv))
-
-

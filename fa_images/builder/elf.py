@@ -41,7 +41,7 @@ def _sections(data: mmap.mmap | bytes) -> list[Section]:
 
     def name(offset: int) -> str:
         start = names_at + offset
-        return bytes(data[start:data.find(b"\0", start)]).decode()
+        return bytes(data[start : data.find(b"\0", start)]).decode()
 
     return [Section(name(r[0]), r[1], r[4], r[5], r[6], r[9]) for r in raw]
 
@@ -65,7 +65,7 @@ def undefined_dynamic_symbols(path: Path) -> list[str]:
                 st_name, _info, _other, st_shndx = struct.unpack_from("<IBBH", data, sec.offset + i * sec.entsize)
                 if st_shndx == 0 and st_name:
                     start = strtab.offset + st_name
-                    names.append(bytes(data[start:data.find(b"\0", start)]).decode(errors="replace"))
+                    names.append(bytes(data[start : data.find(b"\0", start)]).decode(errors="replace"))
         return names
     finally:
         data.close()

@@ -156,8 +156,11 @@ class Parallelism:
 
 
 def size_parallelism(
-    *, max_jobs: int | None = None, nvcc_threads: int | None = None,
-    memory: int | None = None, cpus: int | None = None,
+    *,
+    max_jobs: int | None = None,
+    nvcc_threads: int | None = None,
+    memory: int | None = None,
+    cpus: int | None = None,
 ) -> Parallelism:
     """MAX_JOBS and NVCC_THREADS that fit in memory: an OOM-killed build wastes an hour."""
     memory = available_memory() if memory is None else memory
@@ -167,8 +170,5 @@ def size_parallelism(
         threads = 1
     by_memory = max(1, memory // (threads * BYTES_PER_NVCC_THREAD))
     jobs = max_jobs or max(1, min(cpus, by_memory))
-    reason = (
-        "given" if max_jobs else
-        f"min({cpus} CPUs, {memory / GIB:.0f} GiB / ({threads} threads x 5 GiB))"
-    )
+    reason = "given" if max_jobs else f"min({cpus} CPUs, {memory / GIB:.0f} GiB / ({threads} threads x 5 GiB))"
     return Parallelism(max_jobs=jobs, nvcc_threads=threads, reason=reason)

@@ -34,10 +34,9 @@ class CaseResult:
 
 def import_check() -> str:
     """Imports flash_attn and its extension: catches undefined symbols, needs no GPU."""
-    import torch
-
     import flash_attn
     import flash_attn_2_cuda  # noqa: F401  (the compiled part; an ABI mismatch fails here)
+    import torch
 
     return f"flash_attn {flash_attn.__version__} imports next to torch {torch.__version__}"
 
@@ -62,7 +61,6 @@ def _sdpa(q, k, v, causal: bool):
 
 def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
     import torch
-
     from flash_attn import flash_attn_func
 
     results = []
@@ -88,7 +86,6 @@ def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
 
 def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
     import torch
-
     from flash_attn import flash_attn_varlen_func
 
     torch.manual_seed(0)

@@ -62,8 +62,7 @@ def check_supported(version: str, *, allow_untested: bool = False) -> None:
         raise UsageError(f"{version!r} is not a valid flash-attn version") from None
     if parsed not in SUPPORTED_FLASH_ATTN and not allow_untested:
         raise UsageError(
-            f"flash-attn {version} is outside the versions fa-images can build correctly "
-            f"({SUPPORTED_FLASH_ATTN})",
+            f"flash-attn {version} is outside the versions fa-images can build correctly ({SUPPORTED_FLASH_ATTN})",
             hint="pass --allow-untested to try anyway; the build then fails loudly if its "
             "setup.py has a shape fa-images cannot correct",
         )
@@ -141,8 +140,13 @@ def verify_sha256(path: Path, expected: str, *, shown_as: str | None = None) -> 
 
 
 def obtain_sdist(
-    *, version: str | None, sdist: Path | None, dest_dir: Path,
-    sha256: str | None = None, index_url: str = PYPI_SIMPLE, sources_dir: Path | None = None,
+    *,
+    version: str | None,
+    sdist: Path | None,
+    dest_dir: Path,
+    sha256: str | None = None,
+    index_url: str = PYPI_SIMPLE,
+    sources_dir: Path | None = None,
 ) -> tuple[Path, str]:
     """The sdist to build and its verified sha256.
 
@@ -161,8 +165,7 @@ def obtain_sdist(
     url, index_sha = find_on_index(version, index_url)
     if sha256 and sha256.lower() != index_sha.lower():
         raise SourceError(
-            f"{_redact(index_url)} publishes sha256 {index_sha} for flash-attn {version}, "
-            f"but {sha256} is pinned",
+            f"{_redact(index_url)} publishes sha256 {index_sha} for flash-attn {version}, but {sha256} is pinned",
         )
     path = download(url, dest_dir / sdist_name(version), index_sha)
     return path, index_sha
@@ -186,7 +189,10 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
         raise SourceError(f"{sdist.name} has no setup.py; it is not a flash-attn sdist")
     text = setup_py.read_text(errors="replace")
     return SourceTree(
-        path=top, version=read_version(top), sdist=sdist, sha256=sha256,
+        path=top,
+        version=read_version(top),
+        sdist=sdist,
+        sha256=sha256,
         honours_cuda_archs_env="FLASH_ATTN_CUDA_ARCHS" in text,
         honours_local_version="FLASH_ATTN_LOCAL_VERSION" in text,
     )
@@ -205,9 +211,7 @@ def _safe_extract(tar: tarfile.TarFile, dest_dir: Path) -> None:
 def read_version(source_dir: Path) -> str:
     """The version as setup.py computes it: ``__version__`` in flash_attn/__init__.py."""
     init = source_dir / "flash_attn" / "__init__.py"
-    match = init.is_file() and re.search(
-        r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init.read_text(), re.MULTILINE
-    )
+    match = init.is_file() and re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init.read_text(), re.MULTILINE)
     if not match:
         raise SourceError(f"cannot read __version__ from {init}; is this flash-attn's source?")
     return match.group(1)

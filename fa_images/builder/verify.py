@@ -24,8 +24,8 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import elf
-from .source import sha256_of
 from .errors import UsageError
+from .source import sha256_of
 
 EXTENSION_PREFIX = "flash_attn_2_cuda."
 _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
@@ -130,8 +130,12 @@ def _import_check(unpacked: Path, python: str) -> tuple[str, str, dict]:
 
 
 def inspect_wheel(
-    path: Path, *, expect_python: str | None = None, expect_cxx11_abi: bool | None = None,
-    expect_archs: tuple[str, ...] | list[str] | None = None, python: str = sys.executable,
+    path: Path,
+    *,
+    expect_python: str | None = None,
+    expect_cxx11_abi: bool | None = None,
+    expect_archs: tuple[str, ...] | list[str] | None = None,
+    python: str = sys.executable,
     import_check: bool = True,
 ) -> WheelReport:
     if not path.is_file():
@@ -145,6 +149,8 @@ def inspect_wheel(
     report.tags = sorted(str(t) for t in tags)
     _check_tags(report, tags, expect_python)
 
+    if not zipfile.is_zipfile(path):
+        raise UsageError(f"{path.name} is not a wheel: it is not a zip archive")
     label = _LABEL.search(version.local or "")
     if expect_cxx11_abi is None and label:
         expect_cxx11_abi = label["abi"].lower() == "true"
@@ -172,11 +178,18 @@ def inspect_wheel(
 def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
     tag = sorted(tags, key=str)[0]
     if tag.interpreter.startswith("py") or tag.abi == "none" or tag.platform == "any":
-        report.add("platform tag", "fail",
-                   f"{tag} is a pure-Python tag: a prebuilt-download placeholder that holds no kernels "
-                   "built for this torch; build from source instead")
+        report.add(
+            "platform tag",
+            "fail",
+            f"{tag} is a pure-Python tag: a prebuilt-download placeholder that holds no kernels "
+            "built for this torch; build from source instead",
+        )
         return
-    if not re.fullmatch(r"cp3\d+", tag.interpreter) or tag.abi != tag.interpreter or not tag.platform.endswith("x86_64"):
+    if (
+        not re.fullmatch(r"cp3\d+", tag.interpreter)
+        or tag.abi != tag.interpreter
+        or not tag.platform.endswith("x86_64")
+    ):
         report.add("platform tag", "fail", f"{tag} is not cpXY-cpXY-linux_x86_64")
         return
     if expect_python and tag.interpreter != "cp" + expect_python.replace(".", ""):
@@ -206,9 +219,11 @@ def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
     elif expected is None:
         report.add("C++ ABI", "pass", f"cxx11_abi={abi} ({why}); nothing to compare against")
     elif abi != expected:
-        report.add("C++ ABI", "fail",
-                   f"cxx11_abi={abi} but torch uses {expected}: it would fail to import with "
-                   f"'undefined symbol' ({why})")
+        report.add(
+            "C++ ABI",
+            "fail",
+            f"cxx11_abi={abi} but torch uses {expected}: it would fail to import with 'undefined symbol' ({why})",
+        )
     else:
         report.add("C++ ABI", "pass", f"cxx11_abi={abi}, as torch ({why})")
 
@@ -228,8 +243,9 @@ def _check_archs(report: WheelReport, so: Path, expected) -> None:
 
 
 def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
-    here = subprocess.run([python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
-                          capture_output=True, text=True).stdout.strip()
+    here = subprocess.run(
+        [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], capture_output=True, text=True
+    ).stdout.strip()
     interpreter = sorted(tags, key=str)[0].interpreter
     if here != interpreter:
         report.add("import", "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}")

@@ -1,0 +1,219 @@
+"""The executor's error paths, against a fake engine (fast; the real engine is in test_build_engine.py).
+
+The fake cannot run a build, so the verifier is replaced where a test needs an exported wheel
+to be accepted; every real acceptance goes through the real verifier in the engine tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fa_images import executor as executor_mod
+from fa_images import matrix, plan
+from fa_images.builder.verify import WheelReport
+from fa_images.engine import BuildProgress, RunResult, StepFailed
+from fa_images.executor import Executor, Options
+from fa_images.logger import Console
+
+REPO = Path(__file__).resolve().parents[1]
+WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
+
+
+class FakeEngine:
+    def __init__(
+        self,
+        *,
+        fail_build: set[str] = frozenset(),
+        fail_push: bool = False,
+        gpu: bool = False,
+        gpu_exit: int = 0,
+        interrupt_on: str | None = None,
+    ) -> None:
+        self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
+        self.interrupt_on = interrupt_on
+        self.calls: list[tuple] = []
+
+    def describe(self) -> str:
+        return "fake engine"
+
+    def has_gpu_runtime(self) -> bool:
+        return self.gpu
+
+    def build(self, *, context, target, tag, network, on_line, on_progress) -> str:
+        assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
+        entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
+        self.calls.append(("build", target, tag))
+        on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
+        on_line("compiling")
+        if self.interrupt_on and self.interrupt_on in (tag or ""):
+            raise KeyboardInterrupt
+        if any(f in (tag or "") for f in self.fail_build):
+            raise StepFailed(
+                "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
+                lines=["x.cu:1:2: error: boom"],
+            )
+        return f"sha256:{entry}-{target}"
+
+    def export(self, image, dest):
+        self.calls.append(("export", image))
+        (dest / WHEEL).write_bytes(b"not really a wheel")
+        (dest / "manifest.json").write_text("{}")
+        return [dest / WHEEL, dest / "manifest.json"]
+
+    def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
+        self.calls.append(("run", image, tuple(command or ()), gpu))
+        code = self.gpu_exit if gpu else 0
+        return RunResult(code, ["flash_attn imports"], kept_container="fa-images-kept" if keep and code else None)
+
+    def push(self, ref, on_line) -> str:
+        self.calls.append(("push", ref))
+        if self.fail_push:
+            raise StepFailed(f"push of {ref} failed: connection refused")
+        return "sha256:digest"
+
+    def leftover_containers(self):
+        return []
+
+
+@pytest.fixture
+def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> matrix.Matrix:
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    # The executor fetches sources on the host; a local file with a matching pin keeps it offline.
+    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
+    import hashlib
+
+    sha = hashlib.sha256(b"sdist").hexdigest()
+    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    (tmp_path / "matrix.yaml").write_text(
+        "image: reg.local/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
+        'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    return matrix.load(tmp_path / "matrix.yaml")
+
+
+def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_inspect(path: Path, **_kw) -> WheelReport:
+        report = WheelReport(wheel=path.name, sha256="ab" * 32)
+        report.add("fake", "pass", "accepted by the test")
+        return report
+
+    monkeypatch.setattr(executor_mod, "inspect_wheel", fake_inspect)
+
+
+def execute(m: matrix.Matrix, engine: FakeEngine, tmp_path: Path, **options) -> list[executor_mod.EntryResult]:
+    out = io.StringIO()
+    opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
+    plans = plan.make_plan(m.entries, push=opts.push)
+    return Executor(engine, m, opts, Console(out)).run(plans)
+
+
+def test_one_failure_does_not_stop_the_others(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    results = execute(tiny_matrix, FakeEngine(fail_build={"py3.11"}), tmp_path)
+    assert [r.status for r in results] == ["failed", "ok"]
+    assert results[0].failed_step == "build" and "error: boom" in results[0].error
+    assert "fa-images: build failed: step 9/21" in Path(results[0].log).read_text()
+    assert results[1].wheel == str((tmp_path / "dist" / WHEEL).resolve())
+
+
+def test_fail_fast_stops_at_the_first_failure(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    results = execute(tiny_matrix, FakeEngine(fail_build={"py3.11"}), tmp_path, fail_fast=True)
+    assert [r.status for r in results] == ["failed", "not run"]
+
+
+def test_a_wheel_that_fails_verification_never_reaches_dist(tiny_matrix, tmp_path) -> None:
+    results = execute(tiny_matrix, FakeEngine(), tmp_path)  # the real verifier: the fake wheel is junk
+    assert {r.status for r in results} == {"failed"} and {r.failed_step for r in results} == {"export"}
+    assert list((tmp_path / "dist").iterdir()) == []  # no wheel, no manifest, no staging dir
+
+
+def test_manifest_records_each_wheel_and_keeps_earlier_runs(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "manifest.json").write_text(json.dumps({"wheels": {"older.whl": {"sha256": "00"}}}))
+    execute(tiny_matrix, FakeEngine(), tmp_path)
+    wheels = json.loads((dist / "manifest.json").read_text())["wheels"]
+    assert set(wheels) == {"older.whl", WHEEL}
+    assert wheels[WHEEL]["sha256"] == "ab" * 32 and wheels[WHEEL]["entry"].endswith("py3.12-torch2.9.1-cu128")
+
+
+def test_a_failed_push_is_never_shown_as_done(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    results = execute(tiny_matrix, FakeEngine(fail_push=True), tmp_path, push=True)
+    assert all(r.status == "failed" and r.failed_step == "push" and r.pushed is None for r in results)
+
+
+def test_gpu_check_is_skipped_without_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu=False)
+    results = execute(tiny_matrix, engine, tmp_path)
+    assert all(r.gpu_check.startswith("skipped") and r.check == "passed" for r in results)
+    assert not [c for c in engine.calls if c[0] == "run" and c[3]]
+
+
+def test_gpu_check_runs_with_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu=True, gpu_exit=0)
+    results = execute(tiny_matrix, engine, tmp_path)
+    assert all(r.gpu_check == "passed" for r in results)
+    assert ("run", results[0].image, tuple(executor_mod.GPU_CHECK), True) in engine.calls
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "gpu_check"), [(3, "ok", "skipped: no GPU visible in the container"), (1, "failed", "not run")]
+)
+def test_gpu_check_outcomes(tiny_matrix, tmp_path, monkeypatch, code, status, gpu_check) -> None:
+    accept_every_wheel(monkeypatch)
+    results = execute(tiny_matrix, FakeEngine(gpu=True, gpu_exit=code), tmp_path, keep_container=True)
+    assert results[0].status == status and results[0].gpu_check == gpu_check
+    if status == "failed":
+        assert "docker start -ai fa-images-kept" in results[0].error
+
+
+def test_ctrl_c_marks_the_entry_and_propagates(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    ex = Executor(
+        FakeEngine(interrupt_on="py3.12"),
+        tiny_matrix,
+        Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs"),
+        Console(io.StringIO()),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        ex.run(plan.make_plan(tiny_matrix.entries))
+    assert [r.status for r in ex.results] == ["ok", "interrupted"]
+    assert [p.name for p in (tmp_path / "dist").iterdir()] and not any(
+        p.name.startswith(".") for p in (tmp_path / "dist").iterdir()
+    )
+
+
+def test_build_dry_run_prints_the_plan_as_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--dry-run", "--json", "--push"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    plans = json.loads(proc.stdout)
+    assert len(plans) == 4 and plans[0]["steps"] == ["source", "build", "export", "check", "gpu-check", "push"]
+
+
+def test_build_only_an_unknown_entry_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--only", "fa2.8.3-py3.12-torch2.9.1-cu12"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "did you mean 'fa2.8.3-py3.12-torch2.9.1-cu128'" in proc.stderr
+    assert "Traceback" not in proc.stderr
