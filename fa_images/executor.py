@@ -146,7 +146,15 @@ class Executor:
                 on_line=on_line,
                 on_progress=on_progress,
             )
-            # The export stage reuses the builder's cached layers: seconds, not another compile.
+            # These reuse the cached layers: seconds, not another compile.
+            self.engine.build(
+                context=ctx,
+                target="builder",
+                tag=run.entry.builder_image,
+                network=network,
+                on_line=run.log.write,
+                on_progress=lambda _: None,
+            )
             run.wheel_image = self.engine.build(
                 context=ctx,
                 target="wheel",

@@ -81,6 +81,11 @@ class Entry:
     def cuda_tag(self) -> str:
         return "cu" + self.cuda.replace(".", "")
 
+    @property
+    def builder_image(self) -> str:
+        """The builder stage, tagged so `docker image prune` cannot drop the compile's cache."""
+        return f"{self.image}-builder"
+
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
         data["archs"] = list(self.archs)

@@ -1008,10 +1008,11 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str) -> None:
 
 
 @contextlib.contextmanager
-def local_registry() -> Iterator[str]:
+def local_registry(port: int = 0) -> Iterator[str]:
     """Run Debian's ``docker-registry`` on 127.0.0.1; yield ``"127.0.0.1:PORT"``.
 
-    Storage is a temporary directory, deleted afterwards.
+    Storage is a temporary directory, deleted afterwards. A fixed ``port`` (tried
+    first) keeps image names, and so what a later run retags, stable.
 
     Engines treat 127.0.0.0/8 registries as insecure by default, so plain
     HTTP works without daemon configuration.
@@ -1023,9 +1024,10 @@ def local_registry() -> Iterator[str]:
     env = {k: v for k, v in _child_env().items() if not k.startswith("REGISTRY_")}
     with tempfile.TemporaryDirectory(prefix="fa-images-registry-") as tmp:
         log_path = Path(tmp) / "registry.log"
-        for _ in range(3):  # the free port can be taken before the registry binds it
+        wanted = port
+        for attempt in range(3):  # the free port can be taken before the registry binds it
             started = time.monotonic()
-            port = _free_port()
+            port = wanted if wanted and attempt == 0 else _free_port()
             config = {
                 "version": 0.1,
                 "log": {"level": "warn", "accesslog": {"disabled": True}},

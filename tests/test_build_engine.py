@@ -29,7 +29,9 @@ pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
-WHEELHOUSE_PORT = 38917  # fixed: the URL is in a RUN line, so a new port would bust the layer cache
+# Fixed ports: the wheelhouse URL is in a RUN line and the registry in the image names, so
+# fixed ones keep the layer cache warm between runs and let each run retag the last one's images.
+WHEELHOUSE_PORT, REGISTRY_PORT = 38917, 38918
 
 
 @dataclass
@@ -90,7 +92,7 @@ def project(tmp_path_factory):
     )
     with (
         engine_env.docker_engine() as engine,
-        engine_env.local_registry() as registry,
+        engine_env.local_registry(REGISTRY_PORT) as registry,
         engine_env.serve_directory(toolchain.torch_wheelhouse(), port=WHEELHOUSE_PORT) as wheelhouse,
     ):
         bases = engine_env.base_images(engine.client)
@@ -99,6 +101,8 @@ def project(tmp_path_factory):
         proj = Project(dir=root, env=env, registry=registry, client=engine.client)
         proj.wheelhouse = wheelhouse
         yield proj
+        # What this run's retagging replaced: the images of the previous run (gigabytes each).
+        engine.client.images.prune(filters={"dangling": True})
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +157,7 @@ def test_image_runs_its_import_check_and_reports_no_gpu(project, first_build):
     assert labels["fa-images.flash-attn"] == GOOD and labels["fa-images.torch"] == "2.9.1"
     assert labels["fa-images.archs"] == "80" and labels["fa-images.cxx11-abi"] == "true"
     assert image.attrs["Config"]["User"] == "1000:1000"
+    assert project.client.images.get(good["image"] + "-builder")  # the compile's cache, kept from prune
     out = project.client.containers.run(good["image"], remove=True).decode()
     assert f"flash_attn {GOOD} imports next to torch 2.9.1" in out
 
@@ -179,6 +184,7 @@ def test_unreachable_registry_fails_the_entry(project, first_build):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert entry["status"] == "failed" and entry["failed_step"] == "push" and entry["pushed"] is None
     assert "push of" in entry["error"] and unreachable in entry["error"]
+    project.client.images.remove(entry["image"])  # only a tag: the layers are the first build's
 
 
 def test_no_engine_is_one_clear_line(project, tmp_path):
