@@ -116,11 +116,13 @@ Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad in
 def cmd_build(args: argparse.Namespace) -> int:
     from . import plan as plan_mod
     from .engine import DockerEngine
-    from .errors import EntriesFailed
+    from .errors import EntriesFailed, UsageError
     from .executor import Executor, Options
     from .logger import Console
     from .report import print_summary, write_report
 
+    if args.json and not args.dry_run:
+        raise UsageError("--json goes with --dry-run")
     m = _load(args)
     plans = plan_mod.make_plan(m.select(args.only), check=args.check, push=args.push)
     if args.dry_run:
@@ -132,29 +134,23 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     engine = DockerEngine.from_env()
-    console.line(f"engine: {engine.describe()}")
+    description = engine.describe()
+    console.line(f"engine: {description}")
     options = Options(
-        dist=args.dist,
-        log_dir=args.log_dir,
-        push=args.push,
-        check=args.check,
-        fail_fast=args.fail_fast,
-        keep_container=args.keep_container,
+        dist=args.dist, log_dir=args.log_dir, fail_fast=args.fail_fast, keep_container=args.keep_container
     )
     executor = Executor(engine, m, options, console)
-    results = []
     try:
-        results = executor.run(plans)
+        executor.run(plans)
     except KeyboardInterrupt:
-        results = executor.results
         console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
         raise
     finally:
-        if results:
-            print_summary(console, results)
+        if executor.results:
+            print_summary(console, executor.results)
             if args.report:
-                write_report(args.report, results, engine.describe())
-    if any(r.status != "ok" for r in results):
+                write_report(args.report, executor.results, description)
+    if any(r.status != "ok" for r in executor.results):
         raise EntriesFailed("some entries failed; see the summary above")
     return 0
 

@@ -32,8 +32,6 @@ NO_GPU_EXIT = 3
 class Options:
     dist: Path = Path("dist")
     log_dir: Path = Path("logs")
-    push: bool = False
-    check: bool = True
     fail_fast: bool = False
     keep_container: bool = False
 

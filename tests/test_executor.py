@@ -108,10 +108,12 @@ def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(executor_mod, "inspect_wheel", fake_inspect)
 
 
-def execute(m: matrix.Matrix, engine: FakeEngine, tmp_path: Path, **options) -> list[executor_mod.EntryResult]:
+def execute(
+    m: matrix.Matrix, engine: FakeEngine, tmp_path: Path, push: bool = False, **options
+) -> list[executor_mod.EntryResult]:
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    plans = plan.make_plan(m.entries, push=opts.push)
+    plans = plan.make_plan(m.entries, push=push)
     return Executor(engine, m, opts, Console(out)).run(plans)
 
 
