@@ -77,7 +77,7 @@ class Executor:
     def run(self, plans: list[EntryPlan]) -> list[EntryResult]:
         self.results = results = [EntryResult(id=p.entry.id, image=p.entry.image) for p in plans]
         for index, (plan, result) in enumerate(zip(plans, results), start=1):
-            self.console.line(f"[{index}/{len(plans)}] {plan.entry.id}  ({', '.join(plan.step_names())})")
+            self.console.line(f"[{index}/{len(plans)}] {plan.entry.id}  ({', '.join(plan.steps)})")
             try:
                 self._run_entry(plan, result, f"[{index}/{len(plans)}] {plan.entry.id}")
             except KeyboardInterrupt:
@@ -93,7 +93,7 @@ class Executor:
         result.log = str(log.path)
         run = _EntryRun(entry=plan.entry, result=result, log=log, label=label)
         try:
-            for name in plan.step_names():
+            for name in plan.steps:
                 result.failed_step = name
                 started = time.monotonic()
                 with self.console.step(name) as info:

@@ -62,10 +62,10 @@ class Console:
             self.line(text)
 
     @contextmanager
-    def step(self, name: str, detail: str = "") -> Iterator[dict]:
+    def step(self, name: str) -> Iterator[dict]:
         """Runs a step; prints ✓ or ✕ with its duration. Set ``info["note"]`` to add a word."""
         started = time.monotonic()
-        info: dict = {"note": detail}
+        info: dict = {}
         try:
             yield info
         except BaseException:
@@ -74,7 +74,6 @@ class Console:
         mark = self._paint("-", "33") if info.get("skipped") else self._paint("✓", "32")
         note = f"  {info['note']}" if info.get("note") else ""
         self.line(f"  {mark} {name} ({duration(time.monotonic() - started)}){note}")
-        info["seconds"] = time.monotonic() - started
 
 
 class EntryLog:

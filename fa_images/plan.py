@@ -21,9 +21,6 @@ class EntryPlan:
     entry: Entry
     steps: tuple[str, ...]
 
-    def step_names(self) -> tuple[str, ...]:
-        return self.steps
-
     def to_dict(self) -> dict:
         return {**self.entry.summary(), "steps": list(self.steps)}
 
