@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import context
-from .builder.verify import inspect_wheel
+from .builder import verify
 from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
 from .logger import Console, EntryLog, duration
@@ -171,19 +171,14 @@ class Executor:
         try:
             files = self.engine.export(run.wheel_image, staging)
             wheels = [f for f in files if f.suffix == ".whl"]
-            if len(wheels) != 1:
-                raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, expected one: {[f.name for f in files]}")
-            report = inspect_wheel(
-                wheels[0],
+            report = verify.accept_wheel(
+                wheels,
                 expect_python=entry.python,
                 expect_cxx11_abi=entry.cxx11_abi,
                 expect_archs=entry.archs,
-                import_check=False,
+                log=run.log.write,
+                import_check=False,  # no torch for it here: the image's own check imports it
             )
-            for line in report.lines():
-                run.log.write(line)
-            if not report.ok:
-                raise StepFailed(f"{wheels[0].name} failed verification: " + "; ".join(report.problems()))
             final = dist / wheels[0].name
             os.replace(wheels[0], final)  # same filesystem: atomic
             run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256

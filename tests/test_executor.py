@@ -16,6 +16,7 @@ import pytest
 
 from fa_images import executor as executor_mod
 from fa_images import matrix, plan
+from fa_images.builder import verify
 from fa_images.builder.verify import WheelReport
 from fa_images.engine import BuildProgress, RunResult, StepFailed
 from fa_images.executor import Executor, Options
@@ -105,7 +106,7 @@ def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
         report.add("fake", "pass", "accepted by the test")
         return report
 
-    monkeypatch.setattr(executor_mod, "inspect_wheel", fake_inspect)
+    monkeypatch.setattr(verify, "inspect_wheel", fake_inspect)
 
 
 def execute(

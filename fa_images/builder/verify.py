@@ -18,13 +18,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import elf
-from .errors import UsageError
+from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
 EXTENSION_PREFIX = "flash_attn_2_cuda."
@@ -254,3 +255,31 @@ def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> Non
     report.add("import", status, detail)
     if info and report.cxx11_abi is not None and info["cxx11_abi"] != report.cxx11_abi:
         report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")
+
+
+def accept_wheel(
+    wheels: list[Path],
+    *,
+    expect_python: str,
+    expect_cxx11_abi: bool | None,
+    expect_archs: tuple[str, ...],
+    log: Callable[[str], None],
+    python: str = sys.executable,
+    import_check: bool = True,
+) -> WheelReport:
+    """The one gate every wheel passes before it is kept: exactly one wheel, and sound."""
+    if len(wheels) != 1:
+        raise VerificationFailed(f"expected one wheel, found {len(wheels)}: {[w.name for w in wheels]}")
+    report = inspect_wheel(
+        wheels[0],
+        expect_python=expect_python,
+        expect_cxx11_abi=expect_cxx11_abi,
+        expect_archs=expect_archs,
+        python=python,
+        import_check=import_check,
+    )
+    for line in report.lines():
+        log(line)
+    if not report.ok:
+        raise VerificationFailed(f"{wheels[0].name} failed verification: " + "; ".join(report.problems()))
+    return report
