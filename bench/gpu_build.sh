@@ -2,13 +2,14 @@
 # Native flash-attn build through fa-images' builder on a GPU machine, with the figures
 # recorded in bench/gpu_build.md: wall time, peak memory, wheel size, inspect, GPU check.
 #
-#   bench/gpu_build.sh SDIST ARCHS OUTDIR
+#   bench/gpu_build.sh SDIST ARCHS OUTDIR [MORE WHEEL FLAGS, e.g. --max-jobs 16]
 #
 # Needs a CUDA torch, nvcc of the same major version, ninja and packaging; no network when
 # SDIST is a local file. Runs for about 18 minutes per arch on 16 cores: start it detached
 # (setsid nohup bench/gpu_build.sh ... &) and read OUTDIR/build.log.
 set -uo pipefail
 sdist=$1 archs=$2 out=$3
+shift 3
 mkdir -p "$out"
 python=${PYTHON:-python3}
 
@@ -26,7 +27,7 @@ trap 'kill $sampler 2>/dev/null' EXIT
   "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "abi", torch._C._GLIBCXX_USE_CXX11_ABI)'
   nvcc --version | tail -2
   start=$(date +%s)
-  "$python" -m fa_images.builder wheel --sdist "$sdist" --archs "$archs" --out "$out/dist" --work-dir "$out/work"
+  "$python" -m fa_images.builder wheel --sdist "$sdist" --archs "$archs" --out "$out/dist" --work-dir "$out/work" "$@"
   rc=$?
   echo "wheel rc=$rc wall_s=$(( $(date +%s) - start ))"
   echo "peak_rss_gib=$(awk '{printf "%.1f", $1/1048576}' "$out/peak_rss_kb")"
