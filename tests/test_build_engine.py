@@ -209,6 +209,8 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
         env=project.env,
         stderr=subprocess.PIPE,
         text=True,
+        # A suite started in the background inherits an ignored SIGINT; a user's shell does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     assert proc.stderr is not None
