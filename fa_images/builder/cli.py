@@ -7,8 +7,10 @@ on the host (which mounts them with ``add_commands``), so the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from . import build, gpucheck, source
@@ -170,8 +172,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return gpucheck.run(import_only=args.import_only)
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # SystemExit unwinds through every ``finally``: scratch dirs and containers are removed.
+    raise SystemExit(128 + signum)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Runs a parsed command; user errors become one line and their exit code."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
     except FatalError as exc:
