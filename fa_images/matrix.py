@@ -9,27 +9,40 @@ is collected, with its file and line, and reported together.
 from __future__ import annotations
 
 import itertools
-import re
+import math
 import string
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from . import compat as compat_mod
-from . import yamlfile
+from . import grammar, yamlfile
 from .builder.settings import parse_archs
 from .builder.source import PYPI_SIMPLE, SUPPORTED_FLASH_ATTN
 from .compat import Compat, did_you_mean
 from .errors import ConfigError, Problem, dedupe
 
 TOP_KEYS = ("image", "targets", "matrix", "entries", "bases", "packages", "build", "compat", "allow_unknown")
+# Far more than any real matrix (the flash-attn project builds 56 wheels a release); it only
+# stops a hostile or mistaken file from expanding into millions of entries.
+MAX_COMBINATIONS = 10_000
 AXES = ("python", "torch", "cuda", "flash_attn", "target", "archs", "ptx")
 MATRIX_RULES = ("include", "exclude")
+AXIS_EXAMPLES = {
+    "python": '"3.12"',
+    "torch": '"2.9.1"',
+    "cuda": '"12.8"',
+    "flash_attn": '"2.8.3"',
+    "target": "aws",
+    "archs": "80",
+    "ptx": "false",
+}
 PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
 DEFAULT_IMAGE = "fa-images/flash-attn"
-_REPO = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,15 +142,22 @@ class _Combo:
     key_origin: dict[str, tuple] = field(default_factory=dict)  # keys an include rule added
 
 
+def _text(value: Any) -> str:
+    """A value as the file wrote it (an unquoted 3.10 stays 3.10)."""
+    return str(getattr(value, "text", value))
+
+
 def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else [value]
 
 
 def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
     """Axes -> combinations, then exclude, then include (GitHub Actions rules), then entries."""
-    raw = doc.data.get("matrix") or {}
-    if not isinstance(raw, dict):
-        problems.append(doc.problem(("matrix",), "matrix must be a mapping of axes"))
+    raw = doc.data.get("matrix")
+    if raw is None:
+        raw = {}
+    elif not isinstance(raw, dict):
+        problems.append(doc.problem(("matrix",), f"matrix must be a mapping of axes, not {_kind(raw)}"))
         raw = {}
     axes = {k: v for k, v in raw.items() if k not in MATRIX_RULES}
     for key, values in axes.items():
@@ -147,11 +167,19 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
             problems.append(
                 doc.problem(
                     ("matrix", key),
-                    f"axis {key!r} must be a non-empty list",
-                    hint=f"e.g. {key}: [{values!r}]" if values is not None else None,
+                    f"axis {key!r} must be a non-empty list, not {_kind(values)}",
+                    hint=f"e.g. {key}: [{AXIS_EXAMPLES.get(key, '...')}]",
                 )
             )
     axes = {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
+    size = math.prod(len(v) for v in axes.values()) if axes else 0
+    if size > MAX_COMBINATIONS:
+        problems.append(
+            doc.problem(
+                ("matrix",), f"the axes expand to {size} combinations; fa-images builds at most {MAX_COMBINATIONS}"
+            )
+        )
+        axes, size = {}, 0
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
 
     for i, rule in enumerate(_as_list(raw.get("exclude") or [])):
@@ -170,7 +198,7 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
             continue
         combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
 
-    out = [_Combo(c, ("matrix",), "matrix[" + ", ".join(f"{k}={v}" for k, v in c.items()) + "]") for c in combos]
+    out = [_Combo(c, ("matrix",), "matrix[" + ", ".join(f"{k}={_text(v)}" for k, v in c.items()) + "]") for c in combos]
     for i, rule in enumerate(_as_list(raw.get("include") or [])):
         if not isinstance(rule, dict):
             problems.append(doc.problem(("matrix", "include", i), "each include rule must be a mapping"))
@@ -187,9 +215,11 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[_Combo]:
         if not merged:
             out.append(_Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
 
-    entries = doc.data.get("entries") or []
-    if not isinstance(entries, list):
-        problems.append(doc.problem(("entries",), "entries must be a list of mappings"))
+    entries = doc.data.get("entries")
+    if entries is None:
+        entries = []
+    elif not isinstance(entries, list):
+        problems.append(doc.problem(("entries",), f"entries must be a list of mappings, not {_kind(entries)}"))
         entries = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -227,10 +257,15 @@ class _EntryBuilder:
             self._fail(combo, key, f"{key} is missing")
             return None
         if not isinstance(value, str):
-            hint = f'write {key}: "{value}"'
-            if isinstance(value, float):
-                hint += "; quote versions: YAML reads an unquoted 3.10 as the number 3.1"
-            self._fail(combo, key, f"{key} {value!r} must be a quoted string", hint=hint)
+            written = _text(value)
+            hint = f'write {key}: "{written}"'
+            if isinstance(value, float) and written != str(value):
+                hint += f"; YAML reads an unquoted {written} as the number {value}"
+            self._fail(combo, key, f"{key} {written} must be a quoted string", hint=hint)
+            return None
+        problem = VERSION_GRAMMAR[key](value)
+        if problem:
+            self._fail(combo, key, f"{key} {problem}")
             return None
         return value
 
@@ -266,7 +301,11 @@ class _EntryBuilder:
             return None
         gpus: list[str] = []
         for name in _as_list(combo.values["target"]):
-            gpus += self.targets.get(str(name), [str(name)])
+            if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
+                self._fail(combo, "target", f"target {name!r} must be a name or a compute capability")
+                return None
+            name = _text(name)
+            gpus += self.targets.get(name, [name])
         archs: set[str] = set()
         for gpu in gpus:
             cc = self.compat.capability_of(gpu)
@@ -291,13 +330,6 @@ class _EntryBuilder:
             archs.add(arch)
         return tuple(sorted(archs, key=int)), tuple(gpus)
 
-    def _parse(self, combo: _Combo, key: str, value: str) -> Version | None:
-        try:
-            return Version(value)
-        except InvalidVersion:
-            self._fail(combo, key, f"{key} {value!r} is not a version number", hint='e.g. "2.9.1"')
-            return None
-
     def entry(self, combo: _Combo) -> Entry | None:
         """Validates one combination; every problem is recorded, None if there were any."""
         before = len(self.problems)
@@ -311,7 +343,7 @@ class _EntryBuilder:
         archs, gpus = self.archs_for(combo) or ((), ())
         if python is not None and python not in PYTHONS:
             self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
-        torch_ver = self._parse(combo, "torch", torch_v) if torch_v else None
+        torch_ver = Version(torch_v) if torch_v else None
         release = self.compat.torch.get(torch_v) if torch_v else None
         unknown_torch = torch_v and release is None
         if unknown_torch and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
@@ -333,7 +365,7 @@ class _EntryBuilder:
                     f"torch {torch_v} has no CUDA {cuda} build",
                     hint=f"its variants: {', '.join(v.cuda for v in release.variants)}",
                 )
-        cuda_ver = self._parse(combo, "cuda", cuda) if cuda else None
+        cuda_ver = Version(cuda) if cuda else None
         if cuda_ver and torch_ver and cuda_ver.major >= 13 and torch_ver < Version(self.compat.cuda13_min_torch):
             self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
         cuda_rel = self.compat.cuda.get(cuda) if cuda else None
@@ -344,7 +376,7 @@ class _EntryBuilder:
                 f"CUDA {cuda} is not in the compat table",
                 hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE",
             )
-        fa_ver = self._parse(combo, "flash_attn", fa) if fa else None
+        fa_ver = Version(fa) if fa else None
         if fa_ver is not None and fa_ver not in SUPPORTED_FLASH_ATTN:
             self._fail(
                 combo,
@@ -376,6 +408,10 @@ class _EntryBuilder:
         fa_rel = self.compat.flash_attn.get(fa)
         tag = f"fa{fa}-py{python}-torch{torch_v}-cu{cuda.replace('.', '')}"
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": "cu" + cuda.replace(".", "")}
+        bad_tag = grammar.image_tag(tag)
+        if bad_tag:  # Docker refuses it at tag time, after the compile: refuse it now
+            self._fail(combo, None, f"the image tag {bad_tag}")
+            return None
         return Entry(
             id=tag,
             python=python,
@@ -389,21 +425,78 @@ class _EntryBuilder:
             cxx11_abi=variant.cxx11_abi if variant else None,
             sdist_sha256=fa_rel.sha256 if fa_rel else None,
             image=f"{self.image}:{tag}",
-            devel_image=self.bases.devel.format(**fill),
-            runtime_image=self.bases.runtime.format(**fill),
-            torch_index=self.packages.torch_index.format(**fill) if self.packages.torch_index else None,
+            devel_image=fill_placeholders(self.bases.devel, fill),
+            runtime_image=fill_placeholders(self.bases.runtime, fill),
+            torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
         )
 
 
-PLACEHOLDERS = ("cuda", "cuda_release", "cuda_tag")
+PLACEHOLDERS = {"cuda": "12.8", "cuda_release": "12.8.1", "cuda_tag": "cu128"}  # name -> a sample value
+# The grammar each setting must follow before it may reach a Dockerfile or the engine.
+SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
+    ("bases", "devel"): grammar.image_reference,
+    ("bases", "runtime"): grammar.image_reference,
+    ("bases", "uv_version"): grammar.version,
+    ("packages", "index"): grammar.index_url,
+    ("packages", "torch_index"): grammar.index_url,
+    ("packages", "find_links"): grammar.find_links,
+    ("packages", "flash_attn_index"): grammar.index_url,
+    ("build", "network"): grammar.network,
+}
 TEMPLATED = {("bases", "devel"), ("bases", "runtime"), ("packages", "torch_index")}
+VERSION_GRAMMAR: dict[str, Callable[[str], str | None]] = {
+    "python": grammar.matches(grammar.PYTHON, "3.12"),
+    "cuda": grammar.matches(grammar.CUDA, "12.8"),
+    "torch": grammar.version,
+    "flash_attn": grammar.version,
+}
+
+
+def fill_placeholders(template: str, values: dict[str, str]) -> str:
+    """``template`` with ``{cuda_release}`` etc. filled; raises ValueError naming a bad placeholder."""
+    known = ", ".join("{" + name + "}" for name in values)
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (write a literal brace as {{{{ or }}}}; placeholders: {known})") from None
+    out = []
+    for literal, name, spec, conversion in fields:
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values or spec or conversion:
+            text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{text} is not one of {known}")
+        out.append(values[name])
+    return "".join(out)
+
+
+def _setting_problem(key: str, name: str, value: Any) -> str | None:
+    """What is wrong with one setting's value, or None."""
+    check = SETTING_GRAMMAR.get((key, name))
+    if not isinstance(value, str):
+        return None
+    if not value.isprintable():
+        return f"{key}.{name} holds a control character (a newline would add a Dockerfile instruction)"
+    if (key, name) in TEMPLATED:
+        try:
+            value = fill_placeholders(value, PLACEHOLDERS)
+        except ValueError as exc:
+            return f"{key}.{name} has a bad placeholder: {exc}"
+    else:
+        if "{" in value or "}" in value:
+            return f"{key}.{name} may not use placeholders or braces"
+    problem = check(value) if check else None
+    return f"{key}.{name} {problem}" if problem else None
 
 
 def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]) -> Any:
     """One optional settings section -> its frozen dataclass, with every bad key reported."""
-    raw = doc.data.get(key) or {}
+    raw = doc.data.get(key)
+    if raw is None:
+        return cls()
     if not isinstance(raw, dict):
-        problems.append(doc.problem((key,), f"{key} must be a mapping"))
+        problems.append(doc.problem((key,), f"{key} must be a mapping, not {_kind(raw)}"))
         return cls()
     defaults = cls()
     clean = {}
@@ -411,35 +504,44 @@ def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]
         if name not in cls.__dataclass_fields__:
             problems.append(
                 doc.problem(
-                    (key, name), f"unknown key {key}.{name}", hint=did_you_mean(name, list(cls.__dataclass_fields__))
+                    (key, name),
+                    f"unknown key {key}.{name}",
+                    hint=did_you_mean(str(name), list(cls.__dataclass_fields__)),
                 )
             )
             continue
         default = getattr(defaults, name)
-        if isinstance(default, tuple):
+        if isinstance(default, tuple) and value is not None:
             value = tuple(_as_list(value))  # one string is a list of one, not of its characters
-        if value is not None and not isinstance(value, type(default) if default is not None else str):
-            problems.append(
-                doc.problem((key, name), f"{key}.{name} must be a {type(default or '').__name__}, not {value!r}")
-            )
+        if value is None and "None" not in str(cls.__dataclass_fields__[name].type):
+            problems.append(doc.problem((key, name), f"{key}.{name} may not be null (default: {default!r})"))
             continue
-        if (key, name) in TEMPLATED and isinstance(value, str):
-            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-            unknown = sorted(fields - set(PLACEHOLDERS))
-            if unknown:
-                problems.append(
-                    doc.problem(
-                        (key, name),
-                        f"{key}.{name} uses unknown placeholder {{{unknown[0]}}}",
-                        hint=f"use {', '.join('{' + p + '}' for p in PLACEHOLDERS)}",
-                    )
-                )
-                continue
+        wanted = type(default) if default is not None else str
+        items = value if isinstance(value, tuple) else (value,)
+        typed = isinstance(value, wanted) and (wanted is not tuple or all(isinstance(v, str) for v in value))
+        if value is not None and not typed:
+            what = "list of strings" if wanted is tuple else {"str": "string", "bool": "true or false"}[wanted.__name__]
+            problems.append(doc.problem((key, name), f"{key}.{name} must be a {what}, not {_kind(value)}"))
+            continue
+        bad = next((p for p in (_setting_problem(key, name, v) for v in items) if p), None)
+        if bad:
+            problems.append(doc.problem((key, name), bad))
+            continue
         clean[name] = value
     if key == "bases" and clean.get("python", "uv") not in ("uv", "system"):
         problems.append(doc.problem((key, "python"), f"bases.python must be uv or system, not {clean['python']!r}"))
         clean.pop("python")
     return cls(**clean)
+
+
+def _kind(value: Any) -> str:
+    """How a YAML value reads in an error line: 'a list ([])', 'the string \'false\''."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+    return f"{kind.get(type(value), type(value).__name__)} ({getattr(value, 'text', value)!r})"
 
 
 def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
@@ -449,34 +551,57 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     for key in doc.data:
         if key not in TOP_KEYS:
             problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
-    overrides = [(path.parent / str(doc.data["compat"])).resolve()] if doc.data.get("compat") else []
+    compat_file = doc.data.get("compat")
+    if compat_file is not None and not (isinstance(compat_file, str) and compat_file):
+        problems.append(doc.problem(("compat",), f"compat must be a file path, not {_kind(compat_file)}"))
+        compat_file = None
+    overrides = [(path.parent / compat_file).resolve()] if compat_file else []
     compat = compat_mod.load(*overrides, *([compat_override] if compat_override else []))
     image = doc.data.get("image", DEFAULT_IMAGE)
-    if not isinstance(image, str) or not _REPO.match(image):
+    bad_image = grammar.repository(image) if isinstance(image, str) else f"must be a string, not {_kind(image)}"
+    if bad_image:
         problems.append(
             doc.problem(
                 ("image",),
-                f"image {image!r} is not a repository name",
+                f"image {image!r} {bad_image}",
                 hint="e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)",
             )
         )
         image = DEFAULT_IMAGE
-    targets = doc.data.get("targets") or {}
-    if not isinstance(targets, dict) or not all(isinstance(v, list) for v in targets.values()):
+    targets = doc.data.get("targets")
+    if targets is None:
+        targets = {}
+    elif not isinstance(targets, dict):
         problems.append(
-            doc.problem(("targets",), "targets must map names to lists of GPUs", hint="e.g. targets: {aws: [A10G, L4]}")
+            doc.problem(
+                ("targets",), f"targets must map names to lists of GPUs, not {_kind(targets)}", hint=TARGETS_EXAMPLE
+            )
         )
         targets = {}
+    for name, gpus in list(targets.items()):
+        if not (isinstance(gpus, list) and gpus and all(isinstance(g, str) and g for g in gpus)):
+            problems.append(
+                doc.problem(
+                    ("targets", name), f"target {name!r} must be a non-empty list of GPU names", hint=TARGETS_EXAMPLE
+                )
+            )
+            del targets[name]
+    allow_unknown = doc.data.get("allow_unknown", False)
+    if not isinstance(allow_unknown, bool):
+        problems.append(
+            doc.problem(("allow_unknown",), f"allow_unknown must be true or false, not {_kind(allow_unknown)}")
+        )
+        allow_unknown = False
     builder = _EntryBuilder(
         doc,
         compat,
         problems,
-        targets={str(k): [str(g) for g in v] for k, v in targets.items()},
+        targets={str(k): list(v) for k, v in targets.items()},
         image=image,
         bases=_section(doc, "bases", Bases, problems),
         packages=_section(doc, "packages", Packages, problems),
         build=_section(doc, "build", BuildOptions, problems),
-        allow_unknown=bool(doc.data.get("allow_unknown")),
+        allow_unknown=allow_unknown,
     )
     combos = expand(doc, problems)
     if not combos and not problems:

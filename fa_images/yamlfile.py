@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,31 +32,151 @@ class YamlDoc:
         return Problem(message, file=self.file, line=self.line(path), entry=entry, hint=hint)
 
 
+# A matrix is a few kB; these bounds only stop hostile or broken files from exhausting
+# memory (an alias "billion laughs" is a few hundred bytes) or the stack.
+MAX_BYTES = 1 << 20
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and counts every node an alias expands to."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.expanded = 0
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        self.expanded += 1
+        if self.expanded > MAX_NODES:
+            raise _TooLarge(f"it expands to more than {MAX_NODES} values (aliases that repeat each other?)")
+        return super().construct_object(node, deep=deep)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark
+                )
+            if key in seen:
+                raise _Duplicate(key, seen[key], key_node.start_mark.line + 1)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+class Number(float):
+    """A float that remembers how it was written: ``3.10`` reads as 3.1, and the hint says "3.10"."""
+
+    text: str
+
+
+def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> float:
+    number = Number(yaml.SafeLoader.construct_yaml_float(loader, node))
+    number.text = node.value
+    return number
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: Any, first: int, line: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.line = key, first, line
+
+
+def _check_shape(node: yaml.Node) -> None:
+    """Refuses a tree that contains itself, nests too deep, or whose aliases expand too far.
+
+    Iterative, so a hostile file cannot overflow the stack here either.
+    """
+    count = 0
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, int, bool]] = [(node, 1, True)]
+    while stack:
+        current, depth, entering = stack.pop()
+        if not entering:
+            on_path.discard(id(current))
+            continue
+        count += 1
+        if count > MAX_NODES:
+            raise _TooLarge(f"it expands to more than {MAX_NODES} values (aliases that repeat each other?)")
+        if depth > MAX_DEPTH:
+            raise _TooLarge(f"it nests deeper than {MAX_DEPTH} levels")
+        if not isinstance(current, yaml.CollectionNode):
+            continue
+        if id(current) in on_path:
+            raise _TooLarge("an alias refers to a node that contains it")
+        on_path.add(id(current))
+        stack.append((current, depth, False))
+        children = current.value
+        if isinstance(current, yaml.MappingNode):
+            children = [n for pair in current.value for n in pair]
+        stack += [(child, depth + 1, True) for child in children]
+
+
 def _record(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = path + (str(key.value),)
-            lines[sub] = key.start_mark.line + 1
-            _record(value, sub, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _record(item, path + (i,), lines)
+    stack: list[tuple[yaml.Node, Path_]] = [(node, path)]
+    while stack:
+        current, where = stack.pop()
+        lines.setdefault(where, current.start_mark.line + 1)
+        if isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                sub = where + (str(key.value),)
+                lines[sub] = key.start_mark.line + 1
+                stack.append((value, sub))
+        elif isinstance(current, yaml.SequenceNode):
+            stack += [(item, where + (i,)) for i, item in enumerate(current.value)]
+
+
+def _type_name(value: Any) -> str:
+    return "float" if isinstance(value, float) else type(value).__name__
 
 
 def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create matrix.yaml") -> YamlDoc:
-    """Parses ``path``; a missing, empty or malformed file is a ConfigError with its position."""
+    """Parses ``path``; a missing, empty, oversized or malformed file is a ConfigError with its position."""
     shown = str(path)
     if not path.is_file():
         raise ConfigError([Problem(f"{what} not found", file=shown, hint=hint)])
-    text = path.read_text()
     try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([Problem(f"cannot read the {what}: {exc.strerror}", file=shown)]) from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError([Problem(f"{what} is larger than {MAX_BYTES >> 10} KiB", file=shown)])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            [Problem(f"{what} is not UTF-8 text (byte {raw[exc.start]:#04x})", file=shown, line=line)]
+        ) from None
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_shape(node)
+        data = loader.construct_document(node) if node is not None else None
+    except _TooLarge as exc:
+        raise ConfigError([Problem(f"{what} is refused: {exc}", file=shown)]) from None
+    except _Duplicate as exc:
+        raise ConfigError(
+            [
+                Problem(
+                    f"key {exc.key!r} appears twice (first on line {exc.first}); YAML would keep only the last",
+                    file=shown,
+                    line=exc.line,
+                    hint="merge the two blocks into one",
+                )
+            ]
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise ConfigError(
@@ -68,13 +189,15 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
                 )
             ]
         ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([Problem(f"invalid YAML: {exc}", file=shown)]) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError([Problem(f"invalid YAML: {exc or type(exc).__name__}", file=shown)]) from None
+    finally:
+        loader.dispose()
     if data is None:
         raise ConfigError([Problem(f"{what} is empty", file=shown)])
     if not isinstance(data, dict):
         raise ConfigError(
-            [Problem(f"{what} must be a mapping at the top, not a {type(data).__name__}", file=shown, line=1)]
+            [Problem(f"{what} must be a mapping at the top, not a {_type_name(data)}", file=shown, line=1)]
         )
     doc = YamlDoc(data=data, file=shown)
     _record(node, (), doc.lines)

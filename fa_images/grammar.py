@@ -1,0 +1,145 @@
+"""The grammar of every value that can reach a rendered Dockerfile.
+
+A matrix or compat file is input from whoever wrote it, and a Dockerfile is a program: a
+newline in a base image adds an instruction, a ``$()`` in an index URL runs a command.
+So each value is checked against its own grammar (an image reference, an index URL, a
+PEP 440 pin, a version) when the file is loaded, and the template quotes it again as
+defence in depth (see render.py). Each check returns None when the value is good, else
+what is wrong with it, phrased to follow "<key> ..." in an error line.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Callable
+
+from packaging.version import InvalidVersion, Version
+
+# distribution/reference's grammar, as the Docker Engine applies it.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])"
+)
+REPOSITORY = re.compile(rf"(?:{_DOMAIN}(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*", re.ASCII)
+TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
+DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}", re.ASCII)
+MAX_REPOSITORY = 255
+
+PUBLIC_VERSION = re.compile(r"\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?", re.ASCII)
+PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
+CUDA = re.compile(r"\d{2}\.\d", re.ASCII)
+CUDA_RELEASE = re.compile(r"\d{2}\.\d\.\d+", re.ASCII)
+CAPABILITY = re.compile(r"\d{1,2}\.\d", re.ASCII)
+SHA256 = re.compile(r"[0-9a-f]{64}")
+PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
+NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+# What an index URL may hold besides its scheme, host and port. No quotes, spaces, `$`,
+# backticks, `;`, `&`, `|`, `<`, `>`, parentheses, braces or backslashes.
+_URL_PATH = re.compile(r"[A-Za-z0-9._~%/:@+=,-]*", re.ASCII)
+
+
+def repository(value: str) -> str | None:
+    """An image name without a tag: ``ghcr.io/acme/flash-attn``."""
+    if len(value) > MAX_REPOSITORY:
+        return f"is {len(value)} characters long; Docker allows {MAX_REPOSITORY}"
+    if not REPOSITORY.fullmatch(value):
+        return "is not a repository name (lower case letters, digits, '.', '_', '-', '/', an optional registry host)"
+    return None
+
+
+def image_reference(value: str) -> str | None:
+    """A full image reference: ``name[:tag][@digest]``, as FROM takes it."""
+    name, _, digest = value.partition("@")
+    if digest and not DIGEST.fullmatch(digest):
+        return f"has a malformed digest {digest!r}"
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = None
+    if colon > slash:  # a colon after the last slash starts the tag; before it, it is a port
+        name, tag = name[:colon], name[colon + 1 :]
+    if tag is not None and not TAG.fullmatch(tag):
+        return f"has a tag {tag!r} that Docker refuses (letters, digits, '_', '.', '-'; at most 128)"
+    return repository(name)
+
+
+def image_tag(value: str) -> str | None:
+    if not TAG.fullmatch(value):
+        return f"{value!r} is not a valid image tag (letters, digits, '_', '.', '-'; at most 128 characters)"
+    return None
+
+
+def version(value: str) -> str | None:
+    """A public PEP 440 version: no local ``+label``, no spaces, nothing a tag cannot hold."""
+    if not PUBLIC_VERSION.fullmatch(value):
+        why = "has a local '+' part" if "+" in value else "is not a version number"
+        return f'{value!r} {why} (e.g. "2.9.1"; the CUDA variant goes in cuda:)'
+    return None
+
+
+def matches(pattern: re.Pattern[str], example: str) -> Callable[[str], str | None]:
+    """A check for a fixed pattern: ``matches(CUDA, "12.8")``."""
+
+    def check(value: str) -> str | None:
+        return None if pattern.fullmatch(value) else f"{value!r} is not of the form {example!r}"
+
+    return check
+
+
+def pin(value: str) -> str | None:
+    """``name==version``, as a build-tool pin."""
+    name, sep, ver = value.partition("==")
+    if not sep or not PROJECT.fullmatch(name):
+        return f"{value!r} is not a pin like 'ninja==1.13.2'"
+    try:
+        Version(ver)
+    except InvalidVersion:
+        return f"{value!r} pins {ver!r}, which is not a version"
+    if not re.fullmatch(r"[0-9A-Za-z.!+-]+", ver):
+        return f"{value!r} is not a pin like 'ninja==1.13.2'"
+    return None
+
+
+def index_url(value: str) -> str | None:
+    """An http(s) or file URL of a package index or a find-links page."""
+    if not value.isprintable() or " " in value:
+        return f"{value!r} holds spaces or control characters"
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https", "file"):
+        return f"{value!r} is not an http(s):// or file:// URL"
+    try:
+        host, _port = parts.hostname, parts.port
+    except ValueError:
+        return f"{value!r} has a malformed host or port"
+    if parts.scheme != "file" and not (host and re.fullmatch(_DOMAIN, host, re.ASCII)):
+        return f"{value!r} has no valid host"
+    if parts.query or parts.fragment or not _URL_PATH.fullmatch(parts.path):
+        return f"{value!r} holds characters an index URL does not need (quotes, $, ;, &, ?, #, ...)"
+    return None
+
+
+def find_links(value: str) -> str | None:
+    """A find-links location: an index URL, or an absolute directory inside the image."""
+    if value.startswith("/"):
+        return None if _URL_PATH.fullmatch(value) else f"{value!r} holds characters a path here may not"
+    return index_url(value)
+
+
+def has_credentials(url: str) -> bool:
+    return "@" in urllib.parse.urlsplit(url).netloc
+
+
+def without_credentials(url: str) -> str:
+    """The URL with any ``user:token@`` removed: what may be written into a file."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def network(value: str) -> str | None:
+    """A ``docker build --network`` mode: default, host, none, bridge or a network's name."""
+    return None if NETWORK.fullmatch(value) else f"{value!r} is not a network mode (e.g. host, none, or a name)"
+
+
+def printable(value: str) -> bool:
+    """No control characters: a newline is a new Dockerfile instruction."""
+    return value.isprintable()
