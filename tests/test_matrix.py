@@ -1014,7 +1014,7 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
             1,
             "image 'Acme/FA' is not a repository name (lower case letters, digits, '.', '_', '-', '/', an optional registry host)",
         ),
-        (4, "python 3.1 must be a quoted string"),
+        (4, "python 3.10 must be a quoted string"),
         (9, "torch 2.6.0 has no CUDA 12.8 build"),
         (10, "T4 (compute capability 7.5) cannot run flash-attn 2"),
         (10, "torch 2.9.1 has no wheels for Python 3.9"),
