@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from . import yamlfile
+from . import grammar, yamlfile
 from .builder.source import SUPPORTED_FLASH_ATTN
 from .errors import ConfigError, Problem
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
+_DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)
 SECTIONS = ("torch", "cuda", "rules", "archs", "gpus", "build_tools", "flash_attn")
 
 
@@ -79,8 +81,10 @@ class Compat:
         if name in self.gpus:
             return self.gpus[name]
         digits = name.removeprefix("SM_").removeprefix("SM")
-        if digits.replace(".", "").isdigit():
-            return digits if "." in digits else f"{digits[:-1]}.{digits[-1]}"
+        if grammar.CAPABILITY.fullmatch(digits):
+            return digits
+        if re.fullmatch(r"\d{2,3}", digits, re.ASCII):
+            return f"{digits[:-1]}.{digits[-1]}"
         return None
 
 
@@ -93,13 +97,6 @@ def did_you_mean(value: str, known: list[str] | tuple[str, ...]) -> str:
     """'did you mean 'torch'?' when ``value`` is close to a known name, else the known names."""
     close = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
     return f"did you mean {close[0]!r}?" if close else f"known: {', '.join(map(str, known))}"
-
-
-def _version_key(text: str) -> Any:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return Version("0")
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -126,83 +123,144 @@ class _Checker:
             return {}
         return value
 
-    def version(self, path: tuple, value: Any) -> str | None:
+    def version(self, path: tuple, value: Any, check: Callable[[str], str | None] = grammar.version) -> str | None:
+        """A string that follows ``check``'s grammar; everything here may reach a Dockerfile."""
+        where = ".".join(map(str, path))
         if not isinstance(value, str):
-            self.fail(
-                path,
-                f"{'.'.join(map(str, path))}: {value!r} must be a quoted string",
-                hint='YAML reads 3.10 as the number 3.1; write "3.10"',
-            )
+            written = getattr(value, "text", value)
+            self.fail(path, f"{where}: {written} must be a quoted string", hint=f"write \"{written}\"")
+            return None
+        problem = check(value)
+        if problem:
+            self.fail(path, f"{where}: {problem}")
             return None
         return value
 
+    def key(self, path: tuple, value: Any, check: Callable[[str], str | None] = grammar.version) -> str | None:
+        """A mapping key that names a version: quoted or not, it must follow its grammar."""
+        text = str(getattr(value, "text", value))
+        problem = check(text)
+        if problem:
+            self.fail(path, f"{'.'.join(map(str, path[:-1]))}: key {problem}")
+            return None
+        return text
 
-def build(doc: yamlfile.YamlDoc) -> Compat:
-    c = _Checker(doc)
-    data = doc.data
-    for key in data:
-        if key not in SECTIONS:
-            c.fail((key,), f"unknown section {key!r}", hint=did_you_mean(key, SECTIONS))
+
+_CUDA = grammar.matches(grammar.CUDA, "12.8")
+_PYTHON = grammar.matches(grammar.PYTHON, "3.12")
+_ARCH = grammar.matches(re.compile(r"\d{2,3}", re.ASCII), "90")
+_MAJOR = grammar.matches(re.compile(r"\d{1,2}", re.ASCII), "9")
+
+
+def _cuda(c: _Checker, data: dict) -> dict[str, CudaRelease]:
     cuda = {}
     for ver, raw in c.mapping(("cuda",), data.get("cuda", {})).items():
+        ver = c.key(("cuda", ver), ver, _CUDA)
         raw = c.mapping(("cuda", ver), raw)
-        rel = c.version(("cuda", ver, "release"), raw.get("release"))
-        if rel:
-            cuda[str(ver)] = CudaRelease(version=str(ver), release=rel, min_driver=str(raw.get("min_driver", "")))
+        rel = c.version(("cuda", ver, "release"), raw.get("release"), grammar.matches(grammar.CUDA_RELEASE, "12.8.1"))
+        driver = raw.get("min_driver")
+        if driver is not None:
+            driver = c.version(("cuda", ver, "min_driver"), driver, grammar.matches(_DRIVER, "525"))
+        if ver and rel:
+            cuda[ver] = CudaRelease(version=ver, release=rel, min_driver=driver or "")
+    return cuda
+
+
+def _torch(c: _Checker, data: dict, cuda: dict[str, CudaRelease]) -> dict[str, TorchRelease]:
     torch = {}
     for ver, raw in c.mapping(("torch",), data.get("torch", {})).items():
+        ver = c.key(("torch", ver), ver)
         raw = c.mapping(("torch", ver), raw)
         pythons = raw.get("python")
-        if not isinstance(pythons, list) or not all(isinstance(p, str) for p in pythons):
+        if not isinstance(pythons, list) or not pythons:
             c.fail(("torch", ver, "python"), f'torch.{ver}.python must be a list of quoted versions like "3.12"')
             pythons = []
+        pythons = [p for i, p in enumerate(pythons) if c.version(("torch", ver, "python", i), p, _PYTHON)]
         variants = []
         bad_variant = False
         for cu, v in c.mapping(("torch", ver, "cuda"), raw.get("cuda", {})).items():
+            cu = c.key(("torch", ver, "cuda", cu), cu, _CUDA)
             v = c.mapping(("torch", ver, "cuda", cu), v)
-            if not isinstance(v.get("cxx11_abi"), bool):
+            if cu is None or not isinstance(v.get("cxx11_abi"), bool):
                 c.fail(("torch", ver, "cuda", cu), f"torch.{ver}.cuda.{cu}.cxx11_abi must be true or false")
                 bad_variant = True
                 continue
-            if str(cu) not in cuda:
+            if cu not in cuda:
                 c.fail(("torch", ver, "cuda", cu), f"torch {ver} names CUDA {cu}, which the cuda section lacks")
-            variants.append(CudaVariant(cuda=str(cu), cxx11_abi=v["cxx11_abi"]))
+            variants.append(CudaVariant(cuda=cu, cxx11_abi=v["cxx11_abi"]))
         default = raw.get("default_cuda")
         if default not in {v.cuda for v in variants} and not bad_variant:
             c.fail(
                 ("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants"
             )
-        torch[str(ver)] = TorchRelease(
-            version=str(ver), pythons=tuple(pythons), default_cuda=str(default), variants=tuple(variants)
-        )
+        if ver:
+            torch[ver] = TorchRelease(
+                version=ver, pythons=tuple(pythons), default_cuda=str(default), variants=tuple(variants)
+            )
+    return torch
+
+
+def _archs(c: _Checker, data: dict) -> dict[str, tuple[str, str]]:
     archs = {}
     for arch, raw in c.mapping(("archs",), data.get("archs", {})).items():
+        arch = c.key(("archs", arch), arch, _ARCH)
         raw = c.mapping(("archs", arch), raw)
-        min_cuda = c.version(("archs", arch, "min_cuda"), raw.get("min_cuda"))
-        cc = c.version(("archs", arch, "compute_capability"), raw.get("compute_capability"))
-        if min_cuda and cc:
-            archs[str(arch)] = (min_cuda, cc)
+        min_cuda = c.version(("archs", arch, "min_cuda"), raw.get("min_cuda"), _CUDA)
+        cc = c.version(("archs", arch, "compute_capability"), raw.get("compute_capability"), _MAJOR)
+        if arch and min_cuda and cc:
+            archs[arch] = (min_cuda, cc)
+    return archs
+
+
+def _gpus(c: _Checker, data: dict) -> dict[str, str]:
     gpus = {}
     for name, cc in c.mapping(("gpus",), data.get("gpus", {})).items():
-        cc = c.version(("gpus", name), cc)
+        cc = c.version(("gpus", name), cc, grammar.matches(grammar.CAPABILITY, "8.9"))
         if cc:
             gpus[gpu_key(name)] = cc
+    return gpus
+
+
+def _flash_attn(c: _Checker, data: dict) -> dict[str, FlashAttnRelease]:
     flash = {}
     for ver, raw in c.mapping(("flash_attn",), data.get("flash_attn", {})).items():
+        ver = c.key(("flash_attn", ver), ver)
         raw = c.mapping(("flash_attn", ver), raw)
         sha = raw.get("sha256")
-        if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        if not (isinstance(sha, str) and grammar.SHA256.fullmatch(sha)):
             c.fail(("flash_attn", ver, "sha256"), f"flash_attn.{ver}.sha256 must be 64 hex digits")
             continue
-        if _version_key(str(ver)) not in SUPPORTED_FLASH_ATTN:
+        if ver is None:
+            continue
+        if Version(ver) not in SUPPORTED_FLASH_ATTN:
             c.fail(
                 ("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})"
             )
-        flash[str(ver)] = FlashAttnRelease(version=str(ver), sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
+        flash[ver] = FlashAttnRelease(version=ver, sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
+    return flash
+
+
+def _build_tools(c: _Checker, data: dict) -> tuple[str, ...]:
     tools = data.get("build_tools", [])
-    if not isinstance(tools, list) or not all(isinstance(t, str) and "==" in t for t in tools):
+    if not isinstance(tools, list):
         c.fail(("build_tools",), 'build_tools must be a list of pins like "ninja==1.13.2"')
-        tools = []
+        return ()
+    return tuple(t for i, t in enumerate(tools) if c.version(("build_tools", i), t, grammar.pin))
+
+
+def build(doc: yamlfile.YamlDoc) -> Compat:
+    """The validated table; every problem in it is reported at once."""
+    c = _Checker(doc)
+    data = doc.data
+    for key in data:
+        if key not in SECTIONS:
+            c.fail((key,), f"unknown section {key!r}", hint=did_you_mean(str(key), SECTIONS))
+    cuda = _cuda(c, data)
+    torch = _torch(c, data, cuda)
+    archs = _archs(c, data)
+    gpus = _gpus(c, data)
+    flash = _flash_attn(c, data)
+    tools = _build_tools(c, data)
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
     if c.problems:
@@ -213,7 +271,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         archs=archs,
         gpus=gpus,
         flash_attn=flash,
-        build_tools=tuple(tools),
+        build_tools=tools,
         cuda13_min_torch=min_torch,
     )
 

@@ -55,10 +55,15 @@ def dedupe(problems: list[Problem]) -> list[Problem]:
 class ConfigError(UsageError):
     """Every problem found in a matrix or compat file, reported together."""
 
+    SHOWN = 20  # a mistaken multi-megabyte file must not print thousands of lines
+
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
-        body = "\n".join(f"  {p}" for p in problems)
+        lines = [f"  {p}" for p in problems[: self.SHOWN]]
+        if len(problems) > self.SHOWN:
+            lines.append(f"  ... and {len(problems) - self.SHOWN} more")
+        body = "\n".join(lines)
         super().__init__(f"{count} found:\n{body}" if len(problems) > 1 else str(problems[0]))
 
 

@@ -1238,7 +1238,7 @@ def torch_2_10(python: str = '["3.12"]', default: str = '"12.8"', cuda: str = '"
     [
         (torch_2_10(abi='"yes"'), 6, "torch.2.10.0.cuda.12.8.cxx11_abi must be true or false"),
         (torch_2_10(default='"12.4"'), 4, "torch.2.10.0.default_cuda '12.4' is not one of its CUDA variants"),
-        (torch_2_10(python="[3.12]"), 3, 'torch.2.10.0.python must be a list of quoted versions like "3.12"'),
+        (torch_2_10(python="[3.12]"), 3, "torch.2.10.0.python.0: 3.12 must be a quoted string"),
         (torch_2_10(default='"12.7"', cuda='"12.7"'), 6, "torch 2.10.0 names CUDA 12.7, which the cuda section lacks"),
         ('flash_attn:\n  "2.8.3":\n    sha256: 1e71dd64a9e0\n', 3, "flash_attn.2.8.3.sha256 must be 64 hex digits"),
         ("gpus:\n  RTXPRO6000: 12.0\n", 2, "gpus.RTXPRO6000: 12.0 must be a quoted string"),
