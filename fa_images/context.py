@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from . import wheelhouse
 from .builder import source
 from .matrix import Entry, Matrix
 from .render import render_entry
@@ -49,4 +50,6 @@ def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path) -> Path:
     sdists = dest / "inputs" / "sdists"
     sdists.mkdir(parents=True)
     shutil.copy2(sdist, sdists / source.sdist_name(entry.flash_attn))
+    if wheelhouse.needs_wheelhouse(matrix, entry):
+        wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")
     return dest

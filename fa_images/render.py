@@ -7,37 +7,54 @@ use no BuildKit syntax, so the docker SDK's legacy builder can build them.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from . import grammar, wheelhouse
+from .errors import UsageError
 from .matrix import Entry, Matrix
 
 TEMPLATES = Path(__file__).with_name("templates")
 
 
+def _no_control_characters(value: object) -> object:
+    """Every ``{{ }}`` passes here: a newline in a value would be a new Dockerfile instruction."""
+    if isinstance(value, str) and not grammar.printable(value):
+        raise UsageError(f"refusing to render {value[:80]!r}: it holds a control character")
+    return value
+
+
+def _label(value: str) -> str:
+    """A double-quoted LABEL value: Docker expands ``$`` there and ends it at ``"``."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_no_control_characters,
     )
+    env.filters["sh"] = shlex.quote  # a RUN line is a shell command: every value is one word
+    env.filters["label"] = _label
+    return env
 
 
-def pip_source(matrix: Matrix, index: str | None) -> str:
-    """pip flags that pick where packages come from, ending in a space."""
-    parts = [f"--index-url {index}"] if index else ["--no-index"]
-    parts += [f"--find-links {link}" for link in matrix.packages.find_links]
-    return " ".join(parts) + " "
+def pip_args(install: wheelhouse.Install) -> str:
+    """``pip install``'s arguments for one install of the builder stage, shell-quoted."""
+    return " ".join(shlex.quote(a) for a in install.source.flags() + list(install.requirements))
 
 
 def render_entry(matrix: Matrix, entry: Entry) -> str:
-    torch_index = entry.torch_index or matrix.packages.index
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
+    installs = {i.name: i for i in wheelhouse.installs(matrix, entry)}
     return (
         _environment()
         .get_template("Dockerfile.j2")
@@ -47,11 +64,12 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             abi_text=abi,
             abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
             python_from=matrix.bases.python,
-            uv_version=matrix.bases.uv_version,
-            pip_index=pip_source(matrix, matrix.packages.index),
-            torch_source=pip_source(matrix, torch_index),
-            flash_attn_index=matrix.packages.flash_attn_index,
-            build_tools=matrix.compat.build_tools,
+            uv_install=pip_args(installs["uv"]),
+            torch_install=pip_args(installs["torch"]),
+            tools_install=pip_args(installs["build tools"]),
+            wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,
+            # The sdist is always in the context; the index is a fallback that must not carry a token.
+            flash_attn_index=grammar.without_credentials(matrix.packages.flash_attn_index),
         )
     )
 

@@ -1,0 +1,144 @@
+"""Where the builder stage's Python packages come from, and the host-side wheelhouse.
+
+Each ``pip install`` of the builder stage has one source: ``packages.index`` for the build
+tools (and uv), ``packages.torch_index`` (else the index) for torch, plus any
+``find_links``. A source whose URL carries ``user:token@`` is never written into a
+Dockerfile: the host downloads that install's packages with the credentials, into a
+wheelhouse inside the build context, and the Dockerfile installs them with ``--no-index``.
+So a private index works, and its token reaches no file, build arg, layer or log. The
+same path serves air-gapped sites that want no index at all inside the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import grammar
+from .builder.errors import SourceError
+from .matrix import Entry, Matrix
+
+# Inside the image; the context's inputs/wheels/ is copied here.
+WHEELHOUSE = "/opt/fa-images/wheels"
+# Binary wheels for the image's platform: glibc x86_64, as manylinux tags name it.
+PLATFORMS = ["linux_x86_64", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"] + [
+    f"manylinux_2_{minor}_x86_64" for minor in range(5, 40)
+]
+
+
+@dataclass(frozen=True)
+class PipSource:
+    """One ``pip install``'s source: an index (or none) and find-links locations."""
+
+    index: str | None
+    find_links: tuple[str, ...]
+
+    @property
+    def private(self) -> bool:
+        """Credentials in a URL: this install is fetched on the host."""
+        return any(grammar.has_credentials(u) for u in (self.index, *self.find_links) if u)
+
+    def flags(self) -> list[str]:
+        """pip's flags inside the image: never a credential."""
+        if self.private:
+            return ["--no-index", "--find-links", WHEELHOUSE]
+        out = ["--index-url", self.index] if self.index else ["--no-index"]
+        for link in self.find_links:
+            out += ["--find-links", link]
+        return out
+
+    def host_flags(self) -> list[str]:
+        """pip's flags on the host, credentials included: only ever passed as arguments, never printed."""
+        out = ["--index-url", self.index] if self.index else ["--no-index"]
+        for link in self.find_links:
+            out += ["--find-links", link]
+        return out
+
+
+@dataclass(frozen=True)
+class Install:
+    """One ``pip install`` of the builder stage: what it installs, and from where."""
+
+    name: str
+    requirements: tuple[str, ...]
+    source: PipSource
+
+
+def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
+    """The builder stage's installs, in Dockerfile order."""
+    links = matrix.packages.find_links
+    tools = PipSource(matrix.packages.index, links)
+    torch = PipSource(entry.torch_index or matrix.packages.index, links)
+    uv = (f"uv=={matrix.bases.uv_version}",) if matrix.bases.python == "uv" else ()
+    return (
+        Install("uv", uv, tools),
+        Install("torch", (f"torch=={entry.torch}",), torch),
+        Install("build tools", matrix.compat.build_tools, tools),
+    )
+
+
+def needs_wheelhouse(matrix: Matrix, entry: Entry) -> bool:
+    return any(i.source.private and i.requirements for i in installs(matrix, entry))
+
+
+def _cache_key(entry: Entry, install: Install) -> str:
+    """Names a download by what it holds, not by the credentials used to fetch it."""
+    what = {
+        "python": entry.python,
+        "requirements": install.requirements,
+        "index": grammar.without_credentials(install.source.index or ""),
+        "find_links": [grammar.without_credentials(u) for u in install.source.find_links],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def download(install: Install, python: str, dest: Path) -> None:
+    """``pip download`` of one install's packages for the image's Python and platform."""
+    nodot = python.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-cache-dir"]
+    cmd += ["--dest", str(dest), "--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
+    cmd += ["--abi", f"cp{nodot}", "--abi", "abi3", "--abi", "none"]
+    for platform in PLATFORMS:
+        cmd += ["--platform", platform]
+    cmd += install.source.host_flags() + list(install.requirements)
+    # No credential in the environment of a child that might print it; pip itself redacts URLs.
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_NO_INPUT": "1"})
+    if proc.returncode != 0:
+        tail = "\n  ".join(proc.stderr.strip().splitlines()[-6:])
+        raise SourceError(
+            f"downloading the {install.name} for Python {python} on this host failed:\n  {tail}",
+            hint="the index is private, so fa-images fetches from it on the host; check its URL and credentials",
+        )
+
+
+def fill(matrix: Matrix, entry: Entry, dest: Path, cache: Path) -> int:
+    """Puts the wheels of every private install into ``dest``; returns how many files."""
+    dest.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for install in installs(matrix, entry):
+        if not (install.source.private and install.requirements):
+            continue
+        cached = cache / _cache_key(entry, install)
+        if not (cached / ".complete").is_file():
+            staging = cached.with_name(cached.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            download(install, entry.python, staging)
+            (staging / ".complete").write_text("")
+            shutil.rmtree(cached, ignore_errors=True)
+            staging.rename(cached)
+        for wheel in cached.glob("*.whl"):
+            target = dest / wheel.name
+            if not target.exists():
+                try:
+                    os.link(wheel, target)  # same filesystem: no copy of gigabytes
+                except OSError:
+                    shutil.copy2(wheel, target)
+                count += 1
+    return count
