@@ -38,9 +38,7 @@ RUN python -m fa_images.builder wheel \
       --archs 80 \
       --expect-cxx11-abi false \
       --expect-cuda 12.4 \
-      --work-dir /tmp/fa-build \
-      --out /wheels \
- && rm -rf /tmp/fa-build
+      --out /wheels
 
 FROM scratch AS wheel
 COPY --from=builder /wheels/ /

@@ -96,6 +96,7 @@ def prepared(request, real_sdist, run_fa_images, tmp_path_factory) -> Prepared:
             work / "dist",
             "--work-dir",
             work,
+            "--keep-work",
             "--prepare-only",
             "--json",
         ]
@@ -126,7 +127,9 @@ def test_prepare_unpacks_the_source_and_writes_the_settings_file(prepared: Prepa
     assert prepared.proc.returncode == 0, prepared.proc.stderr
     source_dir = Path(prepared.settings["source_dir"])
     assert source_dir.is_dir()
-    assert source_dir.parent == prepared.work / "src"
+    scratch = source_dir.parent.parent  # --keep-work kept the scratch dir made under --work-dir
+    assert scratch.parent == prepared.work and scratch.name.startswith("fa-images-wheel-")
+    assert source_dir.parent == scratch / "src"
     assert (source_dir / "setup.py").is_file()
     assert f'__version__ = "{prepared.version}"' in (source_dir / "flash_attn" / "__init__.py").read_text()
     settings_file = source_dir / "fa_images_build.json"
@@ -168,13 +171,21 @@ def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
     assert (s["archs"], s["ptx"], s["max_jobs"], s["nvcc_threads"]) == (["80", "90"], True, 3, 1)
 
 
-def test_prepare_without_json_names_the_source_dir(run_fa_images, tmp_path: Path) -> None:
+def test_prepare_without_json_names_the_kept_source_dir(run_fa_images, tmp_path: Path) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
-    proc = run_fa_images(
-        ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path, "--prepare-only"]
-    )
+    work = tmp_path / "work"
+    args = ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"]
+    proc = run_fa_images([*args, "--keep-work"])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"prepared {tmp_path / 'src' / 'flash_attn-2.8.3'}"
+    (scratch,) = work.iterdir()
+    assert proc.stdout.strip() == f"prepared {scratch / 'src' / 'flash_attn-2.8.3'}"
+    assert f"kept the work dir for debugging: {scratch}" in proc.stderr
+
+    # Without --keep-work nothing is left, and the output does not name a path that is gone.
+    proc = run_fa_images(args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "prepared flash-attn 2.8.3 (not kept)"
+    assert list(work.iterdir()) == [scratch]
 
 
 def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path) -> None:
@@ -508,13 +519,15 @@ def test_download_from_the_index_is_checked_and_kept(fake_index: FakeIndex, run_
             tmp_path / "dist",
             "--work-dir",
             work,
+            "--keep-work",
             "--prepare-only",
             "--json",
         ]
     )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
-    downloaded = work / "sdists" / "flash_attn-2.8.3.tar.gz"
+    (scratch,) = work.iterdir()
+    downloaded = scratch / "sdists" / "flash_attn-2.8.3.tar.gz"
     assert s["sdist"] == str(downloaded)
     assert downloaded.read_bytes() == sdist.read_bytes()
     assert s["sha256"] == sha256_file(sdist)
@@ -543,8 +556,7 @@ def test_download_with_a_wrong_published_sha256_leaves_nothing(
         ]
     )
     assert_one_clear_error(proc, 4, "sha256 mismatch", "cd" * 32, sha256_file(sdist))
-    assert list((work / "sdists").iterdir()) == [], "a failed download must leave no file behind"
-    assert not (work / "src").exists()
+    assert list(work.iterdir()) == [], "a failed download must leave nothing behind"
 
 
 def test_a_pinned_sha256_that_the_index_contradicts(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:

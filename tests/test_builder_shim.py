@@ -342,6 +342,7 @@ def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory)
                     work / "dist",
                     "--work-dir",
                     work,
+                    "--keep-work",
                     "--prepare-only",
                     "--json",
                 ],

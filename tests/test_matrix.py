@@ -1012,7 +1012,8 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
         (2, "unknown key 'targts'"),
         (
             1,
-            "image 'Acme/FA' is not a repository name (lower case letters, digits, '.', '_', '-', '/', an optional registry host)",
+            "image 'Acme/FA' is not a repository name "
+            "(lower case letters, digits, '.', '_', '-', '/', an optional registry host)",
         ),
         (4, "python 3.10 must be a quoted string"),
         (9, "torch 2.6.0 has no CUDA 12.8 build"),

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-from . import build, gpucheck, source
+from . import build, gpucheck, scratch, source
 from .errors import FatalError, UsageError
 from .settings import parse_archs
 from .verify import inspect_wheel
@@ -92,7 +91,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="look here for flash_attn-VERSION.tar.gz before the index (offline builds)",
     )
-    wheel.add_argument("--work-dir", type=Path, metavar="DIR", help="where to unpack and build (default: a temp dir)")
+    wheel.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="make the scratch dir (unpacked source, objects) under DIR instead of the temp dir; "
+        "it is removed when the command ends",
+    )
+    wheel.add_argument(
+        "--keep-work", action="store_true", help="keep the scratch dir for debugging (its path is printed)"
+    )
     wheel.add_argument(
         "--expect-cxx11-abi",
         type=_bool,
@@ -137,28 +145,38 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_wheel(args: argparse.Namespace) -> int:
     if args.json and not args.prepare_only:
         raise UsageError("--json goes with --prepare-only")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="fa-images-build-"))
-    settings = build.prepare(
-        version=args.flash_attn,
-        sdist=args.sdist,
-        work_dir=work,
-        archs=args.archs,
-        ptx=args.ptx,
-        max_jobs=args.max_jobs,
-        nvcc_threads=args.nvcc_threads,
-        sha256=args.sha256,
-        index_url=args.index_url,
-        sources_dir=args.sources_dir,
-        allow_untested=args.allow_untested,
-        expect_cxx11_abi=args.expect_cxx11_abi,
-        expect_cuda=args.expect_cuda,
-    )
-    for warning in settings.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.prepare_only:
-        print(settings.to_json() if args.json else f"prepared {settings.source_dir}")
-        return 0
-    build.compile_wheel(settings, args.out)
+    if args.work_dir is not None:
+        try:
+            args.work_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--work-dir {args.work_dir} cannot be a directory: {exc.strerror}") from None
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    with scratch.scratch_dir("wheel", parent=args.work_dir, keep=args.keep_work, log=say) as work:
+        settings = build.prepare(
+            version=args.flash_attn,
+            sdist=args.sdist,
+            work_dir=work,
+            archs=args.archs,
+            ptx=args.ptx,
+            max_jobs=args.max_jobs,
+            nvcc_threads=args.nvcc_threads,
+            sha256=args.sha256,
+            index_url=args.index_url,
+            sources_dir=args.sources_dir,
+            allow_untested=args.allow_untested,
+            expect_cxx11_abi=args.expect_cxx11_abi,
+            expect_cuda=args.expect_cuda,
+        )
+        for warning in settings.warnings:
+            say(f"warning: {warning}")
+        if args.prepare_only:
+            where = settings.source_dir if args.keep_work else f"flash-attn {settings.flash_attn} (not kept)"
+            print(settings.to_json() if args.json else f"prepared {where}")
+            return 0
+        build.compile_wheel(settings, args.out)
     return 0
 
 

@@ -18,6 +18,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,26 +172,59 @@ def obtain_sdist(
     return path, index_sha
 
 
+# flash-attn 2.8.3 unpacks to about 100 MB; this only stops a tar bomb from filling the disk.
+MAX_UNPACKED = 4 << 30
+
+
+def _member_name(name: str) -> str:
+    """'./flash_attn-2.8.3/setup.py' -> 'flash_attn-2.8.3/setup.py' (``tar -C dir .`` writes './')."""
+    while name.startswith("./"):
+        name = name[2:]
+    return "" if name == "." else name
+
+
 def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
-    """Unpacks an sdist safely and reads what its setup.py supports."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    """Unpacks an sdist into ``dest_dir``, which must not exist yet, and reads what its setup.py supports.
+
+    Nothing is removed here: the archive lands in a directory made fresh for it, so no name
+    inside it (``..``, an absolute path, a link) can reach a file that was there before.
+    """
     try:
-        with tarfile.open(sdist) as tar:
-            tops = {m.name.split("/")[0] for m in tar.getmembers()}
-            if len(tops) != 1:
-                raise SourceError(f"{sdist.name} is not an sdist: it has {len(tops)} top-level entries")
-            top = dest_dir / tops.pop()
-            shutil.rmtree(top, ignore_errors=True)
+        dest_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise SourceError(f"refusing to unpack into {dest_dir}: it already exists") from None
+    try:
+        tar = tarfile.open(sdist)  # noqa: SIM115  (closed by `with tar:` below; open errors differ)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise SourceError(f"{sdist.name} is not a readable .tar.gz: {exc}") from None
+    try:
+        with tar:
+            members = tar.getmembers()
+            names = [n for n in (_member_name(m.name) for m in members) if n]
+            size = sum(m.size for m in members)
+            if size > MAX_UNPACKED:
+                raise SourceError(
+                    f"{sdist.name} would unpack to {size >> 20} MiB; refusing (at most {MAX_UNPACKED >> 20})"
+                )
+            tops = {n.split("/")[0] for n in names}
+            if "setup.py" in names:
+                root = dest_dir
+            elif len(tops) == 1 and tops != {".."}:
+                root = dest_dir / tops.pop()
+            else:
+                raise SourceError(f"{sdist.name} is not an sdist: no setup.py at its top or under one directory")
             _safe_extract(tar, dest_dir)
     except tarfile.TarError as exc:
-        raise SourceError(f"{sdist} is not a readable .tar.gz: {exc}") from None
-    setup_py = top / "setup.py"
-    if not setup_py.is_file():
+        raise SourceError(f"{sdist.name} cannot be unpacked safely: {exc}") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SourceError(f"{sdist.name} is not a readable .tar.gz: {exc}") from None
+    setup_py = root / "setup.py"
+    if not setup_py.is_file() or setup_py.is_symlink():
         raise SourceError(f"{sdist.name} has no setup.py; it is not a flash-attn sdist")
     text = setup_py.read_text(errors="replace")
     return SourceTree(
-        path=top,
-        version=read_version(top),
+        path=root,
+        version=read_version(root),
         sdist=sdist,
         sha256=sha256,
         honours_cuda_archs_env="FLASH_ATTN_CUDA_ARCHS" in text,
@@ -199,13 +233,17 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
 
 
 def _safe_extract(tar: tarfile.TarFile, dest_dir: Path) -> None:
-    if hasattr(tarfile, "data_filter"):  # Python >= 3.9.17 / 3.10.12 / 3.11.4
+    """Regular files and directories under ``dest_dir`` only: no links, devices or escapes."""
+    for member in tar.getmembers():
+        name = _member_name(member.name)
+        if not (member.isfile() or member.isdir()):
+            raise SourceError(f"refusing to unpack {member.name!r}: an sdist holds only files and directories")
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise SourceError(f"refusing to unpack {member.name!r}: it points outside the source tree")
+    if hasattr(tarfile, "data_filter"):  # Python >= 3.9.17 / 3.10.12 / 3.11.4: a second, independent check
         tar.extractall(dest_dir, filter="data")
-        return
-    for member in tar.getmembers():  # older Pythons: refuse what the data filter refuses
-        if member.name.startswith("/") or ".." in Path(member.name).parts or member.issym() or member.islnk():
-            raise SourceError(f"refusing to unpack unsafe member {member.name!r}")
-    tar.extractall(dest_dir)
+    else:
+        tar.extractall(dest_dir)
 
 
 def read_version(source_dir: Path) -> str:
