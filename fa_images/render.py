@@ -91,7 +91,10 @@ def render_all(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, che
     extra = tuple(sorted(p for p in out_dir.glob("*.Dockerfile") if p not in wanted)) if out_dir.is_dir() else ()
     if check:
         return RenderResult(written=(), stale=stale, extra=extra)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir} cannot be a directory: {exc.strerror}") from None
     for path in stale:
         path.write_text(wanted[path])
     return RenderResult(written=stale, stale=(), extra=extra)

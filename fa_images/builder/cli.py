@@ -35,7 +35,12 @@ examples:
   fa-images inspect dist/flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl
   fa-images inspect WHEEL --archs 80,90 --json
 
-Exit status: 0 when the wheel is sound, 1 with every reason when it is not.
+The import check loads the wheel's compiled extension next to torch: that runs code from
+the wheel. Inspect a wheel you do not trust with --no-import (tags, metadata, ABI and GPU
+archs are read from the files without running anything), or in a throwaway container.
+
+Exit status: 0 when the wheel is sound, 1 with every reason when it is not, 2 when the
+file is not a readable wheel.
 """
 
 
@@ -129,6 +134,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="EXE",
         help="interpreter whose torch the import check uses (default: this one)",
     )
+    insp.add_argument(
+        "--no-import",
+        dest="import_check",
+        action="store_false",
+        help="skip the import check: importing a wheel runs its code, so use this for a wheel you do not trust",
+    )
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(func=cmd_inspect)
 
@@ -181,7 +192,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    report = inspect_wheel(args.wheel, expect_archs=args.archs, python=args.python)
+    report = inspect_wheel(args.wheel, expect_archs=args.archs, python=args.python, import_check=args.import_check)
     print(report.to_json() if args.json else "\n".join(report.lines()))
     return 0 if report.ok else 1
 

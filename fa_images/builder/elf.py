@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHT_DYNSYM = 11
+SHT_NOBITS = 8  # .bss: takes no room in the file
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_KIND_PTX = 1
 FATBIN_KIND_CUBIN = 2
@@ -36,8 +37,12 @@ def _sections(data: mmap.mmap | bytes) -> list[Section]:
         raise ElfError("not a little-endian 64-bit ELF file")
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+        raise ElfError("its section header table is corrupt")
     raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     names_at = raw[shstrndx][4]
+    if any(r[1] != SHT_NOBITS and r[4] + r[5] > len(data) for r in raw):
+        raise ElfError("a section lies outside the file")
 
     def name(offset: int) -> str:
         start = names_at + offset
@@ -60,6 +65,8 @@ def undefined_dynamic_symbols(path: Path) -> list[str]:
         for sec in sections:
             if sec.type != SHT_DYNSYM:
                 continue
+            if sec.entsize < 24 or sec.link >= len(sections):
+                raise ElfError(f"its {sec.name or 'dynamic symbol'} table is corrupt")
             strtab = sections[sec.link]
             for i in range(sec.size // sec.entsize):
                 st_name, _info, _other, st_shndx = struct.unpack_from("<IBBH", data, sec.offset + i * sec.entsize)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
 EXTENSION_PREFIX = "flash_attn_2_cuda."
+# One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
+MAX_EXTENSION = 4 << 30
 _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
 # Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
 _OLD_ABI_STRING = re.compile(r"(?:RK|K|R|E|I|P|_)Ss|^_ZNSs|^_ZNKSs")
@@ -155,7 +158,11 @@ def inspect_wheel(
     label = _LABEL.search(version.local or "")
     if expect_cxx11_abi is None and label:
         expect_cxx11_abi = label["abi"].lower() == "true"
-    with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zipfile.ZipFile(path) as zf:
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UsageError(f"{path.name} is not a readable wheel: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zf:
         _check_metadata(report, zf, str(version))
         so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
         if not so_names:
@@ -163,17 +170,35 @@ def inspect_wheel(
             return report
         report.extension = so_names[0]
         report.add("extension", "pass", so_names[0])
-        zf.extractall(tmp)
-        so = Path(tmp) / so_names[0]
+        so = _extract_bounded(zf, so_names[0], Path(tmp), path.name)
         try:
             _check_abi(report, so, expect_cxx11_abi)
             _check_archs(report, so, expect_archs)
-        except (elf.ElfError, ValueError, struct.error) as exc:
+        except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
             report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
             return report
         if import_check:
             _check_import(report, Path(tmp), python, tags)
     return report
+
+
+def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> Path:
+    """Extracts one member, refusing more than MAX_EXTENSION bytes declared or actually inflated."""
+    info = zf.getinfo(name)
+    if info.file_size > MAX_EXTENSION:
+        raise UsageError(f"{shown}: {name} declares {info.file_size >> 20} MiB, more than {MAX_EXTENSION >> 20} MiB")
+    target = dest / Path(name).name
+    written = 0
+    try:
+        with zf.open(info) as src, target.open("wb") as out:
+            while chunk := src.read(1 << 20):
+                written += len(chunk)
+                if written > min(info.file_size, MAX_EXTENSION):
+                    raise UsageError(f"{shown}: {name} inflates past its declared size; refusing a zip bomb")
+                out.write(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise UsageError(f"{shown} is a damaged wheel: {exc}") from None
+    return target
 
 
 def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
@@ -204,7 +229,12 @@ def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, version: str) -> N
     if meta is None:
         report.add("metadata", "fail", "no .dist-info/METADATA")
         return
-    match = re.search(r"^Version: (.+)$", zf.read(meta).decode(errors="replace"), re.MULTILINE)
+    try:
+        with zf.open(meta) as f:
+            text = f.read(1 << 20).decode(errors="replace")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
+    match = re.search(r"^Version: (.+)$", text, re.MULTILINE)
     meta_version = match.group(1).strip() if match else None
     if meta_version != version:
         report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
@@ -270,14 +300,17 @@ def accept_wheel(
     """The one gate every wheel passes before it is kept: exactly one wheel, and sound."""
     if len(wheels) != 1:
         raise VerificationFailed(f"expected one wheel, found {len(wheels)}: {[w.name for w in wheels]}")
-    report = inspect_wheel(
-        wheels[0],
-        expect_python=expect_python,
-        expect_cxx11_abi=expect_cxx11_abi,
-        expect_archs=expect_archs,
-        python=python,
-        import_check=import_check,
-    )
+    try:
+        report = inspect_wheel(
+            wheels[0],
+            expect_python=expect_python,
+            expect_cxx11_abi=expect_cxx11_abi,
+            expect_archs=expect_archs,
+            python=python,
+            import_check=import_check,
+        )
+    except UsageError as exc:  # here the wheel is the build's output, not the user's input
+        raise VerificationFailed(str(exc)) from None
     for line in report.lines():
         log(line)
     if not report.ok:
