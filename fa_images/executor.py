@@ -8,8 +8,6 @@ a partial wheel, and a later ``--only`` run adds to what is there.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import tempfile
 import time
@@ -17,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import context
+from .builder import dist as dist_dir
 from .builder import verify
 from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
@@ -179,10 +178,9 @@ class Executor:
                 log=run.log.write,
                 import_check=False,  # no torch for it here: the image's own check imports it
             )
-            final = dist / wheels[0].name
-            os.replace(wheels[0], final)  # same filesystem: atomic
+            record = manifest_record(staging, wheels[0], report.sha256, entry)
+            (final,) = dist_dir.add_wheels(dist, [dist_dir.Incoming(wheels[0], record, entry.id)], move=True)
             run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256
-            update_manifest(dist, final, report.sha256, entry)
             info["note"] = f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -222,22 +220,23 @@ class Executor:
         info["note"] = f"{run.entry.image}@{run.result.pushed}"
 
 
-def update_manifest(dist: Path, wheel: Path, sha256: str, entry: Entry) -> None:
-    """dist/manifest.json: one record per wheel, merged with earlier runs, written atomically."""
-    path = dist / "manifest.json"
-    data = json.loads(path.read_text()) if path.is_file() else {"wheels": {}}
-    data["wheels"][wheel.name] = {
-        "sha256": sha256,
-        "size": wheel.stat().st_size,
-        "entry": entry.id,
-        "image": entry.image,
-        "flash_attn": entry.flash_attn,
-        "python": entry.python,
-        "torch": entry.torch,
-        "cuda": entry.cuda,
-        "archs": list(entry.archs),
-        "cxx11_abi": entry.cxx11_abi,
-    }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def manifest_record(exported: Path, wheel: Path, sha256: str, entry: Entry) -> dist_dir.WheelRecord:
+    """The entry's facts, completed by the record the builder wrote beside the wheel in the image
+    (exact torch, sdist sha256, compile time) when it has one for this very wheel."""
+    record = dist_dir.WheelRecord(
+        sha256=sha256,
+        size=wheel.stat().st_size,
+        flash_attn=entry.flash_attn,
+        python=entry.python,
+        torch=entry.torch,
+        cuda=entry.cuda,
+        cxx11_abi=entry.cxx11_abi,
+        archs=tuple(entry.archs),
+        ptx=entry.ptx,
+        entry=entry.id,
+        image=entry.image,
+    )
+    built = dist_dir.read_manifest(exported).wheels.get(wheel.name)
+    if built is not None and built.sha256 == sha256:
+        record = record.with_facts(built)
+    return record

@@ -7,7 +7,6 @@ setup.py through the shim, then hands the wheel to the verifier before accepting
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import dist as dist_dir
 from . import environment, source
 from .errors import BuildFailed
 from .settings import BuildSettings, local_version_label
 from .verify import accept_wheel
 
-MANIFEST = "manifest.json"
 # gcc/nvcc diagnostics ("x.cu:1:2: error: ...", "fatal error: ..."), not setuptools' traceback.
 COMPILER_ERROR = re.compile(r"(?:^|[:)] )(?:fatal )?error(?: [A-Z]+\d+)?: ")
 SHIM_FAILED = 97
@@ -173,31 +172,25 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
         log=log,
         python=python,
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / wheels[0].name
-    shutil.move(str(wheels[0]), final)
+    record = wheel_record(settings, wheels[0], report.sha256, elapsed)
+    (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheels[0], record, "this build")], move=True, log=log)
     shutil.rmtree(dist, ignore_errors=True)
-    write_manifest(out_dir, settings, final, report.sha256, elapsed)
     log(f"wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
     return final
 
 
-def write_manifest(out_dir: Path, settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> Path:
-    """What the wheel is, what it was built against, and its sha256, for the image and the host."""
-    manifest = {
-        "wheel": wheel.name,
-        "sha256": sha256,
-        "size": wheel.stat().st_size,
-        "flash_attn": settings.flash_attn,
-        "python": settings.python,
-        "torch": settings.torch,
-        "cuda": settings.cuda,
-        "cxx11_abi": settings.cxx11_abi,
-        "archs": list(settings.archs),
-        "ptx": settings.ptx,
-        "sdist_sha256": settings.sha256,
-        "build_seconds": round(seconds, 1),
-    }
-    path = out_dir / MANIFEST
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return path
+def wheel_record(settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> dist_dir.WheelRecord:
+    """What the wheel is, what it was built against, and its sha256, for dist/manifest.json."""
+    return dist_dir.WheelRecord(
+        sha256=sha256,
+        size=wheel.stat().st_size,
+        flash_attn=settings.flash_attn,
+        python=settings.python,
+        torch=settings.torch,
+        cuda=settings.cuda,
+        cxx11_abi=settings.cxx11_abi,
+        archs=tuple(settings.archs),
+        ptx=settings.ptx,
+        sdist_sha256=settings.sha256,
+        build_seconds=round(seconds, 1),
+    )

@@ -1,0 +1,320 @@
+"""dist/: verified wheels, their manifest and a PEP 503 simple index, owned by this module alone.
+
+``fa-images wheel`` (inside images, where only this package exists), ``fa-images build``
+and ``fa-images dist merge`` all add wheels through ``add_wheels``. A wheel is copied into a
+staging file in dist/ itself and renamed into place (atomic on one filesystem); then the
+manifest and each index page are replaced by rename too, so a reader (pip, uv, a static
+server, a concurrent merge) never sees a partial file. A wheel whose sha256 differs from the
+one already recorded under its file name is refused: two different builds must not share a
+name, and an installer pinned to the first sha256 would reject the second.
+
+Stdlib and packaging only: this module travels into every build context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from .errors import UsageError, VerificationFailed
+from .source import sha256_of
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+SIMPLE = "simple"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class WheelConflict(VerificationFailed):
+    """A wheel's sha256 differs from the one dist/ holds under the same file name (exit 6)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRecord:
+    """One wheel in dist/manifest.json: what it is and what it was built for."""
+
+    sha256: str
+    size: int
+    flash_attn: str
+    python: str
+    torch: str | None = None
+    cuda: str | None = None
+    cxx11_abi: bool | None = None
+    archs: tuple[str, ...] = ()
+    ptx: bool | None = None
+    entry: str | None = None  # the matrix entry id, when built by `fa-images build`
+    image: str | None = None
+    sdist_sha256: str | None = None
+    build_seconds: float | None = None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["archs"] = list(self.archs)
+        return data
+
+    def with_facts(self, other: WheelRecord) -> WheelRecord:
+        """This record, with the fields it lacks taken from ``other`` (same wheel)."""
+        mine = self.to_dict()
+        return WheelRecord.from_dict(
+            {k: (v if v not in (None, []) else other.to_dict()[k]) for k, v in mine.items()}, where="merge"
+        )
+
+    @classmethod
+    def from_dict(cls, data: object, *, where: str) -> WheelRecord:
+        if not isinstance(data, dict):
+            raise UsageError(f"{where}: a wheel record must be an object, not {type(data).__name__}")
+        known = {f for f in cls.__dataclass_fields__}
+        missing = [k for k in ("sha256", "size", "flash_attn", "python") if data.get(k) is None]
+        if missing:
+            raise UsageError(f"{where}: the record lacks {', '.join(missing)}")
+        sha = data["sha256"]
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise UsageError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
+        if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
+            raise UsageError(f"{where}: size {data['size']!r} is not a byte count")
+        archs = data.get("archs") or []
+        if not isinstance(archs, list) or not all(isinstance(a, str) and a.isdigit() for a in archs):
+            raise UsageError(f'{where}: archs {archs!r} is not a list of arch numbers such as ["80", "90"]')
+        for key in ("flash_attn", "python", "torch", "cuda", "entry", "image", "sdist_sha256"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
+        for key in ("cxx11_abi", "ptx"):
+            if data.get(key) is not None and not isinstance(data[key], bool):
+                raise UsageError(f"{where}: {key} {data[key]!r} is not true or false")
+        values = {k: v for k, v in data.items() if k in known}
+        values["archs"] = tuple(archs)
+        return cls(**values)
+
+
+@dataclass
+class Manifest:
+    """dist/manifest.json: ``{"schema_version": 1, "wheels": {file name: record}}``."""
+
+    wheels: dict[str, WheelRecord] = field(default_factory=dict)
+    migrated_from: str | None = None  # the older shape it was read from, if any
+
+    def to_json(self) -> str:
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "wheels": {name: self.wheels[name].to_dict() for name in sorted(self.wheels)},
+        }
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def check_wheel_name(name: str, *, where: str) -> None:
+    """A plain wheel file name: no directory part can lead a record outside its dir."""
+    if "/" in name or "\\" in name or name.startswith(".") or not name.endswith(".whl"):
+        raise UsageError(f"{where}: {name!r} is not a wheel file name")
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename as exc:
+        raise UsageError(f"{where}: {name!r} is not a wheel file name: {exc}") from None
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """The manifest in ``directory`` (empty if there is none); older shapes are migrated.
+
+    Shapes read: this schema; the ``{"wheels": {...}}`` of ``fa-images build`` before it had a
+    schema_version; the one-wheel ``{"wheel": NAME, "sha256": ...}`` of ``fa-images wheel``.
+    """
+    path = directory / MANIFEST
+    if not path.is_file():
+        return Manifest()
+    where = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"{where} is not a JSON manifest ({exc}); move it away to start a new one (the wheels are kept)"
+        ) from None
+    if data == {}:
+        return Manifest()
+    if not isinstance(data, dict):
+        raise UsageError(f"{where} is not an fa-images manifest: it holds a JSON {type(data).__name__}")
+    version = data.get("schema_version")
+    if version is not None and version != SCHEMA_VERSION:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        raise UsageError(
+            f"{where} has schema_version {version!r}; this fa-images reads {SCHEMA_VERSION}"
+            + ("; upgrade fa-images to read it" if newer else "")
+        )
+    if isinstance(data.get("wheels"), dict):
+        records = {}
+        for name, record in data["wheels"].items():
+            check_wheel_name(name, where=where)
+            records[name] = WheelRecord.from_dict(record, where=f"{where}: {name}")
+        return Manifest(records, migrated_from=None if version else "fa-images build (no schema_version)")
+    if version is None and isinstance(data.get("wheel"), str):
+        name = data["wheel"]
+        check_wheel_name(name, where=where)
+        record = WheelRecord.from_dict(data, where=f"{where}: {name}")
+        return Manifest({name: record}, migrated_from="fa-images wheel (one wheel, no schema_version)")
+    raise UsageError(
+        f"{where} is not an fa-images manifest (expected schema_version {SCHEMA_VERSION} and a 'wheels' object, "
+        f"found keys {sorted(data)[:6]})"
+    )
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Serializes writers of one dist/ (a lock on the directory itself: no lock file to leave behind)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _place(source: Path, final: Path, *, move: bool) -> None:
+    """Copies (or moves) ``source`` to ``final`` through a staging file beside it, then renames."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
+    os.close(fd)
+    try:
+        if move and source.stat().st_dev == final.parent.stat().st_dev:
+            os.replace(source, tmp)
+        else:
+            shutil.copyfile(source, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if move:
+        with contextlib.suppress(FileNotFoundError):
+            source.unlink()
+
+
+def check_installable(wheel: Path) -> None:
+    """pip and uv refuse a wheel without RECORD; say so before it reaches dist/."""
+    with zipfile.ZipFile(wheel) as zf:
+        if not any(n.endswith(".dist-info/RECORD") and n.count("/") == 1 for n in zf.namelist()):
+            raise VerificationFailed(f"{wheel.name} has no .dist-info/RECORD: pip and uv would refuse to install it")
+
+
+def _conflict(directory: Path, name: str, new_sha: str, recorded: WheelRecord | None, source: str) -> str | None:
+    """Why ``name`` with ``new_sha`` cannot enter ``directory``, or None. A record whose file is
+    gone is stale: deleting a wheel is how a user makes room for a rebuild of it."""
+    final = directory / name
+    if not final.exists():
+        return None
+    if recorded is not None and recorded.sha256 != new_sha:
+        return (
+            f"{name} from {source} has sha256 {new_sha[:16]}…, but {directory}/{MANIFEST} records "
+            f"{recorded.sha256[:16]}… under that name; refused (delete {final} to replace it)"
+        )
+    if recorded is None and sha256_of(final) != new_sha:
+        return f"{final} exists, unrecorded, with another sha256 than the one from {source}; refused (delete it first)"
+    return None
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A verified wheel on its way into dist/, with the record that describes it."""
+
+    path: Path
+    record: WheelRecord
+    source: str  # where it came from, for messages
+
+
+def add_wheels(
+    directory: Path, wheels: list[Incoming], *, move: bool = False, log: Callable[[str], None] = lambda _: None
+) -> list[Path]:
+    """Adds verified wheels to ``directory``: all conflicts are found before anything is written,
+    wheels are placed first and the manifest and index last, so a record never names a missing file.
+    Callers verify first (``verify.accept_wheel``); the record's sha256 is the verifier's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with locked(directory):
+        manifest = read_manifest(directory)
+        if manifest.migrated_from:
+            log(f"{directory}/{MANIFEST}: migrating from {manifest.migrated_from} to schema_version {SCHEMA_VERSION}")
+        seen: dict[str, Incoming] = {}
+        for item in wheels:
+            name = item.path.name
+            check_wheel_name(name, where=item.source)
+            if name in seen and seen[name].record.sha256 != item.record.sha256:
+                raise WheelConflict(
+                    f"{name} comes with two different sha256 ({seen[name].source} and {item.source}); refused"
+                )
+            why = _conflict(directory, name, item.record.sha256, manifest.wheels.get(name), item.source)
+            if why:
+                raise WheelConflict(why)
+            seen[name] = item
+        placed = []
+        for name, item in seen.items():
+            final = directory / name
+            if final.exists() and item.path.resolve() != final.resolve():
+                log(f"{name}: already in {directory} with this sha256")
+                if move:
+                    item.path.unlink()
+            elif not final.exists():
+                _place(item.path, final, move=move)
+            old = manifest.wheels.get(name)
+            same = old is not None and old.sha256 == item.record.sha256
+            manifest.wheels[name] = item.record.with_facts(old) if same else item.record
+            placed.append(final)
+        _write_atomically(directory / MANIFEST, manifest.to_json())
+        write_simple_index(directory, manifest)
+    return placed
+
+
+def _page(title: str, links: list[str]) -> str:
+    body = "\n".join(links)
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        '<meta name="pypi:repository-version" content="1.0">\n'
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def write_simple_index(directory: Path, manifest: Manifest) -> None:
+    """dist/simple/: a PEP 503 index of the recorded wheels (hrefs relative, so file://,
+    --find-links and any static server work). Each page is replaced by a rename."""
+    simple = directory / SIMPLE
+    projects: dict[str, list[str]] = {}
+    for name in sorted(manifest.wheels):
+        if (directory / name).is_file():
+            projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    for project, names in projects.items():
+        (simple / project).mkdir(parents=True, exist_ok=True)
+        links = [
+            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}">{html.escape(n)}</a><br>' for n in names
+        ]
+        _write_atomically(simple / project / "index.html", _page(f"Links for {project}", links))
+    simple.mkdir(parents=True, exist_ok=True)
+    root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]
+    _write_atomically(simple / "index.html", _page("Simple index", root_links))
+    for stale in simple.iterdir():
+        if stale.is_dir() and stale.name not in projects:
+            shutil.rmtree(stale, ignore_errors=True)
