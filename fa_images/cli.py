@@ -13,6 +13,8 @@ from pathlib import Path
 
 from . import __version__
 from .builder import cli as builder_cli
+from .gpus import MODES as GPU_MODES
+from .gpus import resolve as resolve_gpus
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -137,7 +139,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     description = engine.describe()
     console.line(f"engine: {description}")
     options = Options(
-        dist=args.dist, log_dir=args.log_dir, fail_fast=args.fail_fast, keep_container=args.keep_container
+        dist=args.dist,
+        log_dir=args.log_dir,
+        fail_fast=args.fail_fast,
+        keep_container=args.keep_container,
+        gpus=resolve_gpus(args.gpus),
     )
     executor = Executor(engine, m, options, console)
     try:
@@ -153,6 +159,164 @@ def cmd_build(args: argparse.Namespace) -> int:
     if any(r.status != "ok" for r in executor.results):
         raise EntriesFailed("some entries failed; see the summary above")
     return 0
+
+
+DIST_EXAMPLES = """\
+examples:
+  fa-images dist merge artifacts/ --dist dist    wheels and manifests of several CI jobs, into one dist/
+  pip install --no-deps --index-url file://$PWD/dist/simple flash-attn
+  uv pip install --no-deps --find-links dist/ flash-attn
+
+Each wheel is verified without an import (tag, metadata, ABI, archs) against the record in the
+manifest.json beside it, then all are added to dist/ atomically, or none. dist/simple/ is a
+PEP 503 index of dist/. Exit status: 2 bad input, 6 a wheel fails verification or its sha256
+conflicts with the wheel dist/ already records under that name.
+"""
+
+EXPORT_EXAMPLES = """\
+examples:
+  fa-images export github --out .github/workflows/fa-images.yml --runs-on self-hosted --runs-on docker
+  fa-images export github --push --registry-username-secret GHCR_USER --registry-password-secret GHCR_TOKEN
+  fa-images export bake --out-dir bake && cd bake && docker buildx bake
+"""
+
+
+def cmd_dist_merge(args: argparse.Namespace) -> int:
+    from .builder import dist
+
+    placed = dist.merge(args.sources, args.dist, log=lambda line: print(line, file=sys.stderr))
+    for path in placed:
+        print(f"merged {path}")
+    print(f"{args.dist}: {len(dist.read_manifest(args.dist).wheels)} wheels; index {args.dist / dist.SIMPLE}/")
+    return 0
+
+
+def cmd_export_github(args: argparse.Namespace) -> int:
+    from .exports import github
+
+    m = _load(args)
+    opts = github.GithubOptions(
+        matrix_file=str(args.matrix),
+        runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
+        merge_runs_on=tuple(args.merge_runs_on or ("ubuntu-latest",)),
+        timeout_minutes=args.timeout_minutes,
+        python=args.python,
+        install=args.install,
+        push=args.push,
+        registry_username_secret=args.registry_username_secret,
+        registry_password_secret=args.registry_password_secret,
+        release=args.release,
+    )
+    text = github.render(m.select(args.only), opts)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    if args.check:
+        if not args.out.is_file() or args.out.read_text() != text:
+            print(f"{args.out} is out of date: run `fa-images export github` with the same flags", file=sys.stderr)
+            return 1
+        print(f"{args.out}: up to date")
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_export_bake(args: argparse.Namespace) -> int:
+    from .exports import bake
+
+    m = _load(args)
+    opts = bake.BakeOptions(cache_from=tuple(args.cache_from or ()), cache_to=tuple(args.cache_to or ()))
+    path = bake.export(m, m.select(args.only), args.out_dir, opts)
+    print(f"wrote {path}; build with: cd {args.out_dir} && docker buildx bake")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    dist = sub.add_parser(
+        "dist", help="manage dist/: merge wheels built elsewhere", epilog=DIST_EXAMPLES, formatter_class=fmt
+    )
+    dist_sub = dist.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")
+    merge = dist_sub.add_parser(
+        "merge",
+        help="verify wheels with their manifests and merge them into dist/",
+        epilog=DIST_EXAMPLES,
+        formatter_class=fmt,
+    )
+    merge.add_argument("sources", nargs="+", type=Path, metavar="DIR", help="folders holding wheels and manifest.json")
+    merge.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="the dist/ to merge into")
+    merge.set_defaults(func=cmd_dist_merge)
+
+
+def _add_export_commands(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    export = sub.add_parser(
+        "export",
+        help="write the plan for another build farm (GitHub Actions, buildx bake)",
+        epilog=EXPORT_EXAMPLES,
+        formatter_class=fmt,
+    )
+    export_sub = export.add_subparsers(dest="export_command", required=True, metavar="FORMAT")
+    gh = export_sub.add_parser(
+        "github",
+        help="a GitHub Actions workflow: one build job per entry, then a merge job",
+        epilog=EXPORT_EXAMPLES,
+        formatter_class=fmt,
+    )
+    _matrix_args(gh)
+    gh.add_argument("--only", nargs="+", metavar="ID", help="just these entries")
+    gh.add_argument("--out", type=Path, metavar="FILE", help="write here (default: print it)")
+    gh.add_argument("--check", action="store_true", help="with --out: write nothing; exit 1 if FILE is stale")
+    gh.add_argument(
+        "--runs-on",
+        action="append",
+        metavar="LABEL",
+        help="build job runner label, repeatable (default: ubuntu-latest)",
+    )
+    gh.add_argument(
+        "--merge-runs-on", action="append", metavar="LABEL", help="merge job runner label (default: ubuntu-latest)"
+    )
+    gh.add_argument(
+        "--timeout-minutes", type=_positive_int, default=360, metavar="N", help="per build job (default: 360)"
+    )
+    gh.add_argument(
+        "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"
+    )
+    gh.add_argument("--install", default=".", metavar="SPEC", help="what pip installs to get fa-images (default: .)")
+    gh.add_argument("--push", action="store_true", help="push the images, logging in with the two secrets below")
+    gh.add_argument(
+        "--registry-username-secret",
+        default="REGISTRY_USERNAME",
+        metavar="NAME",
+        help="secret holding the registry user",
+    )
+    gh.add_argument(
+        "--registry-password-secret", default="REGISTRY_TOKEN", metavar="NAME", help="secret holding the registry token"
+    )
+    gh.add_argument(
+        "--release", metavar="TAG", help="upload the merged wheels to this GitHub release (never replacing one)"
+    )
+    gh.set_defaults(func=cmd_export_github)
+
+    bk = export_sub.add_parser(
+        "bake", help="a docker-bake.json with each entry's build context", epilog=EXPORT_EXAMPLES, formatter_class=fmt
+    )
+    _matrix_args(bk)
+    bk.add_argument("--only", nargs="+", metavar="ID", help="just these entries")
+    bk.add_argument("--out-dir", type=Path, default=Path("bake"), metavar="DIR", help="default: bake/")
+    bk.add_argument(
+        "--cache-from", action="append", metavar="SPEC", help="e.g. type=registry,ref=REG/cache (repeatable)"
+    )
+    bk.add_argument("--cache-to", action="append", metavar="SPEC", help="e.g. type=registry,ref=REG/cache,mode=max")
+    bk.set_defaults(func=cmd_export_bake)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,10 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
     build.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON")
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
+    build.add_argument(
+        "--gpus",
+        choices=GPU_MODES,
+        default="runtime",
+        help="how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
+        "(default; skipped without it), devices = pass /dev/nvidia* and the host's driver libraries "
+        "explicitly (no toolkit needed; exit 3 if the host has none), none = skip the GPU check",
+    )
     build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
     build.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     build.set_defaults(func=cmd_build)
 
+    _add_dist_commands(sub)
+    _add_export_commands(sub)
     builder_cli.add_commands(sub)
     return parser
 

@@ -318,3 +318,62 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     for stale in simple.iterdir():
         if stale.is_dir() and stale.name not in projects:
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def collect(sources: list[Path]) -> list[Incoming]:
+    """Every wheel under ``sources`` with its record from the manifest beside it (CI artifacts,
+    other dist/ dirs, bake outputs). A wheel without a record is refused: the record is what says
+    which Python, ABI and archs it must be verified against."""
+    found: list[Incoming] = []
+    for source in sources:
+        if not source.is_dir():
+            raise UsageError(f"{source} is not a directory (give the folders that hold wheels and manifest.json)")
+        for here, dirs, files in os.walk(source):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != SIMPLE)
+            folder = Path(here)
+            wheels = sorted(f for f in files if f.endswith(".whl") and not f.startswith("."))
+            manifest = read_manifest(folder)
+            for name in wheels:
+                if name not in manifest.wheels:
+                    raise UsageError(
+                        f"{folder / name} has no record in {folder / MANIFEST}: nothing says what to verify it "
+                        "against (merge the folder written by `fa-images build` or `fa-images wheel`)"
+                    )
+            for name, record in manifest.wheels.items():
+                if name not in wheels:
+                    raise UsageError(f"{folder / MANIFEST} records {name}, which is not in {folder}")
+                found.append(Incoming(folder / name, record, str(folder / MANIFEST)))
+    if not found:
+        raise UsageError(f"no wheels found under {', '.join(map(str, sources))}")
+    return found
+
+
+def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
+    """The verifier without an import (no torch needed here), against the record's own expectations."""
+    from .verify import inspect_wheel
+
+    actual = sha256_of(item.path)
+    if actual != item.record.sha256:
+        raise VerificationFailed(
+            f"{item.path} has sha256 {actual[:16]}…, but {item.source} records {item.record.sha256[:16]}…"
+        )
+    report = inspect_wheel(
+        item.path,
+        expect_python=item.record.python,
+        expect_cxx11_abi=item.record.cxx11_abi,
+        expect_archs=item.record.archs or None,
+        import_check=False,
+    )
+    for line in report.lines():
+        log(line)
+    if not report.ok:
+        raise VerificationFailed(f"{item.path} failed verification: " + "; ".join(report.problems()))
+    check_installable(item.path)
+
+
+def merge(sources: list[Path], directory: Path, *, log: Callable[[str], None] = print) -> list[Path]:
+    """``fa-images dist merge``: verify every incoming wheel, then add them all, or none."""
+    incoming = collect(sources)
+    for item in incoming:
+        verify_incoming(item, log)
+    return add_wheels(directory, incoming, log=log)

@@ -1,0 +1,292 @@
+"""dist/: one manifest schema for every writer, `fa-images dist merge`, and the PEP 503 index.
+
+The wheels are small but real: a shared library compiled by nvcc with sm_80 and sm_90 code,
+zipped by the verifier tests' own helper, named and labelled like the wheels fa-images builds.
+pip and uv install them from dist/ into throwaway venvs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_builder_verify import CP, PY, SO_NAME, make_wheel, nvcc_shared_library
+
+from fa_images.builder import dist
+from fa_images.builder.errors import UsageError
+
+LABEL_A = "2.8.3+cu128torch2.9cxx11abitrue"
+LABEL_B = "2.8.3+cu130torch2.11cxx11abitrue"
+SHA = "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def kernel_so(cuda_home: Path, tmp_path_factory) -> Path:
+    return nvcc_shared_library(cuda_home / "bin" / "nvcc", tmp_path_factory.mktemp("kernel") / "kernel.so")
+
+
+def wheel_name(version: str) -> str:
+    return f"flash_attn-{version}-{CP}-{CP}-linux_x86_64.whl"
+
+
+def sound_wheel(dest: Path, version: str, so: Path, extra: bytes = b"") -> Path:
+    """A verifiable, installable wheel: the GPU library plus a RECORD (pip and uv need one)."""
+    dist_info = f"flash_attn-{version}.dist-info"
+    record = (
+        f"{SO_NAME},,\nflash_attn/__init__.py,,\n{dist_info}/METADATA,,\n{dist_info}/WHEEL,,\n{dist_info}/RECORD,,\n"
+    )
+    files = {
+        SO_NAME: so.read_bytes(),
+        "flash_attn/__init__.py": b"# tiny\n" + extra,
+        f"{dist_info}/RECORD": record.encode(),
+    }
+    return make_wheel(dest, wheel_name(version), files)
+
+
+def record_for(wheel: Path, **overrides) -> dist.WheelRecord:
+    fields = {
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "size": wheel.stat().st_size,
+        "flash_attn": "2.8.3",
+        "python": PY,
+        "torch": "2.9.1",
+        "cuda": "12.8",
+        "cxx11_abi": True,
+        "archs": ("80", "90"),
+        **overrides,
+    }
+    return dist.WheelRecord(**fields)
+
+
+def a_run(root: Path, version: str, so: Path, **overrides) -> Path:
+    """What one CI job uploads: a folder with its wheel and manifest, as `wheel`/`build` write it."""
+    staging = root / "staging"
+    wheel = sound_wheel(staging, version, so, extra=overrides.pop("extra", b""))
+    out = root / "dist"
+    dist.add_wheels(out, [dist.Incoming(wheel, record_for(wheel, **overrides), "test")], move=True)
+    shutil.rmtree(staging)
+    return out
+
+
+def manifest_of(directory: Path) -> dict:
+    return json.loads((directory / dist.MANIFEST).read_text())
+
+
+def fresh_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def installed_version(python: Path) -> str:
+    return subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('flash_attn'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+    # --isolated: this machine's pip config adds indexes and find-links of its own.
+    cmd = [sys.executable, "-m", "pip", "--isolated", "--python", str(python), "install", "--no-deps", *args]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def uv_install(python: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    uv = shutil.which("uv")
+    assert uv, "uv is in the test extra"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")} | {"UV_CACHE_DIR": str(cache)}
+    cmd = [uv, "pip", "install", "--no-config", "--python", str(python), "--no-deps", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+# --- merge, index and installers, with real wheels ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def merged(kernel_so: Path, tmp_path_factory, run_fa_images) -> Path:
+    """Wheels of two separate runs merged into one dist/."""
+    root = tmp_path_factory.mktemp("merge")
+    run1 = a_run(root / "job1", LABEL_A, kernel_so)
+    run2 = a_run(root / "job2", LABEL_B, kernel_so, torch="2.11.0", cuda="13.0")
+    proc = run_fa_images(["dist", "merge", run1.parent, run2.parent, "--dist", root / "dist"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("merged ") == 2 and "2 wheels" in proc.stdout
+    return root / "dist"
+
+
+def test_merge_records_both_runs_under_one_schema(merged: Path) -> None:
+    data = manifest_of(merged)
+    assert data["schema_version"] == dist.SCHEMA_VERSION
+    assert sorted(data["wheels"]) == sorted([wheel_name(LABEL_A), wheel_name(LABEL_B)])
+    for name, record in data["wheels"].items():
+        assert record["sha256"] == hashlib.sha256((merged / name).read_bytes()).hexdigest()
+    assert data["wheels"][wheel_name(LABEL_B)]["torch"] == "2.11.0"
+    assert not [p.name for p in merged.rglob(".*")], "no staging or temporary file is left behind"
+
+
+def test_simple_index_lists_every_wheel_with_its_sha256(merged: Path) -> None:
+    root = (merged / "simple" / "index.html").read_text()
+    assert re.findall(r'href="([^"]+)"', root) == ["flash-attn/"]
+    page = (merged / "simple" / "flash-attn" / "index.html").read_text()
+    links = re.findall(r'href="\.\./\.\./([^"#]+)#sha256=([0-9a-f]{64})"', page)
+    data = manifest_of(merged)["wheels"]
+    assert sorted((n.replace("%2B", "+"), s) for n, s in links) == sorted((n, r["sha256"]) for n, r in data.items())
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+@pytest.mark.parametrize("how", ["index-url", "find-links"])
+def test_installers_take_the_wheel_from_dist(merged: Path, tmp_path: Path, installer: str, how: str) -> None:
+    python = fresh_venv(tmp_path / "venv")
+    source = ["--index-url", (merged / "simple").as_uri()] if how == "index-url" else ["--find-links", str(merged)]
+    if installer == "pip" and how == "find-links":
+        source = ["--no-index", *source]
+    spec = f"flash-attn=={LABEL_A}"
+    if installer == "pip":
+        proc = pip_install(python, *source, spec)
+    else:
+        proc = uv_install(
+            python, tmp_path / "uv-cache", *(["--no-index"] if how == "find-links" else []), *source, spec
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed_version(python) == LABEL_A
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    assert (site / SO_NAME).is_file()
+
+
+def test_merging_the_same_wheels_again_changes_nothing(merged: Path, tmp_path: Path, run_fa_images) -> None:
+    copy = tmp_path / "again"
+    shutil.copytree(merged, copy, ignore=shutil.ignore_patterns("simple"))
+    before = manifest_of(merged)
+    proc = run_fa_images(["dist", "merge", copy, "--dist", merged])
+    assert proc.returncode == 0, proc.stderr
+    assert manifest_of(merged) == before
+
+
+def test_a_conflicting_sha256_is_refused_and_dist_is_untouched(
+    merged: Path, kernel_so: Path, tmp_path: Path, run_fa_images
+) -> None:
+    other = a_run(tmp_path / "job3", LABEL_A, kernel_so, extra=b"# another build\n")
+    before = {p.name: p.read_bytes() for p in merged.iterdir() if p.is_file()}
+    proc = run_fa_images(["dist", "merge", other, "--dist", merged])
+    assert proc.returncode == 6, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "records" in lines[-1] and "refused" in lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert {p.name: p.read_bytes() for p in merged.iterdir() if p.is_file()} == before
+
+
+def test_an_unsound_wheel_stops_the_whole_merge(kernel_so: Path, tmp_path: Path, run_fa_images) -> None:
+    good = a_run(tmp_path / "good", LABEL_A, kernel_so)
+    bad = a_run(tmp_path / "bad", LABEL_B, kernel_so, archs=("80", "90", "100"))  # the .so has no sm_100
+    proc = run_fa_images(["dist", "merge", good, bad, "--dist", tmp_path / "dist"])
+    assert proc.returncode == 6, proc.stderr
+    assert "missing sm_100" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").glob("*.whl"))
+
+
+def test_a_wheel_that_differs_from_its_record_is_refused(kernel_so: Path, tmp_path: Path, run_fa_images) -> None:
+    run = a_run(tmp_path / "job", LABEL_A, kernel_so)
+    wheel = run / wheel_name(LABEL_A)
+    with open(wheel, "ab") as f:
+        f.write(b"\0")  # still a zip (trailing bytes), but no longer the recorded file
+    proc = run_fa_images(["dist", "merge", run, "--dist", tmp_path / "dist"])
+    assert proc.returncode == 6 and "records" in proc.stderr, proc.stderr
+
+
+def test_a_wheel_without_a_record_is_bad_input(kernel_so: Path, tmp_path: Path, run_fa_images) -> None:
+    loose = sound_wheel(tmp_path / "loose", LABEL_A, kernel_so)
+    proc = run_fa_images(["dist", "merge", loose.parent, "--dist", tmp_path / "dist"])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "has no record" in proc.stderr
+
+
+def test_deleting_a_wheel_makes_room_for_its_rebuild(merged: Path, kernel_so: Path, tmp_path: Path) -> None:
+    target = tmp_path / "dist"
+    shutil.copytree(merged, target)
+    (target / wheel_name(LABEL_A)).unlink()
+    rebuilt = a_run(tmp_path / "rebuild", LABEL_A, kernel_so, extra=b"# rebuilt\n")
+    dist.merge([rebuilt], target, log=lambda _: None)
+    assert (
+        manifest_of(target)["wheels"][wheel_name(LABEL_A)]["sha256"]
+        == manifest_of(rebuilt)["wheels"][wheel_name(LABEL_A)]["sha256"]
+    )
+    assert (
+        manifest_of(rebuilt)["wheels"][wheel_name(LABEL_A)]["sha256"]
+        in (target / "simple" / "flash-attn" / "index.html").read_text()
+    )
+
+
+# --- manifest shapes, without wheels (fast) ------------------------------------------------
+
+
+def write_manifest(directory: Path, data: object) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / dist.MANIFEST).write_text(json.dumps(data) if not isinstance(data, str) else data)
+
+
+def test_wheel_then_build_order_no_longer_breaks(tmp_path: Path) -> None:
+    """The old `wheel` wrote one flat record; the old `build` then failed with KeyError: 'wheels'."""
+    old_wheel = {"wheel": wheel_name(LABEL_A), "sha256": SHA, "size": 3, "flash_attn": "2.8.3", "python": PY}
+    write_manifest(tmp_path, old_wheel)
+    (tmp_path / wheel_name(LABEL_A)).write_bytes(b"old")
+    new = tmp_path / "in" / wheel_name(LABEL_B)
+    new.parent.mkdir()
+    new.write_bytes(b"new")
+    record = dist.WheelRecord(sha256="cd" * 32, size=3, flash_attn="2.8.3", python=PY, entry="e")
+    notes: list[str] = []
+    dist.add_wheels(tmp_path, [dist.Incoming(new, record, "test")], log=notes.append)
+    data = manifest_of(tmp_path)
+    assert data["schema_version"] == 1 and set(data["wheels"]) == {wheel_name(LABEL_A), wheel_name(LABEL_B)}
+    assert any("migrating from fa-images wheel" in n for n in notes)
+
+
+def test_the_old_build_shape_is_migrated(tmp_path: Path) -> None:
+    old = {
+        "sha256": SHA,
+        "size": 1,
+        "entry": "x",
+        "image": "r/x:y",
+        "flash_attn": "2.8.3",
+        "python": "3.12",
+        "torch": "2.9.1",
+        "cuda": "12.8",
+        "archs": ["80"],
+        "cxx11_abi": True,
+    }
+    write_manifest(tmp_path, {"wheels": {wheel_name(LABEL_A): old}})
+    manifest = dist.read_manifest(tmp_path)
+    assert manifest.migrated_from and manifest.wheels[wheel_name(LABEL_A)].archs == ("80",)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("not json {", "is not a JSON manifest"),
+        ([1, 2], "holds a JSON list"),
+        ({"wheels": {"x.whl": {"sha256": "00"}}}, "is not a wheel file name"),
+        ({"wheels": {wheel_name(LABEL_A): {"sha256": "00"}}}, "lacks size, flash_attn, python"),
+        ({"schema_version": 99, "wheels": {}}, "upgrade fa-images"),
+        ({"artifacts": []}, "is not an fa-images manifest"),
+        ({"wheels": {f"../{wheel_name(LABEL_A)}": {}}}, "is not a wheel file name"),
+    ],
+)
+def test_a_foreign_manifest_is_one_clear_error(tmp_path: Path, content: object, says: str, run_fa_images) -> None:
+    write_manifest(tmp_path / "src", content)
+    with pytest.raises(UsageError, match=re.escape(says)):
+        dist.read_manifest(tmp_path / "src")
+    proc = run_fa_images(["dist", "merge", tmp_path / "src", "--dist", tmp_path / "dist"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and says in proc.stderr
+
+
+def test_merge_of_a_missing_folder_is_bad_input(tmp_path: Path, run_fa_images) -> None:
+    proc = run_fa_images(["dist", "merge", tmp_path / "nope"])
+    assert proc.returncode == 2 and "is not a directory" in proc.stderr
