@@ -108,7 +108,7 @@ def _check_shape(node: yaml.Node) -> None:
         if count > MAX_NODES:
             raise _TooLarge(f"it expands to more than {MAX_NODES} values (aliases that repeat each other?)")
         if depth > MAX_DEPTH:
-            raise _TooLarge(f"it nests deeper than {MAX_DEPTH} levels")
+            raise _TooLarge(f"it nests too deeply (more than {MAX_DEPTH} levels)")
         if not isinstance(current, yaml.CollectionNode):
             continue
         if id(current) in on_path:
@@ -158,8 +158,9 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
         raise ConfigError(
             [Problem(f"{what} is not UTF-8 text (byte {raw[exc.start]:#04x})", file=shown, line=line)]
         ) from None
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # its reader already refuses some characters
         node = loader.get_single_node()
         if node is not None:
             _check_shape(node)
@@ -189,10 +190,13 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
                 )
             ]
         ) from None
-    except (yaml.YAMLError, RecursionError) as exc:
+    except RecursionError:
+        raise ConfigError([Problem(f"{what} is refused: it nests too deeply", file=shown)]) from None
+    except yaml.YAMLError as exc:
         raise ConfigError([Problem(f"invalid YAML: {exc or type(exc).__name__}", file=shown)]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if data is None:
         raise ConfigError([Problem(f"{what} is empty", file=shown)])
     if not isinstance(data, dict):
