@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import gpus
 from .errors import EngineUnavailable, FatalError
+from .gpus import HostGpus
 
 OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
@@ -82,7 +84,9 @@ class Engine(Protocol):
 
     def export(self, image: str, dest: Path) -> list[Path]: ...
 
-    def run(self, image: str, command: list[str] | None, *, gpu: bool, keep: bool, on_line: OnLine) -> RunResult: ...
+    def run(
+        self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
+    ) -> RunResult: ...
 
     def push(self, ref: str, on_line: OnLine) -> str: ...
 
@@ -119,6 +123,7 @@ class DockerEngine:
         return f"Docker Engine {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
 
     def has_gpu_runtime(self) -> bool:
+        """Whether a device request can be answered: the NVIDIA Container Toolkit's runtime is registered."""
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
 
@@ -219,9 +224,15 @@ class DockerEngine:
                 written.append(target)
         return written
 
-    def run(self, image: str, command: list[str] | None, *, gpu: bool, keep: bool, on_line: OnLine) -> RunResult:
+    def run(
+        self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
+    ) -> RunResult:
+        """``gpu``: True asks the engine's NVIDIA runtime for every GPU (a device request);
+        a ``HostGpus`` passes those device nodes and driver libraries explicitly."""
         kwargs: dict[str, Any] = {}
-        if gpu:
+        if isinstance(gpu, HostGpus):
+            kwargs = gpus.container_options(gpu, self.api.inspect_image(image)["Config"].get("Env"))
+        elif gpu:
             from docker.types import DeviceRequest
 
             kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]

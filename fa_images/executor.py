@@ -19,6 +19,7 @@ from .builder import dist as dist_dir
 from .builder import verify
 from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
+from .gpus import GpuAccess, HostGpus
 from .logger import Console, EntryLog, duration
 from .matrix import Entry, Matrix
 from .plan import EntryPlan
@@ -33,6 +34,7 @@ class Options:
     log_dir: Path = Path("logs")
     fail_fast: bool = False
     keep_container: bool = False
+    gpus: GpuAccess = field(default_factory=GpuAccess)  # how the GPU check's container gets the GPUs (--gpus)
 
 
 @dataclass
@@ -191,11 +193,26 @@ class Executor:
         info["note"] = outcome.output[-1] if outcome.output else ""
 
     def _gpu_check(self, run: _EntryRun, info: dict) -> None:
-        if not self.engine.has_gpu_runtime():
-            run.result.gpu_check = info["note"] = "skipped: the engine has no GPU runtime"
+        access = self.options.gpus
+        gpu: bool | HostGpus = True
+        if access.mode == "none":
+            run.result.gpu_check = info["note"] = "skipped: --gpus none"
             info["skipped"] = True
             return
-        outcome = self._run_container(run, GPU_CHECK, gpu=True, what="GPU check", tolerate=(NO_GPU_EXIT,))
+        if access.host is not None:
+            gpu = access.host
+            run.log.write(f"GPU passthrough (--gpus devices): {access.host.describe()}")
+            run.log.write(f"  devices: {' '.join(access.host.devices)}")
+            run.log.write(f"  driver libraries: {' '.join(access.host.libraries)}")
+        elif not self.engine.has_gpu_runtime():
+            run.result.gpu_check = info["note"] = (
+                "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none"
+            )
+            info["skipped"] = True
+            return
+        # Devices passed explicitly that torch cannot see are a failure, not a GPU-less host.
+        tolerate = () if access.host is not None else (NO_GPU_EXIT,)
+        outcome = self._run_container(run, GPU_CHECK, gpu=gpu, what="GPU check", tolerate=tolerate)
         if outcome.exit_code == NO_GPU_EXIT:
             run.result.gpu_check = info["note"] = "skipped: no GPU visible in the container"
             info["skipped"] = True
@@ -204,7 +221,13 @@ class Executor:
         info["note"] = outcome.output[-1] if outcome.output else ""
 
     def _run_container(
-        self, run: _EntryRun, command: list[str] | None, *, gpu: bool, what: str, tolerate: tuple[int, ...] = ()
+        self,
+        run: _EntryRun,
+        command: list[str] | None,
+        *,
+        gpu: bool | HostGpus,
+        what: str,
+        tolerate: tuple[int, ...] = (),
     ) -> RunResult:
         outcome = self.engine.run(
             run.entry.image, command, gpu=gpu, keep=self.options.keep_container, on_line=run.log.write
