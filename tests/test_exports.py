@@ -1,0 +1,198 @@
+"""`fa-images export github` and `export bake`.
+
+The workflow is validated against GitHub's workflow JSON schema (vendored by check-jsonschema,
+offline). BuildKit cannot run here, so the bake file is checked against the structure the
+buildx bake file reference documents: groups of targets, and per target context, dockerfile,
+target stage, tags, labels, output and cache-from/cache-to; each context is real and holds the
+stage it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fa_images import matrix
+from fa_images.exports import bake, github
+
+REPO = Path(__file__).resolve().parents[1]
+BAKE_TARGET_KEYS = {"context", "dockerfile", "target", "tags", "labels", "output", "cache-from", "cache-to"}
+NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+@pytest.fixture
+def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Three entries, two of which share a compile; the sdist is a local file pinned by a compat override."""
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
+    sha = hashlib.sha256(b"sdist").hexdigest()
+    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    (tmp_path / "matrix.yaml").write_text(
+        "image: ghcr.io/acme/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
+        'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'
+        'entries:\n  - {python: "3.10", torch: "2.9.1", flash_attn: "2.8.3", archs: [80, 90]}\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "matrix.yaml"
+
+
+def check_schema(path: Path) -> subprocess.CompletedProcess:
+    tool = shutil.which("check-jsonschema")
+    assert tool, "check-jsonschema is in the test extra"
+    return subprocess.run(
+        [tool, "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True
+    )
+
+
+# --- GitHub Actions ------------------------------------------------------------------------
+
+
+def test_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa_images) -> None:
+    out = tmp_path / "fa-images.yml"
+    args = ["export", "github", "--matrix", REPO / "matrix.yaml", "--out", out, "--push", "--release", "wheels"]
+    proc = run_fa_images([*args, "--runs-on", "self-hosted", "--runs-on", "docker", "--timeout-minutes", "240"])
+    assert proc.returncode == 0, proc.stderr
+    checked = check_schema(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The control: the same file without a job's runs-on must fail the same check.
+    data = yaml.safe_load(out.read_text())
+    del data["jobs"][next(iter(data["jobs"]))]["runs-on"]
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump(data))
+    assert check_schema(broken).returncode != 0
+
+
+def test_workflow_builds_each_entry_then_merges(small_matrix: Path, tmp_path: Path) -> None:
+    m = matrix.load(small_matrix)
+    opts = github.GithubOptions(matrix_file="matrix.yaml", runs_on=("self-hosted", "gpu-builder"), timeout_minutes=90)
+    text = github.render(m.entries, opts)
+    assert text == github.render(m.entries, opts), "deterministic"
+    data = yaml.safe_load(text)
+    jobs = data["jobs"]
+    builds = [j for j in jobs if j != "merge"]
+    assert len(builds) == len(m.entries) and all(NAME.fullmatch(j) for j in jobs)
+    for job_id, entry in zip(builds, m.entries):
+        job = jobs[job_id]
+        assert job["runs-on"] == ["self-hosted", "gpu-builder"] and job["timeout-minutes"] == 90
+        runs = [s["run"] for s in job["steps"] if "run" in s]
+        assert f"fa-images build --matrix matrix.yaml --only {entry.id} --dist dist" in runs[-1]
+        upload = job["steps"][-1]
+        assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
+        assert "dist/manifest.json" in upload["with"]["path"] and upload["with"]["name"] == f"fa-images-{job_id}"
+    merge = jobs["merge"]
+    assert merge["needs"] == builds and "cancelled()" in merge["if"]
+    steps = merge["steps"]
+    assert any(s.get("uses", "").startswith("actions/download-artifact@") for s in steps)
+    assert "fa-images dist merge artifacts --dist dist" in [s.get("run") for s in steps]
+    assert "push" not in text and "secrets." not in text  # nothing pushed or logged into unless asked
+
+
+def test_secrets_appear_only_as_references(small_matrix: Path) -> None:
+    m = matrix.load(small_matrix)
+    opts = github.GithubOptions(
+        matrix_file="matrix.yaml",
+        push=True,
+        registry_username_secret="GHCR_USER",
+        registry_password_secret="GHCR_TOKEN",
+        release="v1",
+    )
+    text = github.render(m.entries, opts)
+    uses = re.findall(r"secrets\.\w+", text)
+    assert set(uses) == {"secrets.GHCR_USER", "secrets.GHCR_TOKEN", "secrets.GITHUB_TOKEN"}
+    assert len(re.findall(r"\$\{\{ secrets\.\w+ \}\}", text)) == len(uses)
+    login = next(
+        s
+        for s in yaml.safe_load(text)["jobs"]["build-fa2_8_3-py3_11-torch2_9_1-cu128"]["steps"]
+        if "uses" in s and "login" in s["uses"]
+    )
+    assert login["with"]["registry"] == "ghcr.io"
+
+
+def test_a_job_can_hold_several_entries(small_matrix: Path) -> None:
+    m = matrix.load(small_matrix)
+    job = github._build_job("build-group", m.entries[:2], github.GithubOptions(matrix_file="matrix.yaml"))
+    run = [s["run"] for s in job["steps"] if "run" in s][-1]
+    assert f"--only {m.entries[0].id} {m.entries[1].id} " in run
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--registry-password-secret", "MY TOKEN"], "is not a secret name"),
+        (["--runs-on", "self hosted"], "is not a runner label"),
+        (["--runs-on", "${{ github.token }}"], "is not a runner label"),
+        (["--release", "v1;rm -rf /"], "is not a tag name"),
+        (["--only", "nope"], "is not an entry of this matrix"),
+    ],
+)
+def test_bad_flags_are_one_clear_error(small_matrix: Path, flags: list[str], says: str, run_fa_images) -> None:
+    proc = run_fa_images(["export", "github", "--matrix", small_matrix, *flags], cwd=small_matrix.parent)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_reports_a_stale_workflow(small_matrix: Path, tmp_path: Path, run_fa_images) -> None:
+    out = tmp_path / "wf.yml"
+    base = ["export", "github", "--matrix", small_matrix, "--out", out]
+    assert run_fa_images(base, cwd=tmp_path).returncode == 0
+    assert run_fa_images([*base, "--check"], cwd=tmp_path).returncode == 0
+    stale = run_fa_images([*base, "--check", "--timeout-minutes", "30"], cwd=tmp_path)
+    assert stale.returncode == 1 and "out of date" in stale.stderr
+
+
+# --- buildx bake ---------------------------------------------------------------------------
+
+
+def test_bake_file_follows_the_documented_structure(small_matrix: Path, tmp_path: Path) -> None:
+    m = matrix.load(small_matrix)
+    opts = bake.BakeOptions(cache_from=("type=registry,ref=ghcr.io/acme/cache",), cache_to=("type=inline",))
+    path = bake.export(m, m.entries, tmp_path / "out", opts, log=lambda _: None)
+    data = json.loads(path.read_text())
+    assert set(data) == {"group", "target"}
+    targets, groups = data["target"], data["group"]
+    for name, target in targets.items():
+        assert NAME.fullmatch(name) and set(target) <= BAKE_TARGET_KEYS, (name, target)
+        dockerfile = path.parent / target["context"] / target["dockerfile"]
+        assert f" AS {target['target']}\n" in dockerfile.read_text()
+        assert (path.parent / target["context"] / "inputs" / "sdists" / "flash_attn-2.8.3.tar.gz").is_file()
+        assert target["cache-from"] == ["type=registry,ref=ghcr.io/acme/cache"]
+    for entry in m.entries:
+        name = entry.id.replace(".", "_")
+        assert targets[name]["tags"] == [entry.image] and targets[name]["target"] == "runtime"
+        assert targets[name]["labels"]["fa-images.entry"] == entry.id and targets[name]["cache-to"] == ["type=inline"]
+        assert targets[f"{name}-builder"]["tags"] == [entry.builder_image]
+        assert targets[f"{name}-wheel"]["output"] == [f"type=local,dest=wheels/{name}"]
+        assert "cache-to" not in targets[f"{name}-wheel"]
+    assert groups["default"]["targets"] == list(targets)
+    for group in groups.values():
+        assert set(group["targets"]) <= set(targets)
+    compile_groups = {k: v["targets"] for k, v in groups.items() if k != "default"}
+    shared = [g for g in compile_groups.values() if len(g) == 6]  # py3.11 and py3.12, archs 80: 3 targets each
+    assert len(compile_groups) == 2 and len(shared) == 1
+    # Exported again: the same file, the same contexts and nothing stale.
+    again = bake.export(m, m.entries[:1], tmp_path / "out", opts, log=lambda _: None)
+    assert sorted(p.name for p in (again.parent / "contexts").iterdir()) == [m.entries[0].id.replace(".", "_")]
+
+
+def test_bake_cli_writes_the_file(small_matrix: Path, tmp_path: Path, run_fa_images) -> None:
+    proc = run_fa_images(
+        ["export", "bake", "--matrix", small_matrix, "--out-dir", tmp_path / "bake"],
+        cwd=small_matrix.parent,
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "docker buildx bake" in proc.stdout and (tmp_path / "bake" / "docker-bake.json").is_file()
+    bad = run_fa_images(
+        ["export", "bake", "--matrix", small_matrix, "--out-dir", tmp_path / "b2", "--cache-to", "type=inline x"],
+        cwd=small_matrix.parent,
+    )
+    assert bad.returncode == 2 and "is not a cache spec" in bad.stderr and not (tmp_path / "b2").exists()
