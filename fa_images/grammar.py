@@ -102,19 +102,20 @@ def pin(value: str) -> str | None:
 
 def index_url(value: str) -> str | None:
     """An http(s) or file URL of a package index or a find-links page."""
+    shown = repr(_redacted(value))  # an error line must not print the token it complains about
     if not value.isprintable() or " " in value:
-        return f"{value!r} holds spaces or control characters"
+        return f"{shown} holds spaces or control characters"
     parts = urllib.parse.urlsplit(value)
     if parts.scheme not in ("http", "https", "file"):
-        return f"{value!r} is not an http(s):// or file:// URL"
+        return f"{shown} is not an http(s):// or file:// URL"
     try:
         host, _port = parts.hostname, parts.port
     except ValueError:
-        return f"{value!r} has a malformed host or port"
+        return f"{shown} has a malformed host or port"
     if parts.scheme != "file" and not (host and re.fullmatch(_DOMAIN, host, re.ASCII)):
-        return f"{value!r} has no valid host"
+        return f"{shown} has no valid host"
     if parts.query or parts.fragment or not _URL_PATH.fullmatch(parts.path):
-        return f"{value!r} holds characters an index URL does not need (quotes, $, ;, &, ?, #, ...)"
+        return f"{shown} holds characters an index URL does not need (quotes, $, ;, &, ?, #, ...)"
     return None
 
 
@@ -123,6 +124,13 @@ def find_links(value: str) -> str | None:
     if value.startswith("/"):
         return None if _URL_PATH.fullmatch(value) else f"{value!r} holds characters a path here may not"
     return index_url(value)
+
+
+def _redacted(url: str) -> str:
+    try:
+        return without_credentials(url)
+    except ValueError:
+        return "<a malformed URL>"
 
 
 def has_credentials(url: str) -> bool:

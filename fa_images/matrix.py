@@ -102,6 +102,8 @@ class Entry:
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
         data["archs"] = list(self.archs)
+        if self.torch_index:
+            data["torch_index"] = grammar.without_credentials(self.torch_index)
         data["gpus"] = list(self.gpus)
         return data
 

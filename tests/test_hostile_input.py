@@ -496,3 +496,33 @@ def test_any_yaml_document_plans_or_is_refused(doc) -> None:
 @given(text=st.text(max_size=200))
 def test_any_text_plans_or_is_refused(text: str) -> None:
     _plan_or_refuse(text)
+
+
+def test_a_token_is_never_printed(tmp_path: Path, capsys) -> None:
+    """Neither by the error about its URL, nor by the plan, nor in a rendered Dockerfile."""
+    bad = matrix_file(
+        tmp_path, f'packages: {{index: "https://fa:tok-SECRET@pypi.example/simple;x"}}\nentries: [{ENTRY}]\n'
+    )
+    code, out, err = fa_images(capsys, "plan", "--matrix", bad)
+    assert_clear_error(code, err, 2, "packages.index")
+    assert "tok-SECRET" not in out + err
+
+    good = matrix_file(
+        tmp_path,
+        f"""
+        packages:
+          index: "https://fa:tok-SECRET@pypi.example/simple"
+          torch_index: "https://fa:tok-SECRET@pypi.example/torch/{{cuda_tag}}"
+          flash_attn_index: "https://fa:tok-SECRET@pypi.example/simple"
+        entries: [{ENTRY}]
+        """,
+        name="good.yaml",
+    )
+    for command in (["plan", "--json"], ["build", "--dry-run", "--json"], ["render", "--out", tmp_path / "out"]):
+        code, out, err = fa_images(capsys, *command, "--matrix", good)
+        assert code == 0, err
+        assert "tok-SECRET" not in out + err, command
+    (dockerfile,) = (tmp_path / "out").iterdir()
+    text = dockerfile.read_text()
+    assert "tok-SECRET" not in text and "fa:" not in text
+    assert "pip install --no-index --find-links /opt/fa-images/wheels torch==2.9.1" in text
