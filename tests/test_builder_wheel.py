@@ -81,8 +81,8 @@ def wheel(built: Built) -> Path:
     return wheels[0]
 
 
-def test_out_holds_exactly_one_wheel_and_its_manifest(built: Built, wheel: Path) -> None:
-    assert sorted(p.name for p in built.out.iterdir()) == sorted([wheel.name, "manifest.json"])
+def test_out_holds_exactly_one_wheel_its_manifest_and_index(built: Built, wheel: Path) -> None:
+    assert sorted(p.name for p in built.out.iterdir()) == sorted([wheel.name, "manifest.json", "simple"])
 
 
 def test_wheel_name_carries_the_local_label(wheel: Path, venv_torch: dict) -> None:
@@ -91,8 +91,10 @@ def test_wheel_name_carries_the_local_label(wheel: Path, venv_torch: dict) -> No
 
 
 def test_manifest_describes_the_wheel(built: Built, wheel: Path, venv_torch: dict) -> None:
-    manifest = json.loads((built.out / "manifest.json").read_text())
-    assert manifest["wheel"] == wheel.name
+    data = json.loads((built.out / "manifest.json").read_text())
+    assert data["schema_version"] == 1
+    assert list(data["wheels"]) == [wheel.name]
+    manifest = data["wheels"][wheel.name]
     assert manifest["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert manifest["size"] == wheel.stat().st_size
     assert manifest["archs"] == ["80"]
