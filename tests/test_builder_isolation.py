@@ -23,7 +23,8 @@ class Blocked(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Blocked())
 import fa_images.builder as builder
-names = [m.name for m in pkgutil.walk_packages(builder.__path__, "fa_images.builder.") if not m.name.endswith("__main__")]
+modules = pkgutil.walk_packages(builder.__path__, "fa_images.builder.")
+names = [m.name for m in modules if not m.name.endswith("__main__")]  # __main__ would run the CLI
 for name in names:
     __import__(name)
 print(len(names))
