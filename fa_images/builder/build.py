@@ -18,13 +18,13 @@ from pathlib import Path
 
 from . import dist as dist_dir
 from . import environment, source
+from .contract import SETTINGS_FILE
 from .errors import BuildFailed
 from .settings import BuildSettings, local_version_label
 from .verify import accept_wheel
 
 # gcc/nvcc diagnostics ("x.cu:1:2: error: ...", "fatal error: ..."), not setuptools' traceback.
 COMPILER_ERROR = re.compile(r"(?:^|[:)] )(?:fatal )?error(?: [A-Z]+\d+)?: ")
-SHIM_FAILED = 97
 
 
 def prepare(
@@ -131,7 +131,7 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
         python,
         "-m",
         "fa_images.builder.setup_shim",
-        str(src / "fa_images_build.json"),
+        str(src / SETTINGS_FILE),
         "bdist_wheel",
         "--dist-dir",
         str(dist),

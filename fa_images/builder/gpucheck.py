@@ -13,8 +13,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .contract import EXIT_NO_GPU
+
 EXIT_FAILED = 1
-EXIT_NO_GPU = 3
+
 ATOL = {"float16": 1e-3, "bfloat16": 8e-3}  # slack over 2x SDPA's own low-precision error
 
 

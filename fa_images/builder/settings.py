@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-SETTINGS_FILE = "fa_images_build.json"
+from .contract import SETTINGS_FILE, cuda_tag
 
 # flash-attn arch code -> nvcc virtual arch; 8.6/8.9 GPUs run the sm_80 kernels.
 _ARCH_CODES = {"80", "90", "100", "110", "120"}
@@ -84,5 +84,5 @@ def parse_archs(text: str) -> tuple[str, ...]:
 def local_version_label(*, cuda: str | None, torch: str, cxx11_abi: bool) -> str:
     """'cu128torch2.9cxx11abitrue': what the wheel is for, in its file name and metadata."""
     torch_mm = ".".join(torch.split("+")[0].split(".")[:2])
-    cuda_part = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    cuda_part = cuda_tag(cuda) if cuda else "cpu"
     return f"{cuda_part}torch{torch_mm}cxx11abi{str(cxx11_abi).lower()}"

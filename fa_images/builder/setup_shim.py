@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .contract import EXIT_SHIM_REFUSED
 from .settings import BuildSettings
 
 EXTENSION = "flash_attn_2_cuda"
@@ -131,4 +132,4 @@ if __name__ == "__main__":
         run(Path(sys.argv[1]), sys.argv[2:])
     except ShimError as exc:
         print(f"[fa-images] error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(97)
+        sys.exit(EXIT_SHIM_REFUSED)

@@ -1,0 +1,29 @@
+"""Facts the host and the builder must agree on, written once.
+
+The host renders Dockerfiles and drives the engine; the builder runs inside them. Both
+import this module (stdlib only, like the rest of the builder package), so a stage name,
+an exit code or a tag format cannot drift between the two sides.
+"""
+
+from __future__ import annotations
+
+# The stages of every rendered Dockerfile, in build order.
+BUILDER_STAGE = "builder"  # compiles the wheel; tagged "<image>-builder" to keep its cache
+WHEEL_STAGE = "wheel"  # FROM scratch: only the wheel and its manifest, for export
+RUNTIME_STAGE = "runtime"  # the image users pull
+WHEELS_DIR = "/wheels"  # where the builder stage leaves its output
+
+# Exit codes of the builder's own commands that the host tells apart.
+EXIT_NO_GPU = 3  # `check`: no GPU visible here, so nothing was checked
+EXIT_SHIM_REFUSED = 97  # the setup.py shim cannot correct this setup.py
+
+# Written beside the prepared source; read by the setup.py shim and the verifier.
+SETTINGS_FILE = "fa_images_build.json"
+
+# The command that runs the GPU check inside an image.
+GPU_CHECK_COMMAND = ("python", "-m", "fa_images.builder", "check")
+
+
+def cuda_tag(cuda: str) -> str:
+    """'12.8' -> 'cu128': torch's variant index suffix, and the image tags' CUDA part."""
+    return "cu" + cuda.replace(".", "")
