@@ -18,31 +18,38 @@ from fa_images.builder.verify import _LABEL
 
 
 @pytest.mark.parametrize(
-    ("memory_gib", "cpus", "jobs", "threads"),
+    ("memory_gib", "cpus", "targets", "jobs", "threads"),
     [
-        (24, 2, 2, 2),  # 24 GiB fits 2 jobs x 2 threads x 5 GiB; 2 CPUs
-        (8, 16, 1, 1),  # 8 GiB cannot hold 2 threads x 5 GiB: one thread, one job
-        (125, 16, 12, 2),  # memory, not the 16 CPUs, is the limit
-        (125, 4, 4, 2),  # CPUs are the limit
-        (1, 64, 1, 1),  # never below one job
-        (10, 8, 1, 2),  # exactly 2 x 5 GiB keeps 2 threads
-        (9.99, 8, 1, 1),
+        (24, 2, 1, 2, 1),  # one arch: one thread per nvcc, one job per CPU
+        (8, 16, 1, 1, 1),  # 8 GiB holds one 5 GiB compile
+        (125, 16, 1, 16, 1),  # the GPU machine, one arch: every CPU busy (was 12 x 2, 1.44x the floor)
+        (503, 64, 1, 64, 1),  # 4xH200: 64 x 1, not 56 x 2 threads on 64 CPUs
+        (125, 16, 2, 8, 2),  # two archs: two threads per nvcc, jobs x threads = CPUs
+        (125, 16, 4, 4, 4),  # four archs (setup.py's default list)
+        (30, 16, 4, 1, 4),  # memory is the limit: 30 // (4 x 5)
+        (125, 4, 1, 4, 1),  # CPUs are the limit
+        (1, 64, 1, 1, 1),  # never below one job
+        (10, 8, 2, 1, 2),  # exactly 2 x 5 GiB keeps 2 threads
+        (9.99, 8, 2, 1, 1),  # below it, one thread
     ],
 )
-def test_size_parallelism_fits_memory_and_cpus(memory_gib: float, cpus: int, jobs: int, threads: int) -> None:
-    par = size_parallelism(memory=int(memory_gib * GIB), cpus=cpus)
+def test_size_parallelism_fits_memory_and_cpus(
+    memory_gib: float, cpus: int, targets: int, jobs: int, threads: int
+) -> None:
+    par = size_parallelism(targets=targets, memory=int(memory_gib * GIB), cpus=cpus)
     assert (par.max_jobs, par.nvcc_threads) == (jobs, threads)
-    # Whatever it picks must fit: jobs x threads x 5 GiB within memory (unless at the 1x1 floor).
+    # Whatever it picks must fit: jobs x threads x 5 GiB within memory (unless at the 1x1 floor),
+    # and never more compiler threads than CPUs.
     if (par.max_jobs, par.nvcc_threads) != (1, 1):
         assert par.max_jobs * par.nvcc_threads * environment.BYTES_PER_NVCC_THREAD <= memory_gib * GIB
-    assert par.max_jobs <= cpus
-    assert f"{cpus} CPUs" in par.reason
+    assert par.max_jobs * par.nvcc_threads <= max(cpus, par.nvcc_threads)
+    assert f"{cpus} CPUs" in par.reason and f"{jobs} jobs x {threads} nvcc threads" in par.reason
 
 
 def test_given_max_jobs_wins() -> None:
     par = size_parallelism(max_jobs=7, memory=8 * GIB, cpus=2)
     assert par.max_jobs == 7
-    assert par.reason == "given"
+    assert par.reason.endswith("MAX_JOBS given")
 
 
 def test_given_nvcc_threads_are_kept_and_jobs_shrink_to_fit() -> None:
@@ -56,7 +63,7 @@ def test_size_parallelism_reads_this_machine() -> None:
     par = size_parallelism()
     cpus = len(os.sched_getaffinity(0))
     assert 1 <= par.max_jobs <= cpus
-    assert par.nvcc_threads in (1, 2)
+    assert par.nvcc_threads == 1  # one target by default
 
 
 # --- available_memory / available_cpus against a fake /proc and /sys ---------------------
@@ -138,7 +145,7 @@ def test_a_cgroup_limit_below_memavailable_sizes_the_build(fake_root: Path) -> N
     write(fake_root, "/sys/fs/cgroup/memory.current", "0\n")
     write(fake_root, "/sys/fs/cgroup/cpu.max", "max 100000\n")
     par = size_parallelism(cpus=16)
-    assert (par.max_jobs, par.nvcc_threads) == (1, 2)
+    assert (par.max_jobs, par.nvcc_threads) == (2, 1)  # 12 GiB // 5 GiB, not the host's 64
 
 
 @pytest.mark.parametrize(("cpu_max", "expected"), [("200000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", 8)])

@@ -75,7 +75,7 @@ def prepare(
         )
     if not tree.honours_local_version:
         warnings.append(f"flash-attn {tree.version} ignores FLASH_ATTN_LOCAL_VERSION; the wheel has no +label")
-    par = environment.size_parallelism(max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    par = environment.size_parallelism(targets=len(archs) + int(ptx), max_jobs=max_jobs, nvcc_threads=nvcc_threads)
     settings = BuildSettings(
         flash_attn=tree.version,
         python=torch.python,
@@ -86,6 +86,7 @@ def prepare(
         ptx=ptx,
         max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
+        parallelism=par.reason,
         local_version=(
             local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
             if tree.honours_local_version
@@ -141,7 +142,7 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
     log(
         f"compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
-        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}"
+        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}: {settings.parallelism}"
     )
     started = time.monotonic()
     tail: list[str] = []

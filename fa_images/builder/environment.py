@@ -22,7 +22,7 @@ from .errors import EnvironmentProblem
 GIB = 1024**3
 # nvcc peaks at 3-5 GB per thread on flash-attn's kernels; size for the worst case.
 BYTES_PER_NVCC_THREAD = 5 * GIB
-DEFAULT_NVCC_THREADS = 2
+MAX_NVCC_THREADS = 4  # one per gencode target; flash-attn builds name at most four archs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,18 +157,26 @@ class Parallelism:
 
 def size_parallelism(
     *,
+    targets: int = 1,
     max_jobs: int | None = None,
     nvcc_threads: int | None = None,
     memory: int | None = None,
     cpus: int | None = None,
 ) -> Parallelism:
-    """MAX_JOBS and NVCC_THREADS that fit in memory: an OOM-killed build wastes an hour."""
+    """MAX_JOBS and NVCC_THREADS that fit the CPUs and the memory: an OOM-killed build wastes an hour.
+
+    ``targets`` is the number of ``-gencode`` targets per kernel (archs, plus PTX). nvcc's
+    ``--threads`` only runs those targets in parallel, so a one-arch build gets one thread
+    per job; more threads than that would sit idle while holding their memory.
+    """
     memory = available_memory() if memory is None else memory
     cpus = available_cpus() if cpus is None else cpus
-    threads = nvcc_threads or DEFAULT_NVCC_THREADS
-    if nvcc_threads is None and memory < threads * BYTES_PER_NVCC_THREAD:
-        threads = 1
+    fit = memory // BYTES_PER_NVCC_THREAD
+    threads = nvcc_threads or max(1, min(targets, MAX_NVCC_THREADS, cpus, fit))
+    by_cpus = max(1, cpus // threads)  # never more compiler threads than CPUs
     by_memory = max(1, memory // (threads * BYTES_PER_NVCC_THREAD))
-    jobs = max_jobs or max(1, min(cpus, by_memory))
-    reason = "given" if max_jobs else f"min({cpus} CPUs, {memory / GIB:.0f} GiB / ({threads} threads x 5 GiB))"
+    jobs = max_jobs or min(by_cpus, by_memory)
+    why_threads = "given" if nvcc_threads else f"{targets} gencode target{'s' if targets > 1 else ''} per kernel"
+    why_jobs = f"min({cpus} CPUs / {threads}, {memory / GIB:.0f} GiB / ({threads} x 5 GiB))"
+    reason = f"{jobs} jobs x {threads} nvcc threads ({why_threads}); " + ("MAX_JOBS given" if max_jobs else why_jobs)
     return Parallelism(max_jobs=jobs, nvcc_threads=threads, reason=reason)

@@ -32,6 +32,7 @@ class BuildSettings:
     sdist: str
     sha256: str
     honours_cuda_archs_env: bool
+    parallelism: str = ""  # why MAX_JOBS and NVCC_THREADS are what they are, for the log
     warnings: tuple[str, ...] = field(default=())
 
     def gencode_flags(self) -> list[str]:
