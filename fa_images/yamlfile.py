@@ -204,5 +204,6 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
             [Problem(f"{what} must be a mapping at the top, not a {_type_name(data)}", file=shown, line=1)]
         )
     doc = YamlDoc(data=data, file=shown)
+    assert node is not None  # data is a mapping, so there was a node
     _record(node, (), doc.lines)
     return doc

@@ -82,7 +82,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     wheel.add_argument(
         "--max-jobs", type=_positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
     )
-    wheel.add_argument("--nvcc-threads", type=_positive, metavar="N", help="threads per nvcc (default: one per arch; nvcc parallelizes over archs only)")
+    wheel.add_argument(
+        "--nvcc-threads",
+        type=_positive,
+        metavar="N",
+        help="threads per nvcc (default: one per arch; nvcc parallelizes over archs only)",
+    )
     wheel.add_argument("--sha256", metavar="HEX", help="require the sdist to have this sha256")
     wheel.add_argument(
         "--index-url",

@@ -52,7 +52,7 @@ def _owner_alive(directory: Path) -> bool:
 def reap(root: Path | None = None) -> list[Path]:
     """Removes the scratch directories under ``root`` whose owning process has died."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir() and not p.is_symlink()]
     except OSError:

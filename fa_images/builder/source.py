@@ -78,8 +78,8 @@ def _open(url: str, accept: str | None = None):
     if parts.username:
         token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        # Everything after the userinfo, as written: hostname would drop IPv6 brackets, and is None for "u@/x".
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
 
 
@@ -87,8 +87,7 @@ def _redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if not parts.username:
         return url
-    host = parts.hostname + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
+    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]:
