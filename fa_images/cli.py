@@ -72,7 +72,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for e in entries:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         print(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
-    print(f"{len(entries)} entries")
+    groups = len({e.compile_group for e in entries})
+    print(f"{len(entries)} entries in {groups} compile group{'s' if groups > 1 else ''} (entries that share kernels)")
     return 0
 
 

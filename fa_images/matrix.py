@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from . import compat as compat_mod
 from . import grammar, yamlfile
+from .builder import contract
 from .builder.settings import parse_archs
 from .builder.source import PYPI_SIMPLE, SUPPORTED_FLASH_ATTN
 from .compat import Compat, did_you_mean
@@ -92,7 +93,16 @@ class Entry:
 
     @property
     def cuda_tag(self) -> str:
-        return "cu" + self.cuda.replace(".", "")
+        return contract.cuda_tag(self.cuda)
+
+    @property
+    def compile_group(self) -> str:
+        """Entries that differ only in Python share their kernels: no kernel includes Python.h.
+
+        The devel base is a function of the CUDA version within one matrix, so it is covered.
+        """
+        archs = "_".join(self.archs) + ("-ptx" if self.ptx else "")
+        return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
 
     @property
     def builder_image(self) -> str:
@@ -102,6 +112,7 @@ class Entry:
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
         data["archs"] = list(self.archs)
+        data["group"] = self.compile_group
         if self.torch_index:
             data["torch_index"] = grammar.without_credentials(self.torch_index)
         data["gpus"] = list(self.gpus)

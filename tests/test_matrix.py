@@ -1333,7 +1333,7 @@ def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> Non
     result = run_cli("plan")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "4 entries"
+    assert lines[-1] == "4 entries in 3 compile groups (entries that share kernels)"
     assert lines[0].split() == [
         "fa2.8.3-py3.11-torch2.6.0-cu124",
         "archs",
@@ -1385,3 +1385,15 @@ def test_cli_help_has_examples(command: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "examples:" in result.stdout
     assert f"fa-images {command}" in result.stdout.split("examples:")[1]
+
+
+def test_compile_groups_join_entries_that_differ_only_in_python(default_matrix: Matrix) -> None:
+    groups: dict[str, list[str]] = {}
+    for e in default_matrix.entries:
+        groups.setdefault(e.compile_group, []).append(e.id)
+    assert groups == {
+        "fa2.8.3-torch2.6.0-cu124-sm80": ["fa2.8.3-py3.11-torch2.6.0-cu124", "fa2.8.3-py3.12-torch2.6.0-cu124"],
+        "fa2.8.3-torch2.9.1-cu128-sm80": ["fa2.8.3-py3.12-torch2.9.1-cu128"],
+        "fa2.8.3-torch2.9.1-cu128-sm80_90": ["fa2.8.3-py3.10-torch2.9.1-cu128"],
+    }
+    assert all(e.summary()["group"] == e.compile_group for e in default_matrix.entries)

@@ -18,11 +18,6 @@ def slug(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-def compile_key(entry: Entry) -> tuple[str, str, str, tuple[str, ...], bool]:
-    """Entries with the same key can share one kernel compile (the kernels never include Python.h)."""
-    return (entry.flash_attn, entry.torch, entry.cuda, entry.archs, entry.ptx)
-
-
 def compile_group_name(entry: Entry) -> str:
-    fa, torch, cuda, archs, ptx = compile_key(entry)
-    return slug(f"compile-fa{fa}-torch{torch}-cu{cuda.replace('.', '')}-sm{'_'.join(archs)}{'-ptx' if ptx else ''}")
+    """The bake group of the entries that can share one kernel compile (see Entry.compile_group)."""
+    return slug(f"compile-{entry.compile_group}")
