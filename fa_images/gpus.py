@@ -26,6 +26,7 @@ from pathlib import Path
 from .errors import FatalError
 
 MODES = ("runtime", "devices", "none")
+DEV = Path("/dev")
 DRIVER_LIB_DIR = "/usr/local/nvidia/lib64"
 # Where distributions and GPU hosts put the driver's libraries, after the loader's own cache.
 LIBRARY_DIRS = (
@@ -37,7 +38,6 @@ LIBRARY_DIRS = (
     "/usr/local/nvidia/lib",
 )
 _LIBRARY = re.compile(r"^(libcuda|libcudadebugger|libnvidia-[\w.-]+)\.so(\.\d+)*$")
-_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 
 
 class NoHostGpus(FatalError):
@@ -54,7 +54,7 @@ class HostGpus:
     libraries: tuple[str, ...]  # host paths; links are kept by name and mounted as their target
 
     def describe(self) -> str:
-        gpus = sum(1 for d in self.devices if re.fullmatch(r"/dev/nvidia\d+", d))
+        gpus = sum(1 for d in self.devices if re.fullmatch(r"nvidia\d+", Path(d).name))
         return f"{gpus} GPU(s) through {len(self.devices)} device nodes and {len(self.libraries)} driver libraries"
 
 
@@ -73,8 +73,9 @@ def _is_char_device(path: Path) -> bool:
         return False
 
 
-def find_devices(dev: Path = Path("/dev")) -> tuple[str, ...]:
+def find_devices(dev: Path | None = None) -> tuple[str, ...]:
     """NVIDIA device nodes: /dev/nvidia<N>, the control nodes, and /dev/nvidia-caps/* (MIG)."""
+    dev = dev or DEV
     found = [p for p in dev.glob("nvidia*") if _is_char_device(p)]
     caps = dev / "nvidia-caps"
     if caps.is_dir():
@@ -101,8 +102,9 @@ def find_libraries(dirs: Iterable[str] | None = None) -> tuple[str, ...]:
     return ()
 
 
-def discover(dev: Path = Path("/dev"), library_dirs: Iterable[str] | None = None) -> HostGpus:
+def discover(dev: Path | None = None, library_dirs: Iterable[str] | None = None) -> HostGpus:
     """What ``--gpus devices`` passes; one clear error when the host has no NVIDIA GPU or driver."""
+    dev = dev or DEV
     devices = find_devices(dev)
     if f"{dev}/nvidiactl" not in devices or not any(re.fullmatch(r"nvidia\d+", Path(d).name) for d in devices):
         raise NoHostGpus(
