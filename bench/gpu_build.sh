@@ -27,9 +27,12 @@ trap 'kill $sampler 2>/dev/null' EXIT
   "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "abi", torch._C._GLIBCXX_USE_CXX11_ABI)'
   nvcc --version | tail -2
   start=$(date +%s)
-  "$python" -m fa_images.builder wheel --sdist "$sdist" --archs "$archs" --out "$out/dist" --work-dir "$out/work" "$@"
+  "$python" -m fa_images.builder wheel --sdist "$sdist" --archs "$archs" --out "$out/dist" --work-dir "$out/work" \
+    --keep-work "$@"
   rc=$?
   echo "wheel rc=$rc wall_s=$(( $(date +%s) - start ))"
+  # ninja's own record of every step's start and end (ms): the per-kernel compile times.
+  find "$out/work" -name .ninja_log -exec cp {} "$out/ninja_log.txt" \;
   echo "peak_rss_gib=$(awk '{printf "%.1f", $1/1048576}' "$out/peak_rss_kb")"
   ls -l "$out"/dist/*.whl
   "$python" -m fa_images.builder inspect "$out"/dist/*.whl --archs "$archs"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from setuptools import Extension
 
-from fa_images.builder import build, environment
+from fa_images.builder import build, contract, environment
 from fa_images.builder.settings import BuildSettings
 from fa_images.builder.setup_shim import (
     EXTENSION,
@@ -29,7 +29,7 @@ from fa_images.builder.setup_shim import (
 
 GENCODE_80 = "arch=compute_80,code=sm_80"
 GENCODE_90 = "arch=compute_90,code=sm_90"
-SHIM_FAILED = 97
+SHIM_FAILED = contract.EXIT_SHIM_REFUSED
 
 
 def make_settings(tmp_path: Path | None = None, **overrides) -> BuildSettings:
@@ -375,8 +375,23 @@ def test_shim_on_the_real_setup_py(
         f"[fa-images] {EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 80 "
         f"(setup.py asked for: {ASKED_FOR_WHEN_80[version]})"
     )
-    assert expected in proc.stdout.splitlines(), proc.stdout
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith(expected)]
+    assert line.endswith("sources, longest first (compile_costs.json)"), line
     assert "flash_attn" in proc.stdout.splitlines()
+
+
+def test_the_real_kernels_are_ordered_longest_first(real_prepared) -> None:
+    """setup.py lists the split-KV kernels, the longest, last; ninja must start them first."""
+    from fa_images.builder.setup_shim import longest_first
+
+    src, _settings = real_prepared("2.8.3")
+    listed = sorted(str(p.relative_to(src)) for p in (src / "csrc" / "flash_attn" / "src").glob("*.cu"))
+    listed.append("csrc/flash_attn/flash_api.cpp")
+    ordered = longest_first(listed)
+    splits = [s for s in listed if "flash_fwd_split_" in s]
+    assert splits and ordered[: len(splits)] == splits  # all split kernels first, in setup.py's order
+    assert ordered[-1] == "csrc/flash_attn/flash_api.cpp"
+    assert sorted(ordered) == sorted(listed)
 
 
 def test_real_2_8_3_without_the_archs_variable_asks_for_its_defaults(

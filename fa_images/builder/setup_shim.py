@@ -13,6 +13,7 @@ another shape makes this fail loudly instead of building something unverified.
 
 from __future__ import annotations
 
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from .contract import EXIT_SHIM_REFUSED
 from .settings import BuildSettings
 
 EXTENSION = "flash_attn_2_cuda"
+COSTS_FILE = Path(__file__).with_name("compile_costs.json")
 
 
 class ShimError(RuntimeError):
@@ -81,6 +83,22 @@ def correct_extension(ext: Any, settings: BuildSettings) -> str:
     )
 
 
+def expected_seconds(source: str, costs: dict) -> float:
+    """What compiling ``source`` is expected to take, by the first rule of the cost model that matches."""
+    name = Path(source).name
+    return next((r["seconds"] for r in costs["rules"] if r["contains"] in name), costs["default"])
+
+
+def longest_first(sources: list[str], costs: dict | None = None) -> list[str]:
+    """``sources`` in the order ninja should start them: the longest first, so none starts last.
+
+    setup.py lists the split-KV kernels, the longest, at the end; started last, they left a
+    long tail on 64 cores (bench/gpu_build.md). The sort is stable: equal costs keep their order.
+    """
+    costs = costs or json.loads(COSTS_FILE.read_text())
+    return sorted(sources, key=lambda s: -expected_seconds(s, costs))
+
+
 def _pin_torch_abi(settings: BuildSettings) -> None:
     """The settings must describe the torch that is importable here.
 
@@ -109,12 +127,14 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
         for ext in kwargs.get("ext_modules") or []:
             if getattr(ext, "name", None) == EXTENSION:
                 corrected.append(correct_extension(ext, settings))
+                ext.sources = longest_first(list(ext.sources))  # ninja starts them in this order
+                corrected.append(f"{len(ext.sources)} sources, longest first ({COSTS_FILE.name})")
         if not corrected:
             raise ShimError(
                 f"setup.py of flash-attn {settings.flash_attn} defines no {EXTENSION} extension "
                 "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?); refusing to build a wheel without kernels"
             )
-        print(f"[fa-images] {corrected[0]}", flush=True)
+        print(f"[fa-images] {'; '.join(corrected)}", flush=True)
         import torch  # setup.py may have flipped the attribute at import time
 
         torch._C._GLIBCXX_USE_CXX11_ABI = settings.cxx11_abi
