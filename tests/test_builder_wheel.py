@@ -52,7 +52,7 @@ def venv_torch(venv_python: str) -> dict:
 def build_wheel(sdist: Path, work: Path, run_fa_images, venv_python: str, cuda_home: Path) -> Built:
     out = work / "dist"
     proc = run_fa_images(
-        ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", work / "work"],
+        ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", work / "work", "--keep-work"],
         python=venv_python,
         env={"CUDA_HOME": str(cuda_home)},
         cwd=work,
@@ -83,6 +83,17 @@ def wheel(built: Built) -> Path:
 
 def test_out_holds_exactly_one_wheel_its_manifest_and_index(built: Built, wheel: Path) -> None:
     assert sorted(p.name for p in built.out.iterdir()) == sorted([wheel.name, "manifest.json", "simple"])
+
+
+def test_ninja_is_handed_the_longest_source_first(built: Built) -> None:
+    """distutils sorts the sources (flash_api.cpp first); the shim reorders them on the way to ninja."""
+    (ninja_file,) = built.out.parent.glob("work/fa-images-wheel-*/src/*/build/temp.*/build.ninja")
+    objects = [
+        line.split(":")[0].rsplit("/", 1)[-1]
+        for line in ninja_file.read_text().splitlines()
+        if line.startswith("build ") and "compile" in line
+    ]
+    assert objects == ["tiny_attn_fwd.o", "flash_api.o"]
 
 
 def test_wheel_name_carries_the_local_label(wheel: Path, venv_torch: dict) -> None:

@@ -84,9 +84,11 @@ def correct_extension(ext: Any, settings: BuildSettings) -> str:
 
 
 def expected_seconds(source: str, costs: dict) -> float:
-    """What compiling ``source`` is expected to take, by the first rule of the cost model that matches."""
-    name = Path(source).name
-    return next((r["seconds"] for r in costs["rules"] if r["contains"] in name), costs["default"])
+    """What compiling ``source`` is expected to take: its own measurement, else its kind's, else the median."""
+    stem = Path(source).stem
+    if stem in costs["kernels"]:
+        return costs["kernels"][stem]
+    return next((k["seconds"] for k in costs["kinds"] if k["contains"] in stem), costs["default"])
 
 
 def longest_first(sources: list[str], costs: dict | None = None) -> list[str]:
@@ -97,6 +99,33 @@ def longest_first(sources: list[str], costs: dict | None = None) -> list[str]:
     """
     costs = costs or json.loads(COSTS_FILE.read_text())
     return sorted(sources, key=lambda s: -expected_seconds(s, costs))
+
+
+def _schedule_longest_first() -> None:
+    """Hands ninja the sources longest first.
+
+    Reordering ``ext.sources`` is not enough: distutils' build_extension sorts them "to make
+    the build reproducible" (measured: the split-KV kernels still started last). So the order
+    is set on the way into the compiler, whose ninja file lists them, and ninja starts ready
+    steps in that order. The link, and so the .so, is the same set of objects.
+    """
+    from torch.utils.cpp_extension import BuildExtension
+
+    build_extension = BuildExtension.build_extension
+
+    def ordered(self: Any, ext: Any) -> Any:
+        compile_ = self.compiler.compile  # BuildExtension's ninja compile, set per build
+
+        def compile_longest_first(sources: list[str], *args: Any, **kwargs: Any) -> Any:
+            return compile_(longest_first(list(sources)), *args, **kwargs)
+
+        self.compiler.compile = compile_longest_first
+        try:
+            return build_extension(self, ext)
+        finally:
+            self.compiler.compile = compile_
+
+    BuildExtension.build_extension = ordered
 
 
 def _pin_torch_abi(settings: BuildSettings) -> None:
@@ -127,7 +156,6 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
         for ext in kwargs.get("ext_modules") or []:
             if getattr(ext, "name", None) == EXTENSION:
                 corrected.append(correct_extension(ext, settings))
-                ext.sources = longest_first(list(ext.sources))  # ninja starts them in this order
                 corrected.append(f"{len(ext.sources)} sources, longest first ({COSTS_FILE.name})")
         if not corrected:
             raise ShimError(
@@ -140,7 +168,8 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
         torch._C._GLIBCXX_USE_CXX11_ABI = settings.cxx11_abi
         return real_setup(**kwargs)
 
-    setuptools.setup = setup
+    setuptools.setup = setup  # type: ignore[assignment]
+    _schedule_longest_first()
     source_dir = Path.cwd()
     sys.argv = ["setup.py", *setup_args]
     sys.path.insert(0, str(source_dir))
