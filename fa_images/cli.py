@@ -119,7 +119,7 @@ Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad in
 def cmd_build(args: argparse.Namespace) -> int:
     from . import plan as plan_mod
     from .engine import DockerEngine
-    from .errors import EntriesFailed, UsageError
+    from .errors import EntriesFailed, EnvironmentProblem, UsageError
     from .executor import Executor, Options
     from .logger import Console
     from .report import print_summary, write_report
@@ -135,16 +135,27 @@ def cmd_build(args: argparse.Namespace) -> int:
             for p in plans:
                 print(f"{p.entry.id}: {' -> '.join(p.steps)}")
         return 0
+    gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
     console = Console()
     engine = DockerEngine.from_env()
     description = engine.describe()
     console.line(f"engine: {description}")
+    bases = sorted({ref for p in plans for ref in (p.entry.devel_image, p.entry.runtime_image)})
+    missing = engine.missing_images(bases)
+    if missing:
+        raise EnvironmentProblem(
+            f"base image{'s' if len(missing) > 1 else ''} not in the engine: {', '.join(missing)}; "
+            "fa-images never pulls implicitly",
+            hint=f"docker pull {missing[0]} (or docker load -i FILE.tar), "
+            "or point bases.devel / bases.runtime in the matrix at a registry mirror you can reach",
+        )
     options = Options(
         dist=args.dist,
         log_dir=args.log_dir,
         fail_fast=args.fail_fast,
         keep_container=args.keep_container,
-        gpus=resolve_gpus(args.gpus),
+        keep_work=args.keep_work,
+        gpus=gpus,
     )
     executor = Executor(engine, m, options, console)
     try:
@@ -153,10 +164,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
         raise
     finally:
+        # The report first: it is the record a pipeline reads, and printing can fail (a closed pipe).
+        if executor.results and args.report:
+            write_report(args.report, executor.results, description)
         if executor.results:
             print_summary(console, executor.results)
-            if args.report:
-                write_report(args.report, executor.results, description)
     if any(r.status != "ok" for r in executor.results):
         raise EntriesFailed("some entries failed; see the summary above")
     return 0
@@ -365,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
     build.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON")
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
+    build.add_argument(
+        "--keep-work", action="store_true", help="keep each entry's build context for debugging (its path is logged)"
+    )
     build.add_argument(
         "--gpus",
         choices=GPU_MODES,

@@ -84,6 +84,8 @@ class Engine(Protocol):
 
     def export(self, image: str, dest: Path) -> list[Path]: ...
 
+    def missing_images(self, refs: list[str]) -> list[str]: ...
+
     def run(
         self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
     ) -> RunResult: ...
@@ -190,6 +192,19 @@ class DockerEngine:
         if image_id is None:
             raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
         return image_id
+
+    def missing_images(self, refs: list[str]) -> list[str]:
+        """The refs the engine does not hold. The legacy builder pulls a missing FROM image even
+        with pull=False, so this is asked before any build: nothing is pulled behind the user's back."""
+        import docker.errors
+
+        missing = []
+        for ref in refs:
+            try:
+                self.client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                missing.append(ref)
+        return missing
 
     @contextmanager
     def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:

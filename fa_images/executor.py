@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import context
 from .builder import dist as dist_dir
-from .builder import verify
+from .builder import scratch, verify
 from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
 from .gpus import GpuAccess, HostGpus
@@ -34,6 +34,7 @@ class Options:
     log_dir: Path = Path("logs")
     fail_fast: bool = False
     keep_container: bool = False
+    keep_work: bool = False  # keep each build context (a scratch dir) for debugging
     gpus: GpuAccess = field(default_factory=GpuAccess)  # how the GPU check's container gets the GPUs (--gpus)
 
 
@@ -135,8 +136,13 @@ class Executor:
 
         assert run.sdist is not None
         network = self.matrix.build.network
-        with tempfile.TemporaryDirectory(prefix="fa-images-context-") as tmp:
-            ctx = context.assemble(self.matrix, run.entry, run.sdist, Path(tmp))
+
+        def kept(line: str) -> None:
+            run.log.write(line)
+            self.console.line(f"    {line}")
+
+        with scratch.scratch_dir("context", keep=self.options.keep_work, log=kept) as tmp:
+            ctx = context.assemble(self.matrix, run.entry, run.sdist, tmp)
             run.result.image_id = self.engine.build(
                 context=ctx,
                 target="runtime",

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from .builder.cli import silence
+
 HEARTBEAT_S = 60.0
 
 
@@ -27,33 +29,43 @@ def duration(seconds: float) -> str:
 
 
 class Console:
-    def __init__(self, out: TextIO = sys.stderr, *, color: bool | None = None) -> None:
-        self.out = out
-        self.tty = out.isatty()
+    def __init__(self, out: TextIO | None = None, *, color: bool | None = None) -> None:
+        self.out = out or sys.stderr  # looked up now: a redirected stderr is the one written to
+        self.tty = self.out.isatty()
         self.color = self.tty if color is None else color
         self._live = False
         self._last_beat = 0.0
         self._last_key: tuple = ()
+        self._closed = False
 
     def _paint(self, text: str, code: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
 
+    def _write(self, text: str) -> None:
+        """Writes and flushes; a reader that went away (``| head``) ends the output, not the run."""
+        if self._closed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            self._closed = True
+            silence(self.out)
+
     def _clear_live(self) -> None:
         if self._live:
-            self.out.write("\r\033[K")
+            self._write("\r\033[K")
             self._live = False
 
     def line(self, text: str = "") -> None:
         self._clear_live()
-        self.out.write(text + "\n")
-        self.out.flush()
+        self._write(text + "\n")
 
     def progress(self, text: str, key: tuple) -> None:
         """A progress line; ``key`` changes when something new happens (a new build step)."""
         if self.tty:
             width = shutil.get_terminal_size((120, 20)).columns - 1
-            self.out.write("\r\033[K" + text[:width])
-            self.out.flush()
+            self._write("\r\033[K" + text[:width])
             self._live = True
             return
         now = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 import toolchain
+
+from fa_images.matrix import Matrix
+from fa_images.matrix import load as load_matrix
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,3 +97,20 @@ def run_fa_images() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Matrix:
+    """A two-entry matrix whose sdist is a local file: the executor's tests run offline."""
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    # The executor fetches sources on the host; a local file with a matching pin keeps it offline.
+    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
+    sha = hashlib.sha256(b"sdist").hexdigest()
+    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    (tmp_path / "matrix.yaml").write_text(
+        "image: reg.local/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
+        'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    return load_matrix(tmp_path / "matrix.yaml")

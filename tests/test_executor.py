@@ -6,6 +6,7 @@ to be accepted; every real acceptance goes through the real verifier in the engi
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
@@ -13,100 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import WHEEL, FakeEngine, accept_every_wheel
 
 from fa_images import executor as executor_mod
 from fa_images import matrix, plan
-from fa_images.builder import verify
-from fa_images.builder.verify import WheelReport
-from fa_images.engine import BuildProgress, RunResult, StepFailed
 from fa_images.executor import Executor, Options
 from fa_images.logger import Console
 
 REPO = Path(__file__).resolve().parents[1]
-WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
-
-
-class FakeEngine:
-    def __init__(
-        self,
-        *,
-        fail_build: set[str] = frozenset(),
-        fail_push: bool = False,
-        gpu: bool = False,
-        gpu_exit: int = 0,
-        interrupt_on: str | None = None,
-    ) -> None:
-        self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
-        self.interrupt_on = interrupt_on
-        self.calls: list[tuple] = []
-
-    def describe(self) -> str:
-        return "fake engine"
-
-    def has_gpu_runtime(self) -> bool:
-        return self.gpu
-
-    def build(self, *, context, target, tag, network, on_line, on_progress) -> str:
-        assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
-        entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
-        self.calls.append(("build", target, tag))
-        on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
-        on_line("compiling")
-        if self.interrupt_on and self.interrupt_on in (tag or ""):
-            raise KeyboardInterrupt
-        if any(f in (tag or "") for f in self.fail_build):
-            raise StepFailed(
-                "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
-                lines=["x.cu:1:2: error: boom"],
-            )
-        return f"sha256:{entry}-{target}"
-
-    def export(self, image, dest):
-        self.calls.append(("export", image))
-        (dest / WHEEL).write_bytes(b"not really a wheel")
-        (dest / "manifest.json").write_text("{}")
-        return [dest / WHEEL, dest / "manifest.json"]
-
-    def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
-        self.calls.append(("run", image, tuple(command or ()), gpu))
-        code = self.gpu_exit if gpu else 0
-        return RunResult(code, ["flash_attn imports"], kept_container="fa-images-kept" if keep and code else None)
-
-    def push(self, ref, on_line) -> str:
-        self.calls.append(("push", ref))
-        if self.fail_push:
-            raise StepFailed(f"push of {ref} failed: connection refused")
-        return "sha256:digest"
-
-    def leftover_containers(self):
-        return []
-
-
-@pytest.fixture
-def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> matrix.Matrix:
-    sdists = tmp_path / "sdists"
-    sdists.mkdir()
-    # The executor fetches sources on the host; a local file with a matching pin keeps it offline.
-    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
-    import hashlib
-
-    sha = hashlib.sha256(b"sdist").hexdigest()
-    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
-    (tmp_path / "matrix.yaml").write_text(
-        "image: reg.local/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
-        'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'
-    )
-    monkeypatch.chdir(tmp_path)
-    return matrix.load(tmp_path / "matrix.yaml")
-
-
-def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fake_inspect(path: Path, **_kw) -> WheelReport:
-        report = WheelReport(wheel=path.name, sha256="ab" * 32)
-        report.add("fake", "pass", "accepted by the test")
-        return report
-
-    monkeypatch.setattr(verify, "inspect_wheel", fake_inspect)
 
 
 def execute(
@@ -143,10 +58,14 @@ def test_manifest_records_each_wheel_and_keeps_earlier_runs(tiny_matrix, tmp_pat
     accept_every_wheel(monkeypatch)
     dist = tmp_path / "dist"
     dist.mkdir()
-    (dist / "manifest.json").write_text(json.dumps({"wheels": {"older.whl": {"sha256": "00"}}}))
+    older = "flash_attn-2.8.2+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
+    (dist / older).write_bytes(b"an earlier run's wheel")
+    record = {"sha256": hashlib.sha256(b"an earlier run's wheel").hexdigest(), "size": 22}
+    record |= {"flash_attn": "2.8.2", "python": "3.12"}
+    (dist / "manifest.json").write_text(json.dumps({"schema_version": 1, "wheels": {older: record}}))
     execute(tiny_matrix, FakeEngine(), tmp_path)
     wheels = json.loads((dist / "manifest.json").read_text())["wheels"]
-    assert set(wheels) == {"older.whl", WHEEL}
+    assert set(wheels) == {older, WHEEL}
     assert wheels[WHEEL]["sha256"] == "ab" * 32 and wheels[WHEEL]["entry"].endswith("py3.12-torch2.9.1-cu128")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import test_executor as tex
 from docker.types import DeviceRequest
-from test_executor import tiny_matrix  # noqa: F401  (the fixture)
+from fakes import FakeEngine, accept_every_wheel
 
 from fa_images import cli, gpus
 from fa_images.engine import DockerEngine
@@ -144,25 +144,25 @@ def test_runtime_mode_asks_for_a_device_request_and_no_gpu_asks_for_nothing() ->
 HOST = HostGpus(devices=("/dev/nvidia0", "/dev/nvidiactl"), libraries=("/lib/libcuda.so.1",))
 
 
-def test_devices_mode_runs_the_check_without_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:  # noqa: F811
-    tex.accept_every_wheel(monkeypatch)
-    engine = tex.FakeEngine(gpu=False)  # no NVIDIA runtime: devices mode must not care
+def test_devices_mode_runs_the_check_without_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu=False)  # no NVIDIA runtime: devices mode must not care
     results = tex.execute(tiny_matrix, engine, tmp_path, gpus=GpuAccess("devices", HOST))
     assert all(r.gpu_check == "passed" for r in results)
     assert ("run", results[0].image, ("python", "-m", "fa_images.builder", "check"), HOST) in engine.calls
     assert "GPU passthrough (--gpus devices): 1 GPU(s)" in Path(results[0].log).read_text()
 
 
-def test_devices_passed_but_unseen_is_a_failure_not_a_skip(tiny_matrix, tmp_path, monkeypatch) -> None:  # noqa: F811
-    tex.accept_every_wheel(monkeypatch)
-    results = tex.execute(tiny_matrix, tex.FakeEngine(gpu_exit=3), tmp_path, gpus=GpuAccess("devices", HOST))
+def test_devices_passed_but_unseen_is_a_failure_not_a_skip(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    results = tex.execute(tiny_matrix, FakeEngine(gpu_exit=3), tmp_path, gpus=GpuAccess("devices", HOST))
     assert results[0].status == "failed" and results[0].failed_step == "gpu-check"
     assert results[0].gpu_check == "not run" and "GPU check exited with 3" in results[0].error
 
 
-def test_gpus_none_skips_the_check_even_with_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:  # noqa: F811
-    tex.accept_every_wheel(monkeypatch)
-    engine = tex.FakeEngine(gpu=True)
+def test_gpus_none_skips_the_check_even_with_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu=True)
     results = tex.execute(tiny_matrix, engine, tmp_path, gpus=GpuAccess("none"))
     assert all(r.status == "ok" and r.gpu_check == "skipped: --gpus none" for r in results)
     assert not [c for c in engine.calls if c[0] == "run" and c[3]]
@@ -172,7 +172,7 @@ def test_build_gpus_devices_without_nodes_exits_3_before_building(tmp_path, monk
     (tmp_path / "matrix.yaml").write_text(
         'image: reg.local/fa\nentries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: ["80"]}\n'
     )
-    engine = tex.FakeEngine()
+    engine = FakeEngine()
     monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
     monkeypatch.setattr(gpus, "DEV", tmp_path)  # no /dev/nvidia* here
     monkeypatch.chdir(tmp_path)

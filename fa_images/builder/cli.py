@@ -7,6 +7,7 @@ on the host (which mounts them with ``add_commands``), so the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -218,11 +219,32 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except FatalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
+    except BrokenPipeError:  # our reader went away (`| head`): end quietly, as Unix tools do
+        for stream in (sys.stdout, sys.stderr):
+            silence(stream)
+        return 128 + signal.SIGPIPE
+
+
+def silence(stream: object) -> None:
+    """Points a closed pipe's descriptor at /dev/null, so later writes and the exit flush are quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        silence(sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

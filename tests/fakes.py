@@ -1,0 +1,83 @@
+"""Fakes for the fast tests of error paths. Every real path has its own test on a real engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fa_images.builder import verify
+from fa_images.builder.verify import WheelReport
+from fa_images.engine import BuildProgress, RunResult, StepFailed
+
+WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
+
+
+class FakeEngine:
+    def __init__(
+        self,
+        *,
+        fail_build: set[str] = frozenset(),
+        fail_push: bool = False,
+        gpu: bool = False,
+        gpu_exit: int = 0,
+        interrupt_on: str | None = None,
+        missing: frozenset[str] = frozenset(),
+    ) -> None:
+        self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
+        self.interrupt_on, self.missing = interrupt_on, missing
+        self.calls: list[tuple] = []
+
+    def describe(self) -> str:
+        return "fake engine"
+
+    def has_gpu_runtime(self) -> bool:
+        return self.gpu
+
+    def build(self, *, context, target, tag, network, on_line, on_progress) -> str:
+        assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
+        entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
+        self.calls.append(("build", target, tag))
+        on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
+        on_line("compiling")
+        if self.interrupt_on and self.interrupt_on in (tag or ""):
+            raise KeyboardInterrupt
+        if any(f in (tag or "") for f in self.fail_build):
+            raise StepFailed(
+                "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
+                lines=["x.cu:1:2: error: boom"],
+            )
+        return f"sha256:{entry}-{target}"
+
+    def export(self, image, dest):
+        self.calls.append(("export", image))
+        (dest / WHEEL).write_bytes(b"not really a wheel")
+        (dest / "manifest.json").write_text("{}")
+        return [dest / WHEEL, dest / "manifest.json"]
+
+    def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
+        self.calls.append(("run", image, tuple(command or ()), gpu))
+        code = self.gpu_exit if gpu else 0
+        return RunResult(code, ["flash_attn imports"], kept_container="fa-images-kept" if keep and code else None)
+
+    def push(self, ref, on_line) -> str:
+        self.calls.append(("push", ref))
+        if self.fail_push:
+            raise StepFailed(f"push of {ref} failed: connection refused")
+        return "sha256:digest"
+
+    def missing_images(self, refs: list[str]) -> list[str]:
+        self.calls.append(("missing_images", tuple(refs)))
+        return [r for r in refs if r in self.missing]
+
+    def leftover_containers(self):
+        return []
+
+
+def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_inspect(path: Path, **_kw) -> WheelReport:
+        report = WheelReport(wheel=path.name, sha256="ab" * 32)
+        report.add("fake", "pass", "accepted by the test")
+        return report
+
+    monkeypatch.setattr(verify, "inspect_wheel", fake_inspect)
