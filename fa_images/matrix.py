@@ -358,8 +358,12 @@ class _EntryBuilder:
             self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
         torch_ver = Version(torch_v) if torch_v else None
         release = self.compat.torch.get(torch_v) if torch_v else None
-        unknown_torch = torch_v and release is None
-        if unknown_torch and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
+        if (
+            torch_v
+            and release is None
+            and self._known(combo, "torch", torch_v, list(self.compat.torch), "torch")
+            and cuda is None
+        ):
             self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
         if release is not None:
             if python and python not in release.pythons and not self.allow_unknown:
@@ -397,7 +401,7 @@ class _EntryBuilder:
                 f"flash-attn {fa} cannot be built by fa-images",
                 hint=f"supported: {SUPPORTED_FLASH_ATTN}",
             )
-        elif fa_ver is not None:
+        elif fa is not None and fa_ver is not None:
             self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
         arch_key = "archs" if "archs" in combo.values else "target"
         for arch in archs:
@@ -503,7 +507,7 @@ def _setting_problem(key: str, name: str, value: Any) -> str | None:
     return f"{key}.{name} {problem}" if problem else None
 
 
-def _section(doc: yamlfile.YamlDoc, key: str, cls: type, problems: list[Problem]) -> Any:
+def _section(doc: yamlfile.YamlDoc, key: str, cls: Any, problems: list[Problem]) -> Any:
     """One optional settings section -> its frozen dataclass, with every bad key reported."""
     raw = doc.data.get(key)
     if raw is None:

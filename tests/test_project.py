@@ -30,8 +30,23 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_ruff_is_clean() -> None:
-    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
-    if not Path(ruff).exists():
-        pytest.fail("ruff is not installed: it is in the test extras")
-    proc = subprocess.run([ruff, "check", "."], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([_tool("ruff"), "check", "."], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(found).exists():
+        pytest.fail(f"{name} is not installed: it is in the test extras")
+    return found
+
+
+def test_ruff_format_is_clean() -> None:
+    proc = subprocess.run([_tool("ruff"), "format", "--check", "."], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_mypy_is_clean() -> None:
+    """Configured in pyproject.toml: the whole fa_images package."""
+    proc = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]

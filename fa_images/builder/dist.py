@@ -281,8 +281,10 @@ def add_wheels(
             elif not final.exists():
                 _place(item.path, final, move=move)
             old = manifest.wheels.get(name)
-            same = old is not None and old.sha256 == item.record.sha256
-            manifest.wheels[name] = item.record.with_facts(old) if same else item.record
+            record = item.record
+            if old is not None and old.sha256 == record.sha256:
+                record = record.with_facts(old)  # the same wheel again: keep what the first record knew
+            manifest.wheels[name] = record
             placed.append(final)
         _write_atomically(directory / MANIFEST, manifest.to_json())
         write_simple_index(directory, manifest)

@@ -53,7 +53,8 @@ def _compare(name: str, out, ref, low, dtype_name: str) -> CaseResult:
     return CaseResult(name, err, _bound(err_low, dtype_name))
 
 
-def _sdpa(q, k, v, causal: bool):
+def _sdpa(qkv, causal: bool):
+    q, k, v = qkv
     import torch.nn.functional as F
 
     # flash-attn is (batch, seqlen, heads, dim); SDPA wants (batch, heads, seqlen, dim).
@@ -74,8 +75,8 @@ def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
             ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
             low_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
             out = flash_attn_func(q, k, v, causal=causal)
-            ref = _sdpa(*ref_in, causal)
-            low = _sdpa(*low_in, causal)
+            ref = _sdpa(ref_in, causal)
+            low = _sdpa(low_in, causal)
             for t, g in ((out, grad), (ref, grad.float()), (low, grad)):
                 t.backward(g)
             tag = f"{str(dtype).removeprefix('torch.')} {'causal' if causal else 'full'}"
@@ -98,8 +99,8 @@ def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
     errs, low_errs = [], []
     for start, end in zip(cu[:-1].tolist(), cu[1:].tolist()):
         sl = [t[start:end].unsqueeze(0) for t in (q, k, v)]
-        ref = _sdpa(*(t.float() for t in sl), True)[0]
-        low = _sdpa(*sl, True)[0]
+        ref = _sdpa([t.float() for t in sl], True)[0]
+        low = _sdpa(sl, True)[0]
         errs.append((out[start:end].float() - ref).abs().max().item())
         low_errs.append((low.float() - ref).abs().max().item())
     return CaseResult(f"varlen float16 causal, seqlens {list(seqlens)}", max(errs), _bound(max(low_errs), "float16"))

@@ -168,7 +168,7 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
         torch._C._GLIBCXX_USE_CXX11_ABI = settings.cxx11_abi
         return real_setup(**kwargs)
 
-    setuptools.setup = setup  # type: ignore[assignment]
+    setuptools.setup = setup
     _schedule_longest_first()
     source_dir = Path.cwd()
     sys.argv = ["setup.py", *setup_args]
