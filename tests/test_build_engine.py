@@ -139,7 +139,7 @@ def test_wheel_is_exported_verified_and_recorded(project, first_build):
     assert sha256_of(wheel) == good["wheel_sha256"]
     manifest = json.loads((project.dir / "dist" / "manifest.json").read_text())["wheels"][wheel.name]
     assert manifest["sha256"] == good["wheel_sha256"] and manifest["entry"] == entry_id(GOOD)
-    assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted([wheel.name, "manifest.json"])
+    assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted([wheel.name, "manifest.json", "simple"])
     # The same verifier a user runs: with the torch it was built for, it must also import.
     venv_python = toolchain.torch_venv() / "bin" / "python"
     inspect = project.run("inspect", str(wheel), "--python", str(venv_python), "--archs", "80")
