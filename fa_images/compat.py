@@ -10,19 +10,31 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from . import grammar, yamlfile
-from .builder.source import SUPPORTED_FLASH_ATTN
 from .errors import ConfigError, Problem
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
 _DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)
-SECTIONS = ("torch", "cuda", "rules", "archs", "gpus", "build_tools", "flash_attn")
+SECTIONS = (
+    "pythons",
+    "torch",
+    "cuda",
+    "rules",
+    "archs",
+    "gpus",
+    "build_tools",
+    "build_tools_python",
+    "runtime_deps",
+    "flash_attn_range",
+    "flash_attn",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +80,22 @@ class Compat:
     archs: dict[str, tuple[str, str]]  # arch -> (min CUDA, compute capability major)
     gpus: dict[str, str]  # upper-case name -> compute capability
     flash_attn: dict[str, FlashAttnRelease]
-    build_tools: tuple[str, ...]
+    build_tools: tuple[str, ...]  # the default pins; tools_for() applies the per-Python ones
     cuda13_min_torch: str
+    pythons: tuple[str, ...] = ()
+    build_tools_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    runtime_deps: tuple[str, ...] = ()
+    flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
+
+    def tools_for(self, python: str) -> tuple[str, ...]:
+        """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
+        own = {_pin_name(p): p for p in self.build_tools_python.get(python, ())}
+        merged = [own.pop(_pin_name(p), p) for p in self.build_tools]
+        return tuple(merged + sorted(own.values()))
+
+    @property
+    def arch_codes(self) -> tuple[str, ...]:
+        return tuple(sorted(self.archs, key=int))
 
     def arch_for_capability(self, capability: str) -> str | None:
         major = capability.split(".")[0]
@@ -86,6 +112,10 @@ class Compat:
         if re.fullmatch(r"\d{2,3}", digits, re.ASCII):
             return f"{digits[:-1]}.{digits[-1]}"
         return None
+
+
+def _pin_name(pin: str) -> str:
+    return pin.partition("==")[0].lower().replace("_", "-")
 
 
 def gpu_key(name: str) -> str:
@@ -128,7 +158,7 @@ class _Checker:
         where = ".".join(map(str, path))
         if not isinstance(value, str):
             written = getattr(value, "text", value)
-            self.fail(path, f"{where}: {written} must be a quoted string", hint=f"write \"{written}\"")
+            self.fail(path, f"{where}: {written} must be a quoted string", hint=f'write "{written}"')
             return None
         problem = check(value)
         if problem:
@@ -221,7 +251,19 @@ def _gpus(c: _Checker, data: dict) -> dict[str, str]:
     return gpus
 
 
-def _flash_attn(c: _Checker, data: dict) -> dict[str, FlashAttnRelease]:
+def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
+    raw = data.get("flash_attn_range")
+    try:
+        if not isinstance(raw, str):
+            raise InvalidSpecifier(str(raw))
+        return SpecifierSet(raw)
+    except InvalidSpecifier:
+        example = '">=2.5.0,<=2.8.3.post2"'
+        c.fail(("flash_attn_range",), f"flash_attn_range must be a version range like {example}, not {raw!r}")
+        return SpecifierSet()
+
+
+def _flash_attn(c: _Checker, data: dict, supported: SpecifierSet) -> dict[str, FlashAttnRelease]:
     flash = {}
     for ver, raw in c.mapping(("flash_attn",), data.get("flash_attn", {})).items():
         ver = c.key(("flash_attn", ver), ver)
@@ -232,20 +274,35 @@ def _flash_attn(c: _Checker, data: dict) -> dict[str, FlashAttnRelease]:
             continue
         if ver is None:
             continue
-        if Version(ver) not in SUPPORTED_FLASH_ATTN:
-            c.fail(
-                ("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({SUPPORTED_FLASH_ATTN})"
-            )
+        if Version(ver) not in supported:
+            c.fail(("flash_attn", ver), f"flash-attn {ver} is outside what the builder can build ({supported})")
         flash[ver] = FlashAttnRelease(version=ver, sha256=sha, cuda_archs_env=bool(raw.get("cuda_archs_env")))
     return flash
 
 
-def _build_tools(c: _Checker, data: dict) -> tuple[str, ...]:
-    tools = data.get("build_tools", [])
+def _pins(c: _Checker, path: tuple, tools: Any) -> tuple[str, ...]:
+    """A list of ``name==version`` pins; each reaches a RUN line."""
     if not isinstance(tools, list):
-        c.fail(("build_tools",), 'build_tools must be a list of pins like "ninja==1.13.2"')
+        c.fail(path, f'{".".join(map(str, path))} must be a list of pins like "ninja==1.13.2"')
         return ()
-    return tuple(t for i, t in enumerate(tools) if c.version(("build_tools", i), t, grammar.pin))
+    return tuple(t for i, t in enumerate(tools) if c.version((*path, i), t, grammar.pin))
+
+
+def _pythons(c: _Checker, data: dict) -> tuple[str, ...]:
+    raw = data.get("pythons")
+    if not isinstance(raw, list) or not raw:
+        c.fail(("pythons",), 'pythons must be a list of quoted versions like "3.12"')
+        return ()
+    return tuple(p for i, p in enumerate(raw) if c.version(("pythons", i), p, _PYTHON))
+
+
+def _tools_per_python(c: _Checker, data: dict) -> dict[str, tuple[str, ...]]:
+    out = {}
+    for py, pins in c.mapping(("build_tools_python",), data.get("build_tools_python", {})).items():
+        key = c.key(("build_tools_python", py), py, _PYTHON)
+        if key:
+            out[key] = _pins(c, ("build_tools_python", key), pins)
+    return out
 
 
 def build(doc: yamlfile.YamlDoc) -> Compat:
@@ -259,8 +316,12 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     torch = _torch(c, data, cuda)
     archs = _archs(c, data)
     gpus = _gpus(c, data)
-    flash = _flash_attn(c, data)
-    tools = _build_tools(c, data)
+    supported = _flash_attn_range(c, data)
+    flash = _flash_attn(c, data, supported)
+    tools = _pins(c, ("build_tools",), data.get("build_tools", []))
+    pythons = _pythons(c, data)
+    per_python = _tools_per_python(c, data)
+    runtime_deps = _pins(c, ("runtime_deps",), data.get("runtime_deps", []))
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
     if c.problems:
@@ -273,6 +334,10 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         flash_attn=flash,
         build_tools=tools,
         cuda13_min_torch=min_torch,
+        pythons=pythons,
+        build_tools_python=per_python,
+        runtime_deps=runtime_deps,
+        flash_attn_range=supported,
     )
 
 

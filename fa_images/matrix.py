@@ -22,7 +22,7 @@ from . import compat as compat_mod
 from . import grammar, yamlfile
 from .builder import contract
 from .builder.settings import parse_archs
-from .builder.source import PYPI_SIMPLE, SUPPORTED_FLASH_ATTN
+from .builder.source import PYPI_SIMPLE
 from .compat import Compat, did_you_mean
 from .errors import ConfigError, Problem, dedupe
 
@@ -41,7 +41,6 @@ AXIS_EXAMPLES = {
     "archs": "80",
     "ptx": "false",
 }
-PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
 DEFAULT_IMAGE = "fa-images/flash-attn"
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
 
@@ -54,6 +53,9 @@ class Bases:
     runtime: str = "nvidia/cuda:{cuda_release}-base-ubuntu22.04"
     python: str = "uv"  # "uv": install the exact Python; "system": the base has python3.X already
     uv_version: str = "0.9.5"
+    # Where uv downloads CPython from (UV_PYTHON_INSTALL_MIRROR): a mirror of
+    # python-build-standalone's releases, for sites that cannot reach GitHub.
+    python_mirror: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,7 +302,8 @@ class _EntryBuilder:
         """(archs, GPU names) from `archs` or from `target` names."""
         if "archs" in combo.values:
             try:
-                return parse_archs(",".join(map(str, _as_list(combo.values["archs"])))), ()
+                text = ",".join(map(str, _as_list(combo.values["archs"])))
+                return parse_archs(text, known=self.compat.arch_codes), ()
             except ValueError as exc:
                 self._fail(combo, "archs", str(exc))
                 return None
@@ -354,8 +357,9 @@ class _EntryBuilder:
         if cuda is not None:
             cuda = self._version(combo, "cuda")
         archs, gpus = self.archs_for(combo) or ((), ())
-        if python is not None and python not in PYTHONS:
-            self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(PYTHONS)}")
+        pythons = self.compat.pythons
+        if python is not None and python not in pythons:
+            self._fail(combo, "python", f"Python {python} is not supported", hint=f"use one of {', '.join(pythons)}")
         torch_ver = Version(torch_v) if torch_v else None
         release = self.compat.torch.get(torch_v) if torch_v else None
         if (
@@ -394,12 +398,12 @@ class _EntryBuilder:
                 hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE",
             )
         fa_ver = Version(fa) if fa else None
-        if fa_ver is not None and fa_ver not in SUPPORTED_FLASH_ATTN:
+        if fa_ver is not None and fa_ver not in self.compat.flash_attn_range:
             self._fail(
                 combo,
                 "flash_attn",
                 f"flash-attn {fa} cannot be built by fa-images",
-                hint=f"supported: {SUPPORTED_FLASH_ATTN}",
+                hint=f"supported: {self.compat.flash_attn_range}",
             )
         elif fa is not None and fa_ver is not None:
             self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
@@ -454,6 +458,7 @@ SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("bases", "devel"): grammar.image_reference,
     ("bases", "runtime"): grammar.image_reference,
     ("bases", "uv_version"): grammar.version,
+    ("bases", "python_mirror"): grammar.index_url,
     ("packages", "index"): grammar.index_url,
     ("packages", "torch_index"): grammar.index_url,
     ("packages", "find_links"): grammar.find_links,

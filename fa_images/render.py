@@ -18,6 +18,8 @@ from .errors import UsageError
 from .matrix import Entry, Matrix
 
 TEMPLATES = Path(__file__).with_name("templates")
+# The builder stage's build tools live here, outside the venv the runtime stage copies.
+BUILD_TOOLS_DIR = "/opt/build-tools"
 
 
 def _no_control_characters(value: object) -> object:
@@ -67,6 +69,9 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             uv_install=pip_args(installs["uv"]),
             torch_install=pip_args(installs["torch"]),
             tools_install=pip_args(installs["build tools"]),
+            runtime_install=pip_args(installs["runtime deps"]),
+            build_tools=BUILD_TOOLS_DIR,
+            python_mirror=matrix.bases.python_mirror,
             wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,
             # The sdist is always in the context; the index is a fallback that must not carry a token.
             flash_attn_index=grammar.without_credentials(matrix.packages.flash_attn_index),

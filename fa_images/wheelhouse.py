@@ -79,7 +79,8 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
     return (
         Install("uv", uv, tools),
         Install("torch", (f"torch=={entry.torch}",), torch),
-        Install("build tools", matrix.compat.build_tools, tools),
+        Install("build tools", matrix.compat.tools_for(entry.python), tools),
+        Install("runtime deps", matrix.compat.runtime_deps, tools),
     )
 
 

@@ -1145,7 +1145,8 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
     source = "--no-index --find-links /wheels --find-links http://127.0.0.1:8000/links/ "
     assert f"python3 -m pip install {source}uv==" in text
     assert f"RUN pip install {source}torch==2.9.1 \\\n" in text
-    assert f"pip install {source}ninja==" in text
+    assert f"pip install --target /opt/build-tools {source}ninja==" in text
+    assert f"pip install --no-deps {source}einops==" in text
     assert "pip install --index-url" not in text
     assert "download.pytorch.org" not in text
 

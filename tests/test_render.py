@@ -141,8 +141,13 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
     assert "--chmod" not in text and "--link" not in text and "<<" not in text
     runtime_part = text.split(" AS runtime\n")[1]
-    # The wheel goes in without touching torch; the image runs as a non-root user.
-    assert "pip install --no-deps --no-index" in runtime_part
+    # The wheel goes into the builder's venv without touching torch; the runtime stage copies
+    # that venv and holds no wheel file; the image runs as a non-root user.
+    builder_tail = text.split(" AS wheel\n")[0].split("--out /wheels\n")[1]
+    assert "RUN pip install --no-deps --no-index /wheels/*.whl \\\n" in builder_tail
+    assert " && pip check\n" in builder_tail
+    assert "COPY --from=builder /opt/venv /opt/venv\n" in runtime_part
+    assert ".whl" not in runtime_part and "build-tools" not in runtime_part
     users = re.findall(r"^USER (\S+)$", runtime_part, flags=re.M)
     assert users and users[-1] not in ("root", "0", "0:0")
     assert text.rstrip("\n").splitlines()[-1] == 'CMD ["python", "-m", "fa_images.builder", "check", "--import-only"]'
@@ -209,7 +214,7 @@ entries:
 """,
     )
     text = render.render_entry(m, m.entries[0])
-    assert "RUN python3.12 -m venv /opt/venv\n" in text
+    assert "RUN python3.12 -m venv /opt/venv \\\n" in text
     assert "uv python install" not in text
     assert "COPY --from=builder /opt/python" not in text
     assert stages(text) == [
@@ -234,7 +239,8 @@ entries:
     text = render.render_entry(m, m.entries[0])
     assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
     assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1 \\\n" in text
-    assert " && pip install --index-url http://pypi.local/simple ninja==" in text
+    assert " && pip install --target /opt/build-tools --index-url http://pypi.local/simple ninja==" in text
+    assert " && pip install --no-deps --index-url http://pypi.local/simple einops==" in text
     assert "      --index-url http://pypi.local/fa/simple \\\n" in text
     assert "pypi.org" not in text and "pytorch.org" not in text
 

@@ -7,13 +7,16 @@ so what was asked, what was compiled and what is checked cannot drift apart.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .contract import SETTINGS_FILE, cuda_tag
 
-# flash-attn arch code -> nvcc virtual arch; 8.6/8.9 GPUs run the sm_80 kernels.
-_ARCH_CODES = {"80", "90", "100", "110", "120"}
+# flash-attn arch codes the builder compiles; 8.6/8.9 GPUs run the sm_80 kernels. The compat
+# table's `archs` is the source; the builder runs inside images without it, so it keeps this
+# copy, and a test proves the two agree.
+ARCH_CODES = frozenset({"80", "90", "100", "110", "120"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,16 +67,16 @@ class BuildSettings:
         return cls(**raw)
 
 
-def parse_archs(text: str) -> tuple[str, ...]:
-    """'80,90' or '8.0;9.0' or 'sm_80' -> ('80', '90'); sorted, unique, validated."""
+def parse_archs(text: str, known: Collection[str] = ARCH_CODES) -> tuple[str, ...]:
+    """'80,90' or '8.0;9.0' or 'sm_80' -> ('80', '90'); sorted, unique, validated against ``known``."""
     archs: set[str] = set()
     for raw in text.replace(";", ",").split(","):
         item = raw.strip().lower().removeprefix("sm_").replace(".", "")
         if not item:
             continue
-        if item not in _ARCH_CODES:
+        if item not in known:
             raise ValueError(
-                f"{raw.strip()!r} is not a flash-attn arch; use one of {sorted(_ARCH_CODES, key=int)} "
+                f"{raw.strip()!r} is not a flash-attn arch; use one of {sorted(known, key=int)} "
                 "(8.6 and 8.9 GPUs run the 80 kernels)"
             )
         archs.add(item)
