@@ -79,7 +79,7 @@ def test_torch_2_9_1_ships_cuda_13(table: Compat) -> None:
 def test_torch_2_9_has_no_python_3_9(table: Compat) -> None:
     for version in ("2.9.0", "2.9.1"):
         assert "3.9" not in table.torch[version].pythons
-        assert table.torch[version].pythons == ("3.10", "3.11", "3.12", "3.13")
+        assert table.torch[version].pythons == ("3.10", "3.11", "3.12", "3.13", "3.14")
     assert "3.9" in table.torch["2.8.0"].pythons
 
 
@@ -209,7 +209,7 @@ def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
         tmp_path,
         """
         torch:
-          "2.10.0":
+          "2.99.0":
             python: ["3.12"]
             default_cuda: "13.1"
             cuda:
@@ -224,7 +224,7 @@ def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
     )
     assert [(p.line, p.message) for p in problems] == [
         (8, "cuda.13.1.release: 13.1 must be a quoted string"),
-        (4, "torch.2.10.0.default_cuda '13.1' is not one of its CUDA variants"),
+        (4, "torch.2.99.0.default_cuda '13.1' is not one of its CUDA variants"),
         (10, f"flash-attn 2.4.2 is outside what the builder can build ({SUPPORTED_FLASH_ATTN})"),
         (12, "rules.cuda13_min_torch: 2.9 must be a quoted string"),
     ]

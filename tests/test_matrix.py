@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fa_images import compat as compat_mod
 from fa_images import matrix as matrix_mod
 from fa_images import render, yamlfile
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
@@ -716,8 +717,8 @@ def test_missing_version_keys(tmp_path: Path) -> None:
 def test_python_that_fa_images_does_not_support(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, f"entries:\n  - {ENTRY.replace('3.12', '3.8')}\n")
     assert [(p.line, p.message, p.hint) for p in problems] == [
-        (2, "Python 3.8 is not supported", "use one of 3.9, 3.10, 3.11, 3.12, 3.13"),
-        (2, "torch 2.9.1 has no wheels for Python 3.8", "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13"),
+        (2, "Python 3.8 is not supported", "use one of 3.9, 3.10, 3.11, 3.12, 3.13, 3.14"),
+        (2, "torch 2.9.1 has no wheels for Python 3.8", "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13, 3.14"),
     ]
 
 
@@ -756,16 +757,16 @@ def test_unknown_torch_lists_the_known_versions(tmp_path: Path) -> None:
         """
         entries:
           - python: "3.12"
-            torch: "2.10.0"
-            cuda: "12.8"
+            torch: "2.3.1"
+            cuda: "12.1"
             flash_attn: "2.8.3"
             target: A100
     """,
     )
-    assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table")
-    assert p.hint == (
-        "known: 2.5.1, 2.6.0, 2.7.0, 2.7.1, 2.8.0, 2.9.0, 2.9.1; add it with --compat FILE, or set allow_unknown: true"
-    )
+    assert (p.line, p.message) == (3, "torch 2.3.1 is not in the compat table")
+    known = ", ".join(compat_mod.load().torch)
+    assert known.startswith("2.4.0, 2.4.1, 2.5.0") and "2.11.0" in known
+    assert p.hint == f"known: {known}; add it with --compat FILE, or set allow_unknown: true"
 
 
 def test_python_not_supported_by_that_torch(tmp_path: Path) -> None:
@@ -780,7 +781,7 @@ def test_python_not_supported_by_that_torch(tmp_path: Path) -> None:
     """,
     )
     assert (p.line, p.message) == (2, "torch 2.9.1 has no wheels for Python 3.9")
-    assert p.hint == "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13"
+    assert p.hint == "torch 2.9.1 supports 3.10, 3.11, 3.12, 3.13, 3.14"
 
 
 def test_cuda_variant_missing(tmp_path: Path) -> None:
@@ -953,12 +954,12 @@ def test_allow_unknown_lets_an_unknown_torch_through(tmp_path: Path) -> None:
         """
         allow_unknown: true
         entries:
-          - {python: "3.12", torch: "2.10.0", cuda: "12.8", flash_attn: "2.8.3", target: H100}
+          - {python: "3.12", torch: "2.99.0", cuda: "12.8", flash_attn: "2.8.3", target: H100}
           - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.0", target: H100}
     """,
     )
     new_torch, new_fa = m.entries
-    assert new_torch.id == "fa2.8.3-py3.12-torch2.10.0-cu128"
+    assert new_torch.id == "fa2.8.3-py3.12-torch2.99.0-cu128"
     assert new_torch.cxx11_abi is None  # the table does not know; the builder reads it from torch
     assert new_torch.sdist_sha256 == FA_283_SHA256
     assert new_torch.archs == ("90",)
@@ -973,12 +974,12 @@ def test_allow_unknown_still_needs_cuda_for_an_unknown_torch(tmp_path: Path) -> 
         allow_unknown: true
         entries:
           - python: "3.12"
-            torch: "2.10.0"
+            torch: "2.99.0"
             flash_attn: "2.8.3"
             target: H100
     """,
     )
-    assert (p.line, p.message) == (3, "torch 2.10.0 is not in the compat table, so cuda must be given")
+    assert (p.line, p.message) == (3, "torch 2.99.0 is not in the compat table, so cuda must be given")
 
 
 def test_allow_unknown_does_not_relax_the_flash_attn_range(tmp_path: Path) -> None:
@@ -1178,7 +1179,7 @@ def test_find_links_as_a_single_string(tmp_path: Path) -> None:
 
 COMPAT_2_10 = """
     torch:
-      "2.10.0":
+      "2.99.0":
         python: ["3.10", "3.11", "3.12", "3.13"]
         default_cuda: "13.0"
         cuda:
@@ -1189,23 +1190,23 @@ COMPAT_2_10 = """
 """
 USES_2_10 = """
     entries:
-      - {python: "3.12", torch: "2.10.0", flash_attn: "2.8.3", target: [RTXPRO6000, H100]}
-      - {python: "3.12", torch: "2.10.0", cuda: "12.8", flash_attn: "2.8.3", target: L40S}
+      - {python: "3.12", torch: "2.99.0", flash_attn: "2.8.3", target: [RTXPRO6000, H100]}
+      - {python: "3.12", torch: "2.99.0", cuda: "12.8", flash_attn: "2.8.3", target: L40S}
 """
 
 
 def check_2_10(m: Matrix) -> None:
     first, second = m.entries
-    assert first.id == "fa2.8.3-py3.12-torch2.10.0-cu130"
+    assert first.id == "fa2.8.3-py3.12-torch2.99.0-cu130"
     assert (first.cuda_release, first.cxx11_abi, first.archs) == ("13.0.1", True, ("90", "120"))
     assert first.gpus == ("RTXPRO6000", "H100")
-    assert second.id == "fa2.8.3-py3.12-torch2.10.0-cu128"
+    assert second.id == "fa2.8.3-py3.12-torch2.99.0-cu128"
     assert m.compat.torch["2.9.1"].default_cuda == "12.8"  # the built-in table is still there
 
 
 def test_compat_override_adds_a_torch_release_and_a_gpu(tmp_path: Path) -> None:
     override = write(tmp_path, COMPAT_2_10, name="compat-extra.yaml")
-    with pytest.raises(ConfigError, match=r"torch 2\.10\.0 is not in the compat table"):
+    with pytest.raises(ConfigError, match=r"torch 2\.99\.0 is not in the compat table"):
         load(tmp_path, USES_2_10)
     check_2_10(load(tmp_path, USES_2_10, compat_override=override))
 
@@ -1223,14 +1224,14 @@ def test_compat_flag_on_the_command_line(tmp_path: Path) -> None:
     result = run_cli("plan", "--json", "--compat", "compat-extra.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [e["id"] for e in json.loads(result.stdout)] == [
-        "fa2.8.3-py3.12-torch2.10.0-cu130",
-        "fa2.8.3-py3.12-torch2.10.0-cu128",
+        "fa2.8.3-py3.12-torch2.99.0-cu130",
+        "fa2.8.3-py3.12-torch2.99.0-cu128",
     ]
 
 
 def torch_2_10(python: str = '["3.12"]', default: str = '"12.8"', cuda: str = '"12.8"', abi: str = "true") -> str:
     return (
-        f'torch:\n  "2.10.0":\n    python: {python}\n    default_cuda: {default}\n'
+        f'torch:\n  "2.99.0":\n    python: {python}\n    default_cuda: {default}\n'
         f"    cuda:\n      {cuda}: {{cxx11_abi: {abi}}}\n"
     )
 
@@ -1238,10 +1239,10 @@ def torch_2_10(python: str = '["3.12"]', default: str = '"12.8"', cuda: str = '"
 @pytest.mark.parametrize(
     ("body", "line", "message"),
     [
-        (torch_2_10(abi='"yes"'), 6, "torch.2.10.0.cuda.12.8.cxx11_abi must be true or false"),
-        (torch_2_10(default='"12.4"'), 4, "torch.2.10.0.default_cuda '12.4' is not one of its CUDA variants"),
-        (torch_2_10(python="[3.12]"), 3, "torch.2.10.0.python.0: 3.12 must be a quoted string"),
-        (torch_2_10(default='"12.7"', cuda='"12.7"'), 6, "torch 2.10.0 names CUDA 12.7, which the cuda section lacks"),
+        (torch_2_10(abi='"yes"'), 6, "torch.2.99.0.cuda.12.8.cxx11_abi must be true or false"),
+        (torch_2_10(default='"12.4"'), 4, "torch.2.99.0.default_cuda '12.4' is not one of its CUDA variants"),
+        (torch_2_10(python="[3.12]"), 3, "torch.2.99.0.python.0: 3.12 must be a quoted string"),
+        (torch_2_10(default='"12.7"', cuda='"12.7"'), 6, "torch 2.99.0 names CUDA 12.7, which the cuda section lacks"),
         ('flash_attn:\n  "2.8.3":\n    sha256: 1e71dd64a9e0\n', 3, "flash_attn.2.8.3.sha256 must be 64 hex digits"),
         ("gpus:\n  RTXPRO6000: 12.0\n", 2, "gpus.RTXPRO6000: 12.0 must be a quoted string"),
         ('archs:\n  "100": {min_cuda: 12.8}\n', 2, "archs.100.min_cuda: 12.8 must be a quoted string"),
@@ -1264,7 +1265,7 @@ def test_bad_cxx11_abi_is_one_problem(tmp_path: Path) -> None:
         tmp_path,
         """
         torch:
-          "2.10.0":
+          "2.99.0":
             python: ["3.12"]
             default_cuda: "12.8"
             cuda:

@@ -186,7 +186,7 @@ def test_no_timestamps_in_rendered_output() -> None:
 def test_unknown_abi_renders_no_abi_expectation(tmp_path: Path) -> None:
     m = load_text(
         tmp_path,
-        'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.10.0", cuda: "12.8", '
+        'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.99.0", cuda: "12.8", '
         'flash_attn: "2.8.0", archs: [90]}\n',
     )
     text = render.render_entry(m, m.entries[0])

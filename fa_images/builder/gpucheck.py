@@ -34,13 +34,26 @@ class CaseResult:
         return f"  {'✓' if self.ok else '✕'} {self.name}: max|err| {self.err:.2e} <= {self.bound:.2e}"
 
 
+# Modules users import beyond the top level; they need flash-attn's runtime dependencies
+# (einops), which a `--no-deps` install would leave out.
+IMPORTED_MODULES = ("flash_attn.bert_padding", "flash_attn.layers.rotary", "flash_attn.modules.mha")
+
+
 def import_check() -> str:
-    """Imports flash_attn and its extension: catches undefined symbols, needs no GPU."""
+    """Imports flash_attn, its extension and its common modules: catches undefined symbols
+    and missing runtime dependencies, needs no GPU."""
+    import importlib
+
     import flash_attn
     import flash_attn_2_cuda  # noqa: F401  (the compiled part; an ABI mismatch fails here)
     import torch
 
-    return f"flash_attn {flash_attn.__version__} imports next to torch {torch.__version__}"
+    for name in IMPORTED_MODULES:
+        importlib.import_module(name)
+    return (
+        f"flash_attn {flash_attn.__version__} imports next to torch {torch.__version__} "
+        f"(with {', '.join(m.removeprefix('flash_attn.') for m in IMPORTED_MODULES)})"
+    )
 
 
 def _bound(err_low: float, dtype_name: str) -> float:

@@ -1,0 +1,300 @@
+"""Refreshes the compatibility table from the package indexes, as cog's compatgen does.
+
+What each fact comes from:
+- torch releases and the Pythons each ships: PyPI's JSON simple API (PEP 691), the cpXY tags
+  of its manylinux x86_64 wheels (free-threaded ``cp313t`` builds left out).
+- PyPI's default CUDA variant: the wheel's own METADATA, read from PEP 658's ``.metadata``
+  file, or, for older uploads without one, from the wheel by HTTP range requests (only the
+  zip directory and METADATA are fetched, not the 500 MB wheel). ``nvidia-cuda-runtime-cu12
+  ==12.8.90`` means 12.8; ``cuda-toolkit[...]==13.0.2`` means 13.0.
+- the CUDA variants of each release: the torch index's file list (``torch-2.9.1+cu128-...``).
+  When it cannot be reached, the variants already in the table are kept, a new release gets
+  its PyPI default variant only, and the refresh says so.
+- the C++ ABI: no index states it. Variants already in the table keep theirs; new ones follow
+  PyTorch's published rule: new ABI from torch 2.7 on, and for 2.6.0+cu126; old before.
+- flash-attn sdists and their sha256: PyPI. Versions already in the table are re-checked;
+  newer ones inside ``flash_attn_range`` are added (an older one is left out on purpose: the
+  table lists the versions whose setup.py shape was checked).
+
+The result is spliced into compat.yaml between ``# BEGIN generated <section>`` and
+``# END generated <section>``, so the hand-written comments and sections stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from . import compat as compat_mod
+from . import yamlfile
+from .errors import UsageError
+
+PYPI = "https://pypi.org/simple"
+TORCH_INDEX = "https://download.pytorch.org/whl"
+MIN_TORCH = "2.4.0"
+ACCEPT_JSON = "application/vnd.pypi.simple.v1+json"
+TIMEOUT = 60
+_WHEEL = re.compile(r"torch-(?P<version>[^-]+)-cp(?P<py>\d+)-cp\d+-(?P<platform>[^-]+)\.whl$")
+_CUDA_PIN = re.compile(
+    r"^Requires-Dist:\s*(?:nvidia-cuda-runtime-cu\d+|cuda-toolkit(?:\[[^\]]*\])?)\s*\(?==\s*(\d+)\.(\d+)", re.M
+)
+
+
+class IndexUnreachable(Exception):
+    """An index did not answer; the refresh goes on with what the table already knows."""
+
+
+Fetch = Callable[[str, dict[str, str]], bytes]
+
+
+def http_fetch(url: str, headers: dict[str, str]) -> bytes:
+    request = urllib.request.Request(url, headers={"User-Agent": "fa-images", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise FileNotFoundError(url) from None
+        raise IndexUnreachable(f"{url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise IndexUnreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
+
+
+@dataclass
+class TorchFacts:
+    version: str
+    pythons: list[str]
+    default_cuda: str | None
+    variants: dict[str, bool] = field(default_factory=dict)  # CUDA -> cxx11_abi
+
+
+def _final(version: str) -> Version | None:
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    return None if parsed.is_prerelease or parsed.is_devrelease or parsed.local else parsed
+
+
+def _py(tag: str) -> str:
+    return f"{tag[0]}.{tag[1:]}"
+
+
+def default_cuda_of(metadata: str) -> str | None:
+    """'Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90' -> '12.8'; None for a CPU wheel."""
+    match = _CUDA_PIN.search(metadata)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def _range(fetch: Fetch, url: str, spec: str) -> bytes:
+    return fetch(url, {"Range": f"bytes={spec}"})
+
+
+def metadata_by_range(fetch: Fetch, url: str) -> str:
+    """A wheel's METADATA through HTTP range requests: the zip's end record, its directory, one member."""
+    tail = _range(fetch, url, "-65536")
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0:
+        raise ValueError(f"{url}: no zip end record in the last 64 KiB")
+    cd_size, cd_offset = struct.unpack("<II", tail[end + 12 : end + 20])
+    if cd_offset == 0xFFFFFFFF:
+        locator = tail.rfind(b"PK\x06\x07")
+        (zip64_end,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
+        record = _range(fetch, url, f"{zip64_end}-{zip64_end + 55}")
+        cd_size, cd_offset = struct.unpack("<QQ", record[40:56])
+    directory = _range(fetch, url, f"{cd_offset}-{cd_offset + cd_size - 1}")
+    pos = 0
+    while directory[pos : pos + 4] == b"PK\x01\x02":
+        method, _t, _d, _crc, size, _usize, name_len, extra_len, comment_len = struct.unpack(
+            "<HHHIIIHHH", directory[pos + 10 : pos + 34]
+        )
+        (offset,) = struct.unpack("<I", directory[pos + 42 : pos + 46])
+        name = directory[pos + 46 : pos + 46 + name_len].decode()
+        pos += 46 + name_len + extra_len + comment_len
+        if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
+            local = _range(fetch, url, f"{offset}-{offset + 29}")
+            local_name, local_extra = struct.unpack("<HH", local[26:30])
+            start = offset + 30 + local_name + local_extra
+            data = _range(fetch, url, f"{start}-{start + size - 1}")
+            return (zlib.decompress(data, -15) if method == 8 else data).decode()
+    raise ValueError(f"{url}: no .dist-info/METADATA in the wheel")
+
+
+def wheel_metadata(fetch: Fetch, url: str) -> str:
+    try:
+        return fetch(url + ".metadata", {}).decode()
+    except FileNotFoundError:  # uploads before PEP 658 metadata was extracted
+        return metadata_by_range(fetch, url)
+
+
+def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]:
+    """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
+    data = json.loads(fetch(f"{pypi.rstrip('/')}/torch/", {"Accept": ACCEPT_JSON}))
+    wheels: dict[str, dict[str, str]] = {}  # version -> cp tag -> wheel URL
+    for f in data["files"]:
+        match = _WHEEL.match(f["filename"])
+        if not match or not match["platform"].startswith("manylinux") or not match["platform"].endswith("x86_64"):
+            continue
+        version = match["version"]
+        parsed = _final(version)
+        if parsed is None or parsed < Version(min_torch) or f.get("yanked"):
+            continue
+        wheels.setdefault(version, {})[match["py"]] = f["url"]
+    out = {}
+    for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
+        pythons = sorted(by_python, key=int)
+        sample = by_python[pythons[-1]]
+        out[version] = TorchFacts(
+            version=version,
+            pythons=[_py(p) for p in pythons],
+            default_cuda=default_cuda_of(wheel_metadata(fetch, sample)),
+        )
+    return out
+
+
+def torch_variants(fetch: Fetch, torch_index: str) -> dict[str, set[str]]:
+    """version -> CUDA variants, from the torch index's file list (HTML, PEP 503)."""
+    text = fetch(f"{torch_index.rstrip('/')}/torch/", {}).decode()
+    out: dict[str, set[str]] = {}
+    for version, cu in re.findall(r"torch-(\d+\.\d+\.\d+)(?:%2B|\+)cu(\d+)-cp\d+-cp\d+-(?:manylinux|linux)", text):
+        out.setdefault(version, set()).add(f"{cu[:-1]}.{cu[-1]}")
+    return out
+
+
+def abi_rule(torch: str, cuda: str) -> bool:
+    """PyTorch's pip wheels: new C++11 ABI from 2.7, and for 2.6.0+cu126; old before."""
+    release = Version(torch)
+    return release >= Version("2.7") or (release.release[:2] == (2, 6) and Version(cuda) >= Version("12.6"))
+
+
+def flash_attn_sdists(fetch: Fetch, pypi: str) -> dict[str, str]:
+    data = json.loads(fetch(f"{pypi.rstrip('/')}/flash-attn/", {"Accept": ACCEPT_JSON}))
+    out = {}
+    for f in data["files"]:
+        match = re.fullmatch(r"flash_attn-(.+)\.tar\.gz", f["filename"])
+        if match and not f.get("yanked") and "sha256" in f.get("hashes", {}):
+            out[match.group(1)] = f["hashes"]["sha256"]
+    return out
+
+
+@dataclass
+class Refresh:
+    text: str
+    notes: list[str]
+
+
+def _torch_section(releases: dict[str, TorchFacts]) -> str:
+    lines = ["torch:"]
+    for facts in releases.values():
+        lines.append(f'  "{facts.version}":')
+        lines.append(f"    python: [{', '.join(json.dumps(p) for p in facts.pythons)}]")
+        lines.append(f'    default_cuda: "{facts.default_cuda}"')
+        lines.append("    cuda:")
+        for cuda in sorted(facts.variants, key=Version):
+            lines.append(f'      "{cuda}": {{cxx11_abi: {str(facts.variants[cuda]).lower()}}}')
+    return "\n".join(lines) + "\n"
+
+
+def _flash_attn_section(known: dict[str, compat_mod.FlashAttnRelease], shas: dict[str, str]) -> str:
+    lines = ["flash_attn:"]
+    for version in sorted(known, key=Version):
+        rel = known[version]
+        lines.append(
+            f'  "{version}": {{sha256: {shas.get(version, rel.sha256)}, cuda_archs_env: {str(rel.cuda_archs_env).lower()}}}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, section: str, body: str) -> str:
+    pattern = re.compile(rf"(# BEGIN generated {section}\n).*?(# END generated {section}\n)", re.S)
+    if not pattern.search(text):
+        raise UsageError(f"the table has no '# BEGIN generated {section}' ... '# END generated {section}' block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text, count=1)
+
+
+def refresh(
+    table: Path,
+    *,
+    fetch: Fetch = http_fetch,
+    pypi: str = PYPI,
+    torch_index: str = TORCH_INDEX,
+    min_torch: str = MIN_TORCH,
+) -> Refresh:
+    """The table's text with its generated sections rebuilt from the indexes, and what happened."""
+    current = compat_mod.build(yamlfile.load(table, what="compat table"))
+    text = table.read_text()
+    notes: list[str] = []
+    try:
+        found = pypi_torch(fetch, pypi, min_torch)
+    except IndexUnreachable as exc:
+        raise UsageError(f"cannot refresh: {exc}", hint="PyPI (or the mirror given with --pypi) must answer") from None
+    try:
+        variants: dict[str, set[str]] | None = torch_variants(fetch, torch_index)
+    except (IndexUnreachable, FileNotFoundError) as exc:
+        variants = None
+        notes.append(f"torch index not reached ({exc}): CUDA variants kept from the table; new releases get PyPI's")
+    releases: dict[str, TorchFacts] = {}
+    found_but_unusable: set[str] = set()
+    for version, facts in found.items():
+        old = current.torch.get(version)
+        cudas = set(variants.get(version, ())) if variants is not None else set()
+        if old is not None:
+            cudas |= {v.cuda for v in old.variants}
+        if facts.default_cuda:
+            cudas.add(facts.default_cuda)
+        unknown = sorted(c for c in cudas if c not in current.cuda)
+        if unknown:
+            notes.append(f"torch {version}: CUDA {', '.join(unknown)} not in the cuda section; left out")
+            cudas -= set(unknown)
+        if facts.default_cuda not in cudas:
+            notes.append(f"torch {version}: default CUDA {facts.default_cuda} is not usable here; release left out")
+            found_but_unusable.add(version)
+            continue
+        abis = {v.cuda: v.cxx11_abi for v in old.variants} if old else {}
+        facts.variants = {c: abis.get(c, abi_rule(version, c)) for c in cudas}
+        if old is None:
+            notes.append(f"torch {version}: added (Pythons {', '.join(facts.pythons)}; default CUDA {facts.default_cuda})")
+        elif old.default_cuda != facts.default_cuda or tuple(old.pythons) != tuple(facts.pythons):
+            notes.append(f"torch {version}: updated from PyPI")
+        releases[version] = facts
+    for version in current.torch:
+        if version not in releases:
+            why = "PyPI's facts unusable" if version in found_but_unusable else "not found on PyPI"
+            notes.append(f"torch {version}: in the table, {why}; kept as it was")
+            old = current.torch[version]
+            releases[version] = TorchFacts(
+                version=version,
+                pythons=list(old.pythons),
+                default_cuda=old.default_cuda,
+                variants={v.cuda: v.cxx11_abi for v in old.variants},
+            )
+    releases = dict(sorted(releases.items(), key=lambda kv: Version(kv[0])))
+
+    shas = flash_attn_sdists(fetch, pypi)
+    known = dict(current.flash_attn)
+    for version, rel in known.items():
+        if version not in shas:
+            notes.append(f"flash-attn {version}: no sdist on PyPI; kept as pinned")
+        elif shas[version] != rel.sha256:
+            raise UsageError(
+                f"flash-attn {version}: PyPI publishes sha256 {shas[version][:16]}..., the table pins {rel.sha256[:16]}...",
+                hint="an sdist was replaced upstream; check it before changing the pin",
+            )
+    newest = max((Version(v) for v in known), default=Version("0"))
+    for version, sha in shas.items():
+        parsed = _final(version)
+        if parsed and parsed > newest and parsed in current.flash_attn_range:
+            known[version] = compat_mod.FlashAttnRelease(version=version, sha256=sha, cuda_archs_env=True)
+            notes.append(f"flash-attn {version}: added")
+    text = splice(text, "torch", _torch_section(releases))
+    text = splice(text, "flash_attn", _flash_attn_section(known, shas))
+    return Refresh(text=text, notes=notes)

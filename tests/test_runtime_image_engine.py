@@ -1,0 +1,200 @@
+"""The runtime image and the builder stage, built for real on a Docker Engine.
+
+What a user gets: one clean venv (torch, flash-attn and its runtime dependencies) on the
+runtime base; `pip check` passes; flash-attn's common modules import (they need einops);
+no compiler and no build tools ride along; the image is no larger than its parts; it runs as
+uid 1000 even where the base already has a user with that uid (Ubuntu 24.04's `ubuntu`).
+
+And what the builder stage can run: the real setup.py of flash-attn 2.5.9.post1 and 2.6.3,
+which call `git submodule` unconditionally, run inside the builder image itself.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import docker.errors
+import engine_env
+import pytest
+import toolchain
+import yaml
+from fixtures.tiny import make_tiny_sdist
+
+from fa_images import compat
+from fa_images.builder.gpucheck import IMPORTED_MODULES
+from fa_images.builder.source import obtain_sdist, sha256_of
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[1]
+VERSION = "2.8.3.dev0"
+ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
+IMAGE = "fa-images-test/runtime-image"
+# A runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images.
+UID_TAKEN_TAG = "fa-images-test/debian:bookworm-uid1000"
+# Fixed, and apart from test_build_engine's, so the wheelhouse URL (and the layer cache) is stable.
+WHEELHOUSE_PORT = 38927
+# flash-attn versions whose setup.py runs `git submodule` whatever the environment.
+GIT_CALLING = ("2.5.9.post1", "2.6.3")
+MAX_OVERHEAD = 1.02
+
+
+def _run(client, image: str, command: str, **kwargs) -> tuple[int, str]:
+    """Runs ``sh -c command`` in a fresh container; (exit code, output). The container is removed."""
+    container = client.containers.create(image, ["sh", "-c", command], **kwargs)
+    try:
+        container.start()
+        code = container.wait()["StatusCode"]
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runtime-image")
+    sdists = root / "sdists"
+    sha = sha256_of(make_tiny_sdist(sdists, version=VERSION))
+    (root / "compat.yaml").write_text(
+        yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
+    )
+    with (
+        engine_env.docker_engine() as engine,
+        engine_env.serve_directory(toolchain.torch_wheelhouse(), port=WHEELHOUSE_PORT) as wheelhouse,
+    ):
+        client = engine.client
+        bases = engine_env.base_images(client)
+        engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
+        dockerfile = f"FROM {bases.runtime}\nRUN useradd --create-home --uid 1000 ubuntu\n"
+        engine_env.run_build(client, fileobj=io.BytesIO(dockerfile.encode()), tag=UID_TAKEN_TAG)
+        matrix = {
+            "image": IMAGE,
+            "bases": {"devel": engine_env.CUDA_STANDIN_TAG, "runtime": UID_TAKEN_TAG, "python": "system"},
+            "packages": {"index": None, "torch_index": None, "find_links": [wheelhouse], "sdists": "sdists"},
+            "build": {"network": "host"},
+            "compat": "compat.yaml",
+            "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
+        }
+        (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+        env = {**os.environ, "DOCKER_HOST": engine.base_url, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3000,
+        )
+        print(proc.stderr[-6000:])
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        report = json.loads((root / "report.json").read_text())
+        (entry,) = report["entries"]
+        yield client, entry, bases
+        client.images.prune(filters={"dangling": True})
+
+
+def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
+    client, entry, _ = built
+    assert entry["status"] == "ok" and entry["check"] == "passed"
+    code, out = _run(client, entry["image"], "pip check")
+    assert code == 0 and "No broken requirements found" in out, out
+    imports = "; ".join(f"import {m}" for m in IMPORTED_MODULES)
+    code, out = _run(client, entry["image"], f"python -c '{imports}; import einops; print(einops.__version__)'")
+    pinned = next(p for p in compat.load().runtime_deps if p.startswith("einops=="))
+    assert code == 0 and out.strip() == pinned.partition("==")[2], out
+    code, out = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
+    assert code == 0 and "bert_padding, layers.rotary, modules.mha" in out, out
+
+
+def test_runtime_image_holds_no_compiler_and_no_build_tools(built):
+    client, entry, _ = built
+    code, out = _run(client, entry["image"], "command -v nvcc ninja; ls /opt/build-tools /usr/local/cuda 2>&1")
+    assert "nvcc" not in out.split("ls:")[0] and "ninja" not in out.split("ls:")[0], out
+    assert "No such file" in out, out
+    for module in ("ninja", "psutil", "wheel"):
+        code, out = _run(client, entry["image"], f"python -c 'import {module}'")
+        assert code != 0 and "ModuleNotFoundError" in out, (module, out)
+    # torch is the builder's, untouched: same version and CUDA variant the entry asked for.
+    code, out = _run(client, entry["image"], "python -c 'import torch; print(torch.__version__)'")
+    assert out.strip() == "2.9.1+cu128", out
+
+
+def test_runtime_image_is_no_larger_than_its_parts(built):
+    client, entry, _ = built
+    image = client.images.get(entry["image"])
+    base = client.images.get(UID_TAKEN_TAG)
+    code, out = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
+    assert code == 0, out
+    parts = {Path(line.split()[1]).name: int(line.split()[0]) for line in out.strip().splitlines()}
+    expected = base.attrs["Size"] + sum(parts.values())
+    ratio = image.attrs["Size"] / expected
+    print(
+        f"runtime image {image.attrs['Size'] / 1e6:.1f} MB; base {base.attrs['Size'] / 1e6:.1f} MB + venv "
+        f"{parts['venv'] / 1e6:.1f} MB + fa-images {parts['fa-images'] / 1e6:.1f} MB = {expected / 1e6:.1f} MB; "
+        f"ratio {ratio:.4f}"
+    )
+    assert ratio <= MAX_OVERHEAD
+    # No layer holds a wheel that a later layer deletes.
+    history = " ".join(h.get("CreatedBy", "") for h in image.history())
+    assert ".whl" not in history
+
+
+def test_runtime_image_runs_as_uid_1000_where_that_uid_exists(built):
+    client, entry, _ = built
+    image = client.images.get(entry["image"])
+    assert image.attrs["Config"]["User"] == "1000:1000"
+    code, out = _run(client, entry["image"], "id -un; touch /home/flash/ok && echo writable")
+    assert code == 0 and out.split() == ["ubuntu", "writable"], out
+
+
+@pytest.fixture(scope="module")
+def git_calling_sdists(sdist_cache) -> dict[str, Path]:
+    table = compat.load().flash_attn
+    out = {}
+    for version in GIT_CALLING:
+        path, _ = obtain_sdist(
+            version=version,
+            sdist=None,
+            dest_dir=sdist_cache,
+            sources_dir=sdist_cache,
+            sha256=table[version].sha256,
+        )
+        out[version] = path
+    return out
+
+
+@pytest.mark.parametrize("version", GIT_CALLING)
+def test_builder_stage_runs_setup_py_that_calls_git(built, git_calling_sdists, version):
+    """The real setup.py, in the builder image, as the compile runs it (build tools on the path)."""
+    client, entry, _ = built
+    sdist = git_calling_sdists[version]
+    builder = f"{entry['image']}-builder"
+    unpack = f"cd /tmp && tar xzf /sdists/{sdist.name} && cd flash_attn-{version} && "
+    run_setup = "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE python setup.py --version"
+    volumes = {str(sdist.parent): {"bind": "/sdists", "mode": "ro"}}
+    code, out = _run(
+        client,
+        builder,
+        unpack + f"PYTHONPATH=/opt/build-tools PATH=/opt/build-tools/bin:$PATH {run_setup}",
+        volumes=volumes,
+    )
+    assert code == 0 and out.strip().splitlines()[-1] == version, out
+    # The same command without git on the PATH dies as the issue reported: the check can fail.
+    code, out = _run(
+        client, builder, unpack + f"PYTHONPATH=/opt/build-tools PATH=/opt/venv/bin {run_setup}", volumes=volumes
+    )
+    assert code != 0 and "No such file or directory: 'git'" in out, out
+
+
+def test_no_container_is_left_behind(built):
+    client, _, _ = built
+    try:
+        leftovers = [c.name for c in client.containers.list(all=True) if c.image.tags and IMAGE in c.image.tags[0]]
+    except docker.errors.NotFound:
+        leftovers = []
+    assert leftovers == []
