@@ -332,6 +332,74 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     bk.set_defaults(func=cmd_export_bake)
 
 
+DOCTOR_EXAMPLES = """\
+examples:
+  fa-images doctor                       this machine: torch, CUDA, ABI, GPUs, an installed flash-attn
+  fa-images doctor --python .venv/bin/python --json
+exit codes: 0 all is well, 1 something is broken (each reason printed with its fix)
+"""
+
+COMPAT_EXAMPLES = """\
+examples:
+  fa-images compat refresh                       rewrite fa_images/compat.yaml from PyPI and the torch index
+  fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
+"""
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    return doctor.main(python=args.python, as_json=args.json)
+
+
+def cmd_compat_refresh(args: argparse.Namespace) -> int:
+    from . import compat, compatgen, grammar
+    from .errors import UsageError
+
+    for name in ("pypi", "torch_index"):
+        problem = grammar.index_url(getattr(args, name))
+        if problem:
+            raise UsageError(f"--{name.replace('_', '-')} {problem}")
+    table = args.table or compat.DEFAULT_FILE
+    result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
+    out = args.out or table
+    out.write_text(result.text)
+    compat.load(out) if out != compat.DEFAULT_FILE else compat.load()  # what was written must validate
+    for note in result.notes:
+        print(note)
+    print(f"wrote {out}")
+    return 0
+
+
+def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    doctor = sub.add_parser(
+        "doctor",
+        help="explain this machine: what flash-attn needs here, what is broken, what to build",
+        epilog=DOCTOR_EXAMPLES,
+        formatter_class=fmt,
+    )
+    doctor.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python to examine")
+    doctor.add_argument("--json", action="store_true", help="one JSON object")
+    doctor.set_defaults(func=cmd_doctor)
+    comp = sub.add_parser("compat", help="the compatibility table", epilog=COMPAT_EXAMPLES, formatter_class=fmt)
+    comp_sub = comp.add_subparsers(dest="compat_command", required=True, metavar="COMMAND")
+    refresh = comp_sub.add_parser(
+        "refresh",
+        help="refresh torch releases and flash-attn sdists from the indexes",
+        epilog=COMPAT_EXAMPLES,
+        formatter_class=fmt,
+    )
+    refresh.add_argument("--table", type=Path, metavar="FILE", help="the table to refresh (default: the built-in)")
+    refresh.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: over --table)")
+    refresh.add_argument("--pypi", default="https://pypi.org/simple", metavar="URL", help="a PEP 691 index")
+    refresh.add_argument(
+        "--torch-index", default="https://download.pytorch.org/whl", metavar="URL", help="torch's variant index"
+    )
+    refresh.add_argument("--min-torch", default="2.4.0", metavar="VERSION", help="the oldest torch to list")
+    refresh.set_defaults(func=cmd_compat_refresh)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fa-images", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -394,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_dist_commands(sub)
     _add_export_commands(sub)
+    _add_doctor_commands(sub)
     builder_cli.add_commands(sub)
     return parser
 

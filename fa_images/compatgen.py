@@ -26,6 +26,7 @@ import json
 import re
 import struct
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Callable
@@ -138,7 +139,8 @@ def wheel_metadata(fetch: Fetch, url: str) -> str:
 
 def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]:
     """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
-    data = json.loads(fetch(f"{pypi.rstrip('/')}/torch/", {"Accept": ACCEPT_JSON}))
+    page = f"{pypi.rstrip('/')}/torch/"
+    data = json.loads(fetch(page, {"Accept": ACCEPT_JSON}))
     wheels: dict[str, dict[str, str]] = {}  # version -> cp tag -> wheel URL
     for f in data["files"]:
         match = _WHEEL.match(f["filename"])
@@ -148,16 +150,16 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
         parsed = _final(version)
         if parsed is None or parsed < Version(min_torch) or f.get("yanked"):
             continue
-        wheels.setdefault(version, {})[match["py"]] = f["url"]
+        wheels.setdefault(version, {})[match["py"]] = urllib.parse.urljoin(page, f["url"])
     out = {}
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
-        sample = by_python[pythons[-1]]
-        out[version] = TorchFacts(
-            version=version,
-            pythons=[_py(p) for p in pythons],
-            default_cuda=default_cuda_of(wheel_metadata(fetch, sample)),
-        )
+        sample = by_python[pythons[-1]]  # the newest Python's wheel: any one carries the same pins
+        try:
+            default = default_cuda_of(wheel_metadata(fetch, sample))
+        except (FileNotFoundError, IndexUnreachable, ValueError, struct.error, zlib.error):
+            default = None  # reported by refresh(): the release keeps what the table knows
+        out[version] = TorchFacts(version=version, pythons=[_py(p) for p in pythons], default_cuda=default)
     return out
 
 
@@ -208,9 +210,8 @@ def _flash_attn_section(known: dict[str, compat_mod.FlashAttnRelease], shas: dic
     lines = ["flash_attn:"]
     for version in sorted(known, key=Version):
         rel = known[version]
-        lines.append(
-            f'  "{version}": {{sha256: {shas.get(version, rel.sha256)}, cuda_archs_env: {str(rel.cuda_archs_env).lower()}}}'
-        )
+        sha, env = shas.get(version, rel.sha256), str(rel.cuda_archs_env).lower()
+        lines.append(f'  "{version}": {{sha256: {sha}, cuda_archs_env: {env}}}')
     return "\n".join(lines) + "\n"
 
 
@@ -262,7 +263,8 @@ def refresh(
         abis = {v.cuda: v.cxx11_abi for v in old.variants} if old else {}
         facts.variants = {c: abis.get(c, abi_rule(version, c)) for c in cudas}
         if old is None:
-            notes.append(f"torch {version}: added (Pythons {', '.join(facts.pythons)}; default CUDA {facts.default_cuda})")
+            pythons = ", ".join(facts.pythons)
+            notes.append(f"torch {version}: added (Pythons {pythons}; default CUDA {facts.default_cuda})")
         elif old.default_cuda != facts.default_cuda or tuple(old.pythons) != tuple(facts.pythons):
             notes.append(f"torch {version}: updated from PyPI")
         releases[version] = facts
@@ -286,7 +288,8 @@ def refresh(
             notes.append(f"flash-attn {version}: no sdist on PyPI; kept as pinned")
         elif shas[version] != rel.sha256:
             raise UsageError(
-                f"flash-attn {version}: PyPI publishes sha256 {shas[version][:16]}..., the table pins {rel.sha256[:16]}...",
+                f"flash-attn {version}: PyPI publishes sha256 {shas[version][:16]}..., "
+                f"the table pins {rel.sha256[:16]}...",
                 hint="an sdist was replaced upstream; check it before changing the pin",
             )
     newest = max((Version(v) for v in known), default=Version("0"))

@@ -1,0 +1,251 @@
+"""`fa-images compat refresh`, offline: recorded index responses served over real HTTP on 127.0.0.1.
+
+The fixtures in tests/fixtures/index/ are PyPI's own answers, trimmed (see its README); the
+wheel URLs in them are pointed at the local server when served, so the refresh runs its real
+code path (PEP 691 JSON, PEP 658 metadata, HTTP range reads of a wheel) without the internet.
+"""
+
+from __future__ import annotations
+
+import http.server
+import io
+import re
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from fa_images import compat, compatgen
+from fa_images.builder.settings import ARCH_CODES
+from fa_images.builder.source import SUPPORTED_FLASH_ATTN
+from fa_images.errors import UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "index"
+FILES_HOST = "https://files.pythonhosted.org"
+TORCH_251 = "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
+
+TABLE = """\
+pythons: ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]
+# BEGIN generated torch
+torch:
+  "2.5.1":
+    python: ["3.9"]
+    default_cuda: "12.4"
+    cuda:
+      "12.4": {cxx11_abi: false}
+# END generated torch
+cuda:
+  "11.8": {release: "11.8.0", min_driver: "520"}
+  "12.1": {release: "12.1.1", min_driver: "525"}
+  "12.4": {release: "12.4.1", min_driver: "525"}
+  "12.6": {release: "12.6.3", min_driver: "525"}
+  "12.8": {release: "12.8.1", min_driver: "525"}
+  "13.0": {release: "13.0.1", min_driver: "580"}
+archs:
+  "80": {min_cuda: "11.7", compute_capability: "8"}
+gpus: {A100: "8.0"}
+build_tools: ["ninja==1.13.2"]
+flash_attn_range: ">=2.5.0,<=2.8.3.post2"
+# BEGIN generated flash_attn
+flash_attn:
+  "2.8.2": {sha256: 740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54, cuda_archs_env: true}
+# END generated flash_attn
+"""
+
+
+def small_wheel(metadata: str) -> bytes:
+    """A wheel-shaped zip holding a recorded METADATA, for the range-read path."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("torch/__init__.py", "# " + "x" * 100_000)  # the directory is not at the start
+        zf.writestr("torch-2.5.1.dist-info/METADATA", metadata)
+        zf.writestr("torch-2.5.1.dist-info/RECORD", "")
+    return buf.getvalue()
+
+
+class IndexHandler(http.server.BaseHTTPRequestHandler):
+    """PyPI's and the torch index's paths, answered from the recorded files; Range honoured."""
+
+    routes: ClassVar[dict[str, bytes]] = {}
+    requests: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.requests.append((self.path, self.headers.get("Range")))
+        body = self.routes.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        status, ranged = 200, self.headers.get("Range")
+        if ranged:
+            start, _, end = ranged.removeprefix("bytes=").partition("-")
+            if start == "":  # the last N bytes
+                begin, stop = max(0, len(body) - int(end)), len(body)
+            else:
+                begin, stop = int(start), min(len(body), int(end) + 1 if end else len(body))
+            body, status = body[begin:stop], 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def index() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), IndexHandler)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    torch_page = (FIXTURES / "pypi-torch.json").read_text().replace(FILES_HOST, base + "/files")
+    routes = {
+        "/simple/torch/": torch_page.encode(),
+        "/simple/flash-attn/": (FIXTURES / "pypi-flash-attn.json").read_bytes(),
+        "/whl/torch/": (FIXTURES / "torch-index.html").read_bytes(),
+    }
+    for url in re.findall(r'"url": "([^"]+)"', torch_page):
+        recorded = FIXTURES / f"{url.rsplit('/', 1)[1]}.METADATA"
+        if recorded.exists():
+            routes[url.removeprefix(base)] = small_wheel(recorded.read_text())
+    IndexHandler.routes, IndexHandler.requests = routes, []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield base
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "compat.yaml"
+    path.write_text(TABLE)
+    return path
+
+
+def refresh(table: Path, base: str, **kwargs) -> compatgen.Refresh:
+    return compatgen.refresh(table, pypi=f"{base}/simple", torch_index=f"{base}/whl", **kwargs)
+
+
+def test_refresh_reads_releases_pythons_default_cuda_and_variants(index: str, table: Path) -> None:
+    result = refresh(table, index)
+    table.write_text(result.text)
+    torch = compat.load(table).torch  # the built-in table with this one merged: what plan would see
+    new = yaml.safe_load(result.text)["torch"]
+    assert list(new) == ["2.5.1", "2.9.1", "2.11.0"]
+    # Pythons: cpXY manylinux x86_64 wheels only (no cp313t, no macOS).
+    assert new["2.5.1"]["python"] == ["3.9", "3.10", "3.12", "3.13"]
+    assert new["2.11.0"]["python"] == ["3.10", "3.12", "3.13", "3.14"]
+    # Default CUDA from each wheel's METADATA: old "(==12.4.127)", "==12.8.90", "cuda-toolkit[...]==13.0.2".
+    assert [new[v]["default_cuda"] for v in new] == ["12.4", "12.8", "13.0"]
+    # Variants from the torch index; ABI kept from the table where known, else the rule.
+    assert new["2.5.1"]["cuda"] == {
+        "11.8": {"cxx11_abi": False},
+        "12.1": {"cxx11_abi": False},
+        "12.4": {"cxx11_abi": False},
+    }
+    assert set(new["2.11.0"]["cuda"]) == {"12.6", "12.8", "13.0"}
+    assert all(v["cxx11_abi"] for v in new["2.11.0"]["cuda"].values())
+    assert torch["2.11.0"].default_cuda == "13.0"
+    # torch 2.5.1's wheel has no .metadata file: its METADATA came by range requests, not a download.
+    ranges = [r for p, r in IndexHandler.requests if p.endswith(TORCH_251) and r]
+    assert ranges and ranges[0] == "bytes=-65536"
+    assert not any(p.endswith(TORCH_251) and r is None for p, r in IndexHandler.requests)
+    assert "torch 2.11.0: added (Pythons 3.10, 3.12, 3.13, 3.14; default CUDA 13.0)" in result.notes
+
+
+def test_refresh_keeps_comments_and_hand_written_sections(index: str, table: Path) -> None:
+    text = refresh(table, index).text
+    assert text.startswith('pythons: ["3.9"')
+    assert "# BEGIN generated torch\ntorch:\n" in text and "# END generated flash_attn\n" in text
+    assert (
+        text.split("# END generated torch\n")[1].split("# BEGIN generated flash_attn")[0]
+        == (TABLE.split("# END generated torch\n")[1].split("# BEGIN generated flash_attn")[0])
+    )
+
+
+def test_refresh_adds_newer_flash_attn_with_sha256_from_pypi(index: str, table: Path) -> None:
+    result = refresh(table, index)
+    flash = yaml.safe_load(result.text)["flash_attn"]
+    assert list(flash) == ["2.8.2", "2.8.3", "2.8.3.post1", "2.8.3.post2"]
+    assert flash["2.8.3"]["sha256"] == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+    assert "flash-attn 2.8.3.post2: added" in result.notes
+
+
+def test_refresh_refuses_a_changed_sdist_hash(index: str, table: Path) -> None:
+    table.write_text(TABLE.replace("740a5370", "00000000"))
+    with pytest.raises(UsageError, match=r"flash-attn 2\.8\.2: PyPI publishes sha256 740a5370"):
+        refresh(table, index)
+
+
+def test_unreachable_torch_index_keeps_the_table_variants(index: str, table: Path) -> None:
+    result = compatgen.refresh(table, pypi=f"{index}/simple", torch_index=f"{index}/nowhere")
+    new = yaml.safe_load(result.text)["torch"]
+    assert new["2.5.1"]["cuda"] == {"12.4": {"cxx11_abi": False}}  # what the table had
+    assert new["2.11.0"]["cuda"] == {"13.0": {"cxx11_abi": True}}  # PyPI's default only
+    assert any(n.startswith("torch index not reached") for n in result.notes)
+
+
+def test_cli_refresh_writes_a_valid_table(index: str, table: Path, run_fa_images, tmp_path: Path) -> None:
+    out = tmp_path / "new.yaml"
+    args = ["compat", "refresh", "--table", table, "--out", out]
+    proc = run_fa_images([*args, "--pypi", f"{index}/simple", "--torch-index", f"{index}/whl"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out}" in proc.stdout
+    assert "2.11.0" in compat.load(out).torch
+    bad = run_fa_images([*args, "--pypi", "https://pypi.example/simple;rm -rf /"])
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --pypi ")
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "cuda"),
+    [
+        ('Requires-Dist: nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"', "12.4"),
+        ('Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"', "12.8"),
+        ('Requires-Dist: cuda-toolkit[cublas,cudart]==13.0.2; platform_system == "Linux"', "13.0"),
+        ("Requires-Dist: filelock", None),
+    ],
+)
+def test_default_cuda_of_metadata(line: str, cuda: str | None) -> None:
+    assert compatgen.default_cuda_of(f"Name: torch\n{line}\n") == cuda
+
+
+def test_abi_rule() -> None:
+    assert [compatgen.abi_rule(t, c) for t, c in [("2.5.1", "12.4"), ("2.6.0", "12.4"), ("2.6.0", "12.6")]] == [
+        False,
+        False,
+        True,
+    ]
+    assert compatgen.abi_rule("2.7.0", "11.8") and compatgen.abi_rule("2.11.0", "13.0")
+
+
+# --- the table is the source; the builder's copies must agree ----------------------------------
+
+
+def test_builder_arch_codes_equal_the_table() -> None:
+    assert set(compat.load().arch_codes) == set(ARCH_CODES)
+
+
+def test_builder_flash_attn_range_equals_the_table() -> None:
+    assert compat.load().flash_attn_range == SpecifierSet(str(SUPPORTED_FLASH_ATTN))
+
+
+def test_every_table_python_has_tool_pins_that_support_it() -> None:
+    """setuptools 83+ needs Python >= 3.10: cp39 gets its own pin from the table."""
+    table = compat.load()
+    assert "setuptools==82.0.1" in table.tools_for("3.9")
+    assert table.tools_for("3.11") == table.build_tools
+    assert all(any(p.startswith("setuptools==") for p in table.tools_for(py)) for py in table.pythons)
+
+
+def test_a_pep_658_metadata_file_is_used_before_any_range_request(index: str) -> None:
+    """Where the index serves ``<wheel>.metadata``, the wheel itself is never touched."""
+    wheel = next(p for p in IndexHandler.routes if p.endswith("torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl"))
+    recorded = FIXTURES / "torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl.METADATA"
+    IndexHandler.routes[wheel + ".metadata"] = recorded.read_bytes()
+    assert compatgen.wheel_metadata(compatgen.http_fetch, index + wheel) == recorded.read_text()
+    assert [r for p, r in IndexHandler.requests if p == wheel] == []
