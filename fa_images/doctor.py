@@ -102,7 +102,7 @@ def probe_python(report: Report, python: str) -> str | None:
     return ".".join(full.split(".")[:2])
 
 
-def probe_torch(report: Report, python: str) -> environment.TorchInfo | None:
+def probe_torch(report: Report, python: str, table) -> environment.TorchInfo | None:
     try:
         torch = environment.probe_torch(python)
     except EnvironmentProblem as exc:
@@ -112,11 +112,14 @@ def probe_torch(report: Report, python: str) -> environment.TorchInfo | None:
     report.facts["torch"] = {"version": torch.version, "cuda": torch.cuda, "cxx11_abi": torch.cxx11_abi}
     abi = f"{'new' if torch.cxx11_abi else 'old'} C++ ABI (cxx11_abi={torch.cxx11_abi})"
     if torch.cuda is None:
+        public = torch.version.split("+")[0]
+        release = table.torch.get(public) if table else None
+        tag = "cu" + release.default_cuda.replace(".", "") if release else "cuXYZ"
         report.add(
             "torch",
             WARN,
             f"{torch.version}, a CPU build, {abi}: flash-attn needs a CUDA build of torch",
-            fix="pip install torch==VERSION --index-url https://download.pytorch.org/whl/cuXYZ",
+            fix=f"pip install torch=={public} --index-url https://download.pytorch.org/whl/{tag}",
         )
     else:
         report.add("torch", OK, f"{torch.version}, CUDA {torch.cuda}, {abi}")
@@ -241,7 +244,12 @@ _IMPORT_PROBE = (
 
 
 def probe_flash_attn(
-    report: Report, python: str, torch: environment.TorchInfo | None, gpus: list[dict[str, str]], table
+    report: Report,
+    python: str,
+    torch: environment.TorchInfo | None,
+    gpus: list[dict[str, str]],
+    table,
+    archs: list[str],
 ) -> str | None:
     found = _run([python, "-c", _FIND_PROBE])
     info = json.loads(found.stdout.strip().splitlines()[-1]) if found and found.returncode == 0 else {}
@@ -270,7 +278,7 @@ def probe_flash_attn(
     elif abi is not None:
         report.add("flash-attn C++ ABI", OK, f"cxx11_abi={abi}, as torch ({why})")
     _check_archs(report, cubins, ptx, how, gpus)
-    _check_imports(report, python, torch, version, table)
+    _check_imports(report, python, torch, version, table, archs)
     return version
 
 
@@ -288,7 +296,7 @@ def _check_archs(report: Report, cubins: set[str], ptx: set[str], how: str, gpus
         )
 
 
-def _check_imports(report: Report, python: str, torch, version: str, table) -> None:
+def _check_imports(report: Report, python: str, torch, version: str, table, archs: list[str]) -> None:
     proc = _run([python, "-c", _IMPORT_PROBE, *IMPORTED_MODULES])
     lines = proc.stdout.strip().splitlines() if proc else []
     if not lines:
@@ -311,8 +319,8 @@ def _check_imports(report: Report, python: str, torch, version: str, table) -> N
                 "This is the classic mismatch; patching setup.py to -D_GLIBCXX_USE_CXX11_ABI=0 causes it for "
                 "every pip torch >= 2.7",
                 fix=f"pip uninstall -y flash-attn, then build one for this torch: "
-                f"fa-images wheel --flash-attn {version.split('+')[0]} --archs ARCHS (reads the ABI from torch), "
-                "or the matrix entry below",
+                f"fa-images wheel --flash-attn {version.split('+')[0]} --archs {','.join(archs)} "
+                "(reads the ABI from torch), or the matrix entry below",
             )
         else:
             report.add("flash-attn import", FAIL, f"import flash_attn_2_cuda: {ext['type']}: {message}")
@@ -341,8 +349,23 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
+def gpu_archs(gpus: list[dict[str, str]], table) -> list[str]:
+    """The flash-attn archs for the GPUs seen here that can run it."""
+    archs = {
+        table.arch_for_capability(g["compute_capability"])
+        for g in gpus
+        if _version(g["compute_capability"]) >= Version("8.0")
+    }
+    return sorted((a for a in archs if a), key=int)
+
+
 def suggest_entry(
-    report: Report, python: str | None, torch: environment.TorchInfo | None, gpus: list[dict[str, str]], table
+    report: Report,
+    python: str | None,
+    torch: environment.TorchInfo | None,
+    gpus: list[dict[str, str]],
+    table,
+    installed: str | None = None,
 ) -> None:
     if table is None or python is None:
         return
@@ -350,6 +373,16 @@ def suggest_entry(
     if python not in table.pythons:
         report.add("matrix entry", WARN, f"fa-images builds for Python {', '.join(table.pythons)}, not {python}")
         return
+    driver = _version(gpus[0]["driver"]) if gpus else None
+
+    def runnable_cuda(release) -> str | None:
+        """The newest CUDA variant of ``release`` that this driver runs (any, with no driver seen)."""
+        for variant in sorted(release.variants, key=lambda v: Version(v.cuda), reverse=True):
+            min_driver = table.cuda[variant.cuda].min_driver
+            if driver is None or not min_driver or driver >= _version(min_driver):
+                return variant.cuda
+        return None
+
     release = None
     cuda = None
     if torch is not None:
@@ -357,40 +390,36 @@ def suggest_entry(
         release = table.torch.get(public)
         if release is None:
             notes.append(f"torch {public} is not in the compat table")
-        elif torch.cuda:
+        elif torch.cuda:  # build for the torch that is here, as it is
             cuda = ".".join(torch.cuda.split(".")[:2])
             if release.variant(cuda) is None:
                 notes.append(f"torch {public} has no CUDA {cuda} variant in the table")
                 release = None
         else:
-            notes.append(f"torch {public} here is a CPU build; the entry uses its default CUDA {release.default_cuda}")
-    driver = _version(gpus[0]["driver"]) if gpus else None
-    if release is None:  # the newest torch for this Python whose default CUDA the driver runs
+            cuda = runnable_cuda(release)
+            if cuda is None:
+                notes.append(f"no CUDA variant of torch {public} runs on driver {driver}")
+                release = None
+            else:
+                notes.append(f"torch {public} here is a CPU build; the entry names its CUDA {cuda} build")
+    if release is None:  # the newest torch for this Python with a variant the driver runs
         for version in sorted(table.torch, key=Version, reverse=True):
             candidate = table.torch[version]
-            min_driver = table.cuda[candidate.default_cuda].min_driver
-            if python in candidate.pythons and (driver is None or driver >= _version(min_driver)):
-                release, cuda = candidate, None
-                notes.append(f"suggesting torch {version}, the newest for Python {python}")
+            if python in candidate.pythons and runnable_cuda(candidate):
+                release, cuda = candidate, runnable_cuda(candidate)
+                notes.append(f"suggesting torch {version}, the newest for Python {python} that this driver runs")
                 break
     if release is None:
         report.add("matrix entry", WARN, f"no torch in the compat table fits Python {python}")
         return
-    archs = sorted(
-        {
-            table.arch_for_capability(g["compute_capability"])
-            for g in gpus
-            if _version(g["compute_capability"]) >= Version("8.0")
-        }
-        - {None},
-        key=int,
-    )
+    archs = gpu_archs(gpus, table)
     if not archs:
         archs = ["80", "90"]
         notes.append("no GPU seen here: archs 80 (A100, A10G, L4) and 90 (H100); change them to your GPUs")
-    flash_attn = max(table.flash_attn, key=Version)
+    public = (installed or "").split("+")[0]
+    flash_attn = public if public in table.flash_attn else max(table.flash_attn, key=Version)
     entry: dict[str, Any] = {"python": python, "torch": release.version}
-    if cuda:
+    if cuda and cuda != release.default_cuda:
         entry["cuda"] = cuda
     entry.update(flash_attn=flash_attn, archs=[int(a) for a in archs])
     problem = _validate(entry)
@@ -426,15 +455,14 @@ def run(*, python: str = sys.executable) -> Report:
         table = None
         report.add("compat table", WARN, f"not loaded ({exc}); no matrix entry suggested")
     py = probe_python(report, python)
-    torch = probe_torch(report, python) if py else None
+    torch = probe_torch(report, python, table) if py else None
     probe_toolchain(report, torch)
     gpus = probe_gpus(report)
     probe_driver(report, torch, gpus, table)
-    archs = sorted({table.arch_for_capability(g["compute_capability"]) or "80" for g in gpus}) if table else []
+    archs = gpu_archs(gpus, table) if table else []
     probe_build_memory(report, archs)
-    if py:
-        probe_flash_attn(report, python, torch, gpus, table)
-    suggest_entry(report, py, torch, gpus, table)
+    installed = probe_flash_attn(report, python, torch, gpus, table, archs or ["80", "90"]) if py else None
+    suggest_entry(report, py, torch, gpus, table, installed)
     return report
 
 

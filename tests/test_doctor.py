@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -154,3 +155,30 @@ def test_doctor_passes_the_right_abi_extension_and_names_a_missing_dependency(pl
         assert einops["fix"] == f"pip install {pin}"
     else:
         assert code == 0 and found["import flash_attn.bert_padding"]["status"] == "ok"
+
+
+def test_doctor_reads_gpus_and_driver_from_nvidia_smi(run_fa_images, tmp_path: Path) -> None:
+    """No GPU here, so nvidia-smi is a stand-in printing what a real one prints for this query."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = "--query-gpu=name,compute_cap,driver_version" ] || exit 9\n'
+        'echo "NVIDIA H100 80GB HBM3, 9.0, 535.104.05"\n'
+        'echo "Tesla T4, 7.5, 535.104.05"\n'
+    )
+    smi.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    code, report = doctor(run_fa_images, env=env)
+    found = findings(report)
+    assert code == 1 and report["ok"] is False
+    assert found["GPU NVIDIA H100 80GB HBM3"]["status"] == "ok"
+    assert found["GPU Tesla T4"]["status"] == "fail" and "needs 8.0 (Ampere)" in found["GPU Tesla T4"]["detail"]
+    # Driver 535 cannot run CUDA 13 (>= 580): the entry names a torch whose CUDA it runs, archs from the H100.
+    table = compat.load()
+    entry = report["entry"]
+    cuda = entry.get("cuda", table.torch[entry["torch"]].default_cuda)
+    assert int(table.cuda[cuda].min_driver) <= 535
+    assert entry["archs"] == [90]
+    assert plans(run_fa_images, tmp_path, entry).returncode == 0
