@@ -24,6 +24,7 @@ Build flash-attn wheels and images that are right for one exact Python, torch an
   fa-images build                    build, check and export every entry (needs Docker)
   fa-images wheel --flash-attn 2.8.3 build a wheel natively, next to the installed torch
   fa-images inspect WHEEL            check a wheel: tags, extension, ABI, GPU archs, import
+  fa-images doctor                   explain this machine: what is broken, what to build
 """
 
 
