@@ -236,8 +236,11 @@ def refresh(
     notes: list[str] = []
     try:
         found = pypi_torch(fetch, pypi, min_torch)
-    except IndexUnreachable as exc:
-        raise UsageError(f"cannot refresh: {exc}", hint="PyPI (or the mirror given with --pypi) must answer") from None
+        shas = flash_attn_sdists(fetch, pypi)
+    except (IndexUnreachable, FileNotFoundError, ValueError, KeyError) as exc:
+        raise UsageError(
+            f"cannot refresh from {pypi}: {exc}", hint="PyPI, or a PEP 691 mirror given with --pypi, must answer"
+        ) from None
     try:
         variants: dict[str, set[str]] | None = torch_variants(fetch, torch_index)
     except (IndexUnreachable, FileNotFoundError) as exc:
@@ -281,7 +284,6 @@ def refresh(
             )
     releases = dict(sorted(releases.items(), key=lambda kv: Version(kv[0])))
 
-    shas = flash_attn_sdists(fetch, pypi)
     known = dict(current.flash_attn)
     for version, rel in known.items():
         if version not in shas:

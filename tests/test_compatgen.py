@@ -199,6 +199,9 @@ def test_cli_refresh_writes_a_valid_table(index: str, table: Path, run_fa_images
     bad = run_fa_images([*args, "--pypi", "https://pypi.example/simple;rm -rf /"])
     assert bad.returncode == 2 and bad.stderr.startswith("error: --pypi ")
     assert "Traceback" not in bad.stderr
+    down = run_fa_images([*args, "--pypi", f"{index}/nothing-here"])
+    assert down.returncode == 2 and down.stderr.startswith(f"error: cannot refresh from {index}/nothing-here")
+    assert "Traceback" not in down.stderr
 
 
 @pytest.mark.parametrize(
