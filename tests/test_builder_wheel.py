@@ -49,10 +49,13 @@ def venv_torch(venv_python: str) -> dict:
     return info
 
 
-def build_wheel(sdist: Path, work: Path, run_fa_images, venv_python: str, cuda_home: Path) -> Built:
+def build_wheel(
+    sdist: Path, work: Path, run_fa_images, venv_python: str, cuda_home: Path, *, keep: bool = False
+) -> Built:
     out = work / "dist"
     proc = run_fa_images(
-        ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", work / "work", "--keep-work"],
+        ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", work / "work"]
+        + (["--keep-work"] if keep else []),
         python=venv_python,
         env={"CUDA_HOME": str(cuda_home)},
         cwd=work,
@@ -64,7 +67,7 @@ def build_wheel(sdist: Path, work: Path, run_fa_images, venv_python: str, cuda_h
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, run_fa_images, venv_python: str, cuda_home: Path) -> Built:
     work = tmp_path_factory.mktemp("tiny-wheel")
-    return build_wheel(make_tiny_sdist(work / "sdist"), work, run_fa_images, venv_python, cuda_home)
+    return build_wheel(make_tiny_sdist(work / "sdist"), work, run_fa_images, venv_python, cuda_home, keep=True)
 
 
 @pytest.fixture(scope="module")
