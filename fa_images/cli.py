@@ -247,12 +247,6 @@ def cmd_export_bake(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
 def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     dist = sub.add_parser(
@@ -299,7 +293,7 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         "--merge-runs-on", action="append", metavar="LABEL", help="merge job runner label (default: ubuntu-latest)"
     )
     gh.add_argument(
-        "--timeout-minutes", type=_positive_int, default=360, metavar="N", help="per build job (default: 360)"
+        "--timeout-minutes", type=builder_cli.positive, default=360, metavar="N", help="per build job (default: 360)"
     )
     gh.add_argument(
         "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"

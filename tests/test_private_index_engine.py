@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -36,16 +35,10 @@ VERSION = "2.8.3.dev5"
 BUILD_TOOLS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def pypiserver(packages: Path, *, htpasswd: Path | None) -> Iterator[str]:
     """A pypiserver on 127.0.0.1; with ``htpasswd`` every download and listing needs a login."""
-    port = _free_port()
+    port = engine_env._free_port()
     auth = ["-P", str(htpasswd), "-a", "download,list,update"] if htpasswd else ["-P", ".", "-a", "."]
     cmd = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), *auth]
     proc = subprocess.Popen(

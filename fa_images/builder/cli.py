@@ -52,7 +52,7 @@ def _archs(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
@@ -81,11 +81,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
     wheel.add_argument(
-        "--max-jobs", type=_positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
+        "--max-jobs", type=positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
     )
     wheel.add_argument(
         "--nvcc-threads",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="threads per nvcc (default: one per arch; nvcc parallelizes over archs only)",
     )
