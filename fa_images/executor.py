@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import context
+from .builder import contract, scratch, verify
 from .builder import dist as dist_dir
-from .builder import scratch, verify
 from .engine import BuildProgress, Engine, RunResult, StepFailed
 from .errors import FatalError
 from .gpus import GpuAccess, HostGpus
@@ -128,6 +128,9 @@ class Executor:
 
         def on_line(line: str) -> None:
             run.log.write(line)
+            if line.startswith(contract.MILESTONE):  # compiling, wheel built: shown as they come
+                self.console.line(f"    {run.label} · {line.strip()}")
+                return
             where = f"{progress.stage or '?'} · step {progress.step}/{progress.total}" if progress else "starting"
             self.console.progress(
                 f"    {run.label} · {where} · {duration(time.monotonic() - started)} · {line.strip()[:100]}",

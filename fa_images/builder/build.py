@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import dist as dist_dir
 from . import environment, source
-from .contract import SETTINGS_FILE
+from .contract import MILESTONE, SETTINGS_FILE
 from .errors import BuildFailed
 from .settings import BuildSettings, local_version_label
 from .verify import accept_wheel
@@ -141,7 +141,7 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
     # The shim is imported from this package wherever it lives (site-packages or a build context).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
     log(
-        f"compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
+        f"{MILESTONE}compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
         f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}: {settings.parallelism}"
     )
     started = time.monotonic()
@@ -157,7 +157,7 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
             if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
                 compiler_errors.append(line.strip())
     if proc.returncode != 0:
-        why = next((t for t in reversed(tail) if "[fa-images] error" in t), None)
+        why = next((t for t in reversed(tail) if f"{MILESTONE}error" in t), None)
         if why is None and compiler_errors:
             why = "compilation failed: " + " | ".join(compiler_errors) + " (full log above)"
         raise BuildFailed(
@@ -176,7 +176,7 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
     record = wheel_record(settings, wheels[0], report.sha256, elapsed)
     (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheels[0], record, "this build")], move=True, log=log)
     shutil.rmtree(dist, ignore_errors=True)
-    log(f"wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
+    log(f"{MILESTONE}wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
     return final
 
 

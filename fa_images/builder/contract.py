@@ -20,6 +20,10 @@ EXIT_SHIM_REFUSED = 97  # the setup.py shim cannot correct this setup.py
 # Written beside the prepared source; read by the setup.py shim and the verifier.
 SETTINGS_FILE = "fa_images_build.json"
 
+# The prefix of the builder's milestone lines (compiling, wheel built, the shim's corrections):
+# the host shows these as they come, and sends the rest of a build's output to its log.
+MILESTONE = "[fa-images] "
+
 # The command that runs the GPU check inside an image.
 GPU_CHECK_COMMAND = ("python", "-m", "fa_images.builder", "check")
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .contract import EXIT_SHIM_REFUSED
+from .contract import EXIT_SHIM_REFUSED, MILESTONE
 from .settings import BuildSettings
 
 EXTENSION = "flash_attn_2_cuda"
@@ -162,7 +162,7 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
                 f"setup.py of flash-attn {settings.flash_attn} defines no {EXTENSION} extension "
                 "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?); refusing to build a wheel without kernels"
             )
-        print(f"[fa-images] {'; '.join(corrected)}", flush=True)
+        print(f"{MILESTONE}{'; '.join(corrected)}", flush=True)
         import torch  # setup.py may have flipped the attribute at import time
 
         torch._C._GLIBCXX_USE_CXX11_ABI = settings.cxx11_abi
@@ -180,5 +180,5 @@ if __name__ == "__main__":
     try:
         run(Path(sys.argv[1]), sys.argv[2:])
     except ShimError as exc:
-        print(f"[fa-images] error: {exc}", file=sys.stderr, flush=True)
+        print(f"{MILESTONE}error: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_SHIM_REFUSED)
