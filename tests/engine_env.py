@@ -5,7 +5,10 @@ everything an image test needs is made locally:
 
 * ``docker_engine()`` uses the engine that ``docker.from_env()`` finds, or
   starts a private ``dockerd`` (root only) whose data-root lives in the test
-  cache, so layers survive between runs on the same machine.
+  cache. The base images survive between runs; every other image a test
+  tags (all are named ``fa-images-test/...``) is removed when the last user of
+  the engine is done, and what a killed run left behind (servers, builds,
+  registry data, images) is removed when the next run starts.
 * ``base_images()`` makes Debian bookworm base images with ``debootstrap``
   from the machine's Debian mirror and ``docker import``s them.
 * ``cuda_devel_standin()`` dresses a base image up as a CUDA devel image.
@@ -19,6 +22,8 @@ Environment variables:
   (default: the bookworm entry of the apt sources, else deb.debian.org).
 * ``FA_IMAGES_TEST_STORAGE_DRIVER``: storage driver of a private ``dockerd``
   (default ``overlay2``, falling back to ``vfs`` if the daemon refuses it).
+* ``FA_IMAGES_TEST_KEEP_IMAGES=1``: keep the images the tests built (their
+  layers then make the next run faster, at several GB each).
 """
 
 from __future__ import annotations
@@ -72,6 +77,13 @@ RUNTIME_TAG = f"fa-images-test/debian:{SUITE}-runtime"
 DEVEL_TAG = f"fa-images-test/debian:{SUITE}-devel"
 CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
 
+# Every image a test makes is named in this namespace, behind a registry host or not.
+TEST_NAMESPACE = "fa-images-test/"
+# Marks the processes the tests start (servers, `fa-images build`), so that what a killed run
+# left running can be told apart from everything else on the machine.
+CHILD_MARKER = "FA_IMAGES_TEST_CHILD"
+REGISTRY_DIR_PREFIX = "fa-images-registry-"
+
 # Images made here carry this label; its value is a hash of their recipe, so a
 # stale image (changed package list, changed CUDA tree) is rebuilt, not reused.
 KEY_LABEL = "org.fa-images-test.key"
@@ -124,20 +136,26 @@ class EngineHandle:
     managed: bool
     log_path: Path | None = None
 
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment for a `fa-images` command the tests run against this engine."""
+        return child_env(DOCKER_HOST=self.base_url, **extra)
+
 
 @contextlib.contextmanager
 def docker_engine() -> Iterator[EngineHandle]:
     """Yield a running engine: ``docker.from_env()``'s, else a private ``dockerd``.
 
-    An engine found through the environment is never stopped. A private one is
-    shared by concurrent users (e.g. pytest-xdist workers) and stopped when the
-    last one exits.
+    An engine found through the environment is never stopped, and only the
+    test images are removed from it. A private one is shared by concurrent
+    users (e.g. pytest-xdist workers): the first one clears what a killed run
+    left, the last one removes the test images and stops the daemon.
     """
     found = _connect(_env_base_url(), from_env=True)
     if found is not None:
         try:
             yield EngineHandle(found, _env_base_url(), managed=False)
         finally:
+            remove_test_images(found, prune=False)
             found.close()
         return
 
@@ -149,7 +167,7 @@ def docker_engine() -> Iterator[EngineHandle]:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     base_url = f"unix://{RUN_DIR / 'docker.sock'}"
     # start.lock serialises starting and stopping; every user holds a shared
-    # lock on users.lock, so whoever can take it exclusively is the last user.
+    # lock on users.lock, so whoever can take it exclusively is the only user.
     with (
         open(RUN_DIR / "start.lock", "a+b") as start_lock,
         open(RUN_DIR / "users.lock", "a+b") as users_lock,
@@ -160,20 +178,30 @@ def docker_engine() -> Iterator[EngineHandle]:
                 log.info("using the private dockerd already running at %s", base_url)
             else:
                 client = _start_dockerd(base_url)
+            if _only_user(users_lock):
+                reap_leftovers(client)
             fcntl.flock(users_lock, fcntl.LOCK_SH)
         try:
             yield EngineHandle(client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log")
         finally:
-            client.close()
             fcntl.flock(users_lock, fcntl.LOCK_UN)
             with _flocked(start_lock, fcntl.LOCK_EX):
-                try:
-                    fcntl.flock(users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    log.info("private dockerd still in use elsewhere; leaving it running")
-                else:
+                if _only_user(users_lock):
+                    remove_test_images(client, prune=True)
                     _stop_dockerd()
-                    fcntl.flock(users_lock, fcntl.LOCK_UN)
+                else:
+                    log.info("private dockerd still in use elsewhere; leaving it running")
+            client.close()
+
+
+def _only_user(users_lock: BinaryIO) -> bool:
+    """True when no other process holds the engine (call with start.lock held)."""
+    try:
+        fcntl.flock(users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(users_lock, fcntl.LOCK_UN)
+    return True
 
 
 def _env_base_url() -> str:
@@ -217,8 +245,11 @@ def _which(name: str, package: str) -> str:
     return found
 
 
-def _child_env(**extra: str) -> dict[str, str]:
+def child_env(marked: bool = True, /, **extra: str) -> dict[str, str]:
+    """The environment of a process the tests start; ``marked`` ones are reaped if a run is killed."""
     env = dict(os.environ, PATH=_sbin_path(), **extra)
+    if marked:
+        env[CHILD_MARKER] = str(RUN_DIR)
     # Keep loopback traffic (local registry, wheel server) off any proxy.
     if any(env.get(k) for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")):
         for key in ("no_proxy", "NO_PROXY"):
@@ -270,7 +301,8 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=_child_env(),
+                # Unmarked: a dockerd left running is adopted by the next run, not reaped.
+                env=child_env(False),
                 start_new_session=True,
             )
         _CHILDREN[proc.pid] = proc
@@ -381,6 +413,99 @@ def _is_private_dockerd(pid: int) -> bool:
     except OSError:
         return False
     return _alive(pid) and bool(argv) and argv[0].endswith(b"dockerd") and os.fsencode(RUN_DIR / "exec") in argv
+
+
+# --------------------------------------------------------------------------
+# Leftovers: the images the tests make, and what a killed run leaves behind
+
+
+def _is_test_tag(tag: str) -> bool:
+    """True for ``fa-images-test/x:y`` and ``host:port/fa-images-test/x:y``."""
+    first, _, rest = tag.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        tag = rest
+    return tag.startswith(TEST_NAMESPACE)
+
+
+def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]:
+    """Untag every test image but the reused bases, so that the engine frees their layers.
+
+    ``prune`` also deletes the dangling images: right for a private engine, where all are ours.
+    """
+    if os.environ.get("FA_IMAGES_TEST_KEEP_IMAGES") == "1":
+        return []
+    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG}
+    removed = []
+    try:
+        for image in client.images.list():
+            for tag in image.tags:
+                if tag in kept or not _is_test_tag(tag):
+                    continue
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError as exc:  # e.g. a container still uses it
+                    log.warning("could not remove test image %s: %s", tag, exc.explanation or exc)
+                else:
+                    removed.append(tag)
+        if prune:
+            client.images.prune(filters={"dangling": True})
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        log.warning("could not clean up the test images: %s", exc)
+    if removed:
+        log.info("removed %d test images: %s", len(removed), ", ".join(sorted(removed)))
+    return removed
+
+
+def reap_leftovers(client: docker.DockerClient) -> None:
+    """Stop and delete what a killed run left: its processes, containers, registry data and images.
+
+    Call only as the private engine's sole user: then every marked process, every container and
+    every test registry directory belongs to a run that is over.
+    """
+    for pid in marked_processes():
+        log.warning("stopping pid %d (%s), left running by an earlier test run", pid, _cmdline(pid))
+        _terminate(pid, grace=10)
+    for container in client.containers.list(all=True):
+        log.warning("removing container %s, left by an earlier test run", container.name)
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    for path in Path(tempfile.gettempdir()).glob(REGISTRY_DIR_PREFIX + "*"):
+        log.warning("removing registry data left by an earlier test run: %s", path)
+        shutil.rmtree(path, ignore_errors=True)
+    remove_test_images(client, prune=True)
+
+
+def marked_processes() -> list[int]:
+    """Live processes started by a test run (they carry CHILD_MARKER), but for this one and its parents."""
+    spared = set(_ancestors(os.getpid()))
+    marker = f"{CHILD_MARKER}={RUN_DIR}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in spared:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _ancestors(pid: int) -> Iterator[int]:
+    while pid > 1:
+        yield pid
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
 
 
 def _tail(path: Path, lines: int = 30, grep: str | None = None) -> str:
@@ -533,7 +658,7 @@ def _debootstrap(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_child_env(DEBIAN_FRONTEND="noninteractive", LC_ALL="C", **env),
+            env=child_env(DEBIAN_FRONTEND="noninteractive", LC_ALL="C", **env),
             check=False,
         )
     if result.returncode != 0:
@@ -655,7 +780,7 @@ def _scratch_dir() -> Iterator[Path]:
     """
     path = Path(tempfile.mkdtemp(prefix="fa-images-rootfs-"))
     mount = ["mount", "-t", "tmpfs", "-o", "mode=0755,size=50%", "fa-images-rootfs"]
-    result = subprocess.run([*mount, str(path)], capture_output=True, env=_child_env(), check=False)
+    result = subprocess.run([*mount, str(path)], capture_output=True, env=child_env(), check=False)
     mounted = result.returncode == 0
     if not mounted:
         log.info("no tmpfs for debootstrap; working on disk in %s", path)
@@ -689,7 +814,7 @@ def _unmount(points: Iterable[str]) -> None:
     for point in sorted(set(points), key=len, reverse=True):
         subprocess.run(
             ["umount", "--lazy", point],
-            env=_child_env(),
+            env=child_env(),
             check=False,
             capture_output=True,
         )
@@ -1011,8 +1136,9 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str) -> None:
 def local_registry(port: int = 0) -> Iterator[str]:
     """Run Debian's ``docker-registry`` on 127.0.0.1; yield ``"127.0.0.1:PORT"``.
 
-    Storage is a temporary directory, deleted afterwards. A fixed ``port`` (tried
-    first) keeps image names, and so what a later run retags, stable.
+    Storage is a temporary directory, deleted afterwards (or, after a killed run, by the
+    next one). Each registry answers with a header of its own, so a stranger already
+    listening on the port is never taken for it.
 
     Engines treat 127.0.0.0/8 registries as insecure by default, so plain
     HTTP works without daemon configuration.
@@ -1021,13 +1147,14 @@ def local_registry(port: int = 0) -> Iterator[str]:
     if binary is None:
         raise RuntimeError("docker-registry not found; install it with: apt-get install -y docker-registry")
     # The registry reads REGISTRY_* variables as config overrides.
-    env = {k: v for k, v in _child_env().items() if not k.startswith("REGISTRY_")}
-    with tempfile.TemporaryDirectory(prefix="fa-images-registry-") as tmp:
+    env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
+    with tempfile.TemporaryDirectory(prefix=REGISTRY_DIR_PREFIX) as tmp:
         log_path = Path(tmp) / "registry.log"
         wanted = port
-        for attempt in range(3):  # the free port can be taken before the registry binds it
+        for attempt in range(3):  # a free port can be taken before the registry binds it
             started = time.monotonic()
             port = wanted if wanted and attempt == 0 else _free_port()
+            identity = f"{os.getpid()}-{attempt}-{os.urandom(8).hex()}"
             config = {
                 "version": 0.1,
                 "log": {"level": "warn", "accesslog": {"disabled": True}},
@@ -1035,7 +1162,7 @@ def local_registry(port: int = 0) -> Iterator[str]:
                     "filesystem": {"rootdirectory": f"{tmp}/data"},
                     "delete": {"enabled": True},
                 },
-                "http": {"addr": f"127.0.0.1:{port}"},
+                "http": {"addr": f"127.0.0.1:{port}", "headers": {IDENTITY_HEADER: [identity]}},
             }
             config_path = Path(tmp) / "config.yml"
             config_path.write_text(json.dumps(config))  # JSON is YAML
@@ -1050,32 +1177,45 @@ def local_registry(port: int = 0) -> Iterator[str]:
                 )
             _CHILDREN[proc.pid] = proc
             try:
-                if _wait_for_http(f"http://127.0.0.1:{port}/v2/", proc, timeout=30):
-                    log.info(
-                        "registry on 127.0.0.1:%d up in %.1f s",
-                        port,
-                        time.monotonic() - started,
-                    )
+                if wait_for_own_server(f"http://127.0.0.1:{port}/v2/", proc, identity, timeout=30):
+                    log.info("registry on 127.0.0.1:%d up in %.1f s", port, time.monotonic() - started)
                     yield f"127.0.0.1:{port}"
                     return
+                log.warning("registry on port %d did not come up:\n%s", port, _tail(log_path, lines=5))
             finally:
                 _terminate(proc.pid, grace=10)
         raise RuntimeError(f"docker-registry did not answer; log tail:\n{_tail(log_path)}")
 
 
-def _wait_for_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+# The header a test server answers with, carrying a value only it knows.
+IDENTITY_HEADER = "X-Fa-Images-Test"
+
+
+def wait_for_own_server(url: str, proc: subprocess.Popen[Any], identity: str | None, timeout: float) -> bool:
+    """Wait until ``proc`` answers ``url``: it is alive and, if ``identity`` is given, the answer carries it.
+
+    Any HTTP answer counts (401 from a server that wants a login), but only from our process:
+    one that died on "address already in use" while a stranger holds the port is not ready.
+    """
     # No proxies: the target is on loopback.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
+        headers = None
         try:
             with opener.open(url, timeout=2) as response:
-                if response.status == 200:
-                    return True
+                headers = response.headers
+        except urllib.error.HTTPError as exc:
+            headers = exc.headers
         except (urllib.error.URLError, OSError):
             pass
+        if headers is not None:
+            if identity is None or headers.get(IDENTITY_HEADER) == identity:
+                return proc.poll() is None
+            if proc.poll() is not None:
+                return False
         time.sleep(0.05)
     return False
 
@@ -1143,6 +1283,9 @@ __all__ = [
     "debian_mirror",
     "docker_engine",
     "local_registry",
+    "marked_processes",
+    "reap_leftovers",
+    "remove_test_images",
     "run_build",
     "serve_directory",
     "unreachable_registry",

@@ -42,7 +42,11 @@ def pypiserver(packages: Path, *, htpasswd: Path | None) -> Iterator[str]:
     auth = ["-P", str(htpasswd), "-a", "download,list,update"] if htpasswd else ["-P", ".", "-a", "."]
     cmd = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), *auth]
     proc = subprocess.Popen(
-        [*cmd, "--disable-fallback", str(packages)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*cmd, "--disable-fallback", str(packages)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=engine_env.child_env(),  # marked: a killed run's server is stopped by the next run
     )
     url = f"http://127.0.0.1:{port}/simple/"
     try:
@@ -121,12 +125,7 @@ def test_a_private_index_authenticates_and_its_token_leaks_nowhere(tmp_path: Pat
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
         }
         (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-        env = {
-            **os.environ,
-            "DOCKER_HOST": engine.base_url,
-            "PYTHONPATH": str(REPO),
-            "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        }
+        env = engine.env(PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(tmp_path / "cache"))
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +36,6 @@ ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 IMAGE = "fa-images-test/runtime-image"
 # A runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images.
 UID_TAKEN_TAG = "fa-images-test/debian:bookworm-uid1000"
-# Fixed, and apart from test_build_engine's, so the wheelhouse URL (and the layer cache) is stable.
-WHEELHOUSE_PORT = 38927
 # flash-attn versions whose setup.py runs `git submodule` whatever the environment.
 GIT_CALLING = ("2.5.9.post1", "2.6.3")
 MAX_OVERHEAD = 1.02
@@ -65,7 +62,7 @@ def built(tmp_path_factory):
     )
     with (
         engine_env.docker_engine() as engine,
-        engine_env.serve_directory(toolchain.torch_wheelhouse(), port=WHEELHOUSE_PORT) as wheelhouse,
+        engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
     ):
         client = engine.client
         bases = engine_env.base_images(client)
@@ -81,7 +78,7 @@ def built(tmp_path_factory):
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
         }
         (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-        env = {**os.environ, "DOCKER_HOST": engine.base_url, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        env = engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         proc = subprocess.run(
             [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
             cwd=root,
@@ -95,7 +92,6 @@ def built(tmp_path_factory):
         report = json.loads((root / "report.json").read_text())
         (entry,) = report["entries"]
         yield client, entry, bases
-        client.images.prune(filters={"dangling": True})
 
 
 def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
