@@ -99,6 +99,21 @@ def _where() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
+_AUTH_REFUSED = re.compile(r"no basic auth credentials|unauthorized|authentication required|denied", re.IGNORECASE)
+
+
+def _login_hint(ref: str, message: str) -> str:
+    """How to give the engine a login, when the registry refused it one."""
+    if not _AUTH_REFUSED.search(message):
+        return ""
+    first = ref.split("/", 1)[0]
+    registry = first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
+    return (
+        f"; log in first with `docker login {registry}`: the push uses the Docker client config "
+        "($DOCKER_CONFIG/config.json, else ~/.docker/config.json), credential helpers included"
+    )
+
+
 class DockerEngine:
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -268,7 +283,7 @@ class DockerEngine:
         for chunk in self.api.push(repository, tag=tag, stream=True, decode=True):
             if "error" in chunk or "errorDetail" in chunk:
                 message = chunk.get("error") or chunk["errorDetail"].get("message", "push failed")
-                raise StepFailed(f"push of {ref} failed: {message.strip()}")
+                raise StepFailed(f"push of {ref} failed: {message.strip()}{_login_hint(ref, message)}")
             aux = chunk.get("aux")
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = aux["Digest"]

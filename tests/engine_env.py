@@ -1133,8 +1133,10 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str) -> None:
 
 
 @contextlib.contextmanager
-def local_registry(port: int = 0) -> Iterator[str]:
+def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> Iterator[str]:
     """Run Debian's ``docker-registry`` on 127.0.0.1; yield ``"127.0.0.1:PORT"``.
+
+    With ``users`` (name -> password), every request needs one of those logins (htpasswd).
 
     Storage is a temporary directory, deleted afterwards (or, after a killed run, by the
     next one). Each registry answers with a header of its own, so a stranger already
@@ -1150,6 +1152,17 @@ def local_registry(port: int = 0) -> Iterator[str]:
     env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
     with tempfile.TemporaryDirectory(prefix=REGISTRY_DIR_PREFIX) as tmp:
         log_path = Path(tmp) / "registry.log"
+        auth = {}
+        if users:
+            import bcrypt  # the registry reads bcrypt entries only
+
+            htpasswd = Path(tmp) / "htpasswd"
+            htpasswd.write_text(
+                "".join(
+                    f"{name}:{bcrypt.hashpw(pw.encode(), bcrypt.gensalt()).decode()}\n" for name, pw in users.items()
+                )
+            )
+            auth = {"auth": {"htpasswd": {"realm": "fa-images-test", "path": str(htpasswd)}}}
         wanted = port
         for attempt in range(3):  # a free port can be taken before the registry binds it
             started = time.monotonic()
@@ -1163,6 +1176,7 @@ def local_registry(port: int = 0) -> Iterator[str]:
                     "delete": {"enabled": True},
                 },
                 "http": {"addr": f"127.0.0.1:{port}", "headers": {IDENTITY_HEADER: [identity]}},
+                **auth,
             }
             config_path = Path(tmp) / "config.yml"
             config_path.write_text(json.dumps(config))  # JSON is YAML

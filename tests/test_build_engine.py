@@ -9,6 +9,8 @@ tiny extension of the same shape, whose build fits on two cores.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
+# The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
+REGISTRY_USER, CREDENTIAL_HELPER = "fa-push", "fa-test"
 
 
 @dataclass
@@ -36,6 +40,7 @@ class Project:
     env: dict[str, str]
     registry: str
     client: object
+    password: str = ""
 
     def matrix(self, name: str, *, image: str, versions: list[str]) -> Path:
         data = {
@@ -86,17 +91,46 @@ def project(tmp_path_factory):
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
     )
+    password = secrets.token_urlsafe(24)
     with (
         engine_env.docker_engine() as engine,
-        engine_env.local_registry() as registry,
+        engine_env.local_registry(users={REGISTRY_USER: password}) as registry,
         engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
     ):
         bases = engine_env.base_images(engine.client)
         engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
-        env = engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        proj = Project(dir=root, env=env, registry=registry, client=engine.client)
+        helper_dir = write_credential_helper(root, password)
+        config = root / "docker-config"
+        config.mkdir()
+        (config / "config.json").write_text(json.dumps({"credHelpers": {registry: CREDENTIAL_HELPER}}))
+        env = engine.env(
+            PYTHONPATH=str(REPO),
+            PYTHONUNBUFFERED="1",
+            DOCKER_CONFIG=str(config),
+            PATH=os.pathsep.join([str(helper_dir), os.environ["PATH"]]),
+        )
+        proj = Project(dir=root, env=env, registry=registry, client=engine.client, password=password)
         proj.wheelhouse = wheelhouse
         yield proj
+
+
+def write_credential_helper(root: Path, password: str) -> Path:
+    """A Docker credential helper that follows the helper protocol, and notes each server asked for."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / f"docker-credential-{CREDENTIAL_HELPER}"
+    helper.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "if sys.argv[1:] != ['get']:\n"
+        "    sys.exit(f'unsupported: {sys.argv[1:]}')\n"
+        "server = sys.stdin.read().strip()\n"
+        f"with open({str(root / 'helper-calls')!r}, 'a') as calls:\n"
+        "    calls.write(server + '\\n')\n"
+        f"print(json.dumps({{'ServerURL': server, 'Username': {REGISTRY_USER!r}, 'Secret': {password!r}}}))\n"
+    )
+    helper.chmod(0o755)
+    return bin_dir
 
 
 @pytest.fixture(scope="module")
@@ -156,14 +190,42 @@ def test_image_runs_its_import_check_and_reports_no_gpu(project, first_build):
     assert f"flash_attn {GOOD} imports next to torch 2.9.1" in out
 
 
-def test_push_reaches_the_registry_and_pulls_back(project, first_build):
-    _, entries = first_build
+def test_push_logs_in_through_the_credential_helper_and_pulls_back(project, first_build):
+    proc, entries = first_build
     good = entries[entry_id(GOOD)]
     assert good["pushed"].startswith("sha256:")
+    assert project.registry in (project.dir / "helper-calls").read_text().split()
+    # The secret is used, never shown.
+    assert project.password not in proc.stdout + proc.stderr
+    for path in [project.dir / "report.json", *(project.dir / "logs").iterdir()]:
+        assert project.password not in path.read_text(errors="replace"), path
     image_id = project.client.images.get(good["image"]).id
     project.client.images.remove(good["image"])
-    pulled = project.client.images.pull(good["image"])
+    login = {"username": REGISTRY_USER, "password": project.password}
+    pulled = project.client.images.pull(good["image"], auth_config=login)
     assert pulled.id == image_id
+
+
+def test_push_without_a_login_fails_the_entry_and_says_how_to_log_in(project, first_build):
+    matrix = project.matrix("nologin.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD])
+    empty_config = project.dir / "no-docker-config"
+    empty_config.mkdir()
+    env = {**project.env, "DOCKER_CONFIG": str(empty_config)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--push"]
+        + ["--report", "nologin.json", "--dist", "dist-nologin"],
+        cwd=project.dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    entry = json.loads((project.dir / "nologin.json").read_text())["entries"][0]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert entry["status"] == "failed" and entry["failed_step"] == "push", entry
+    assert "no basic auth credentials" in entry["error"]
+    assert f"docker login {project.registry}" in entry["error"] and "Traceback" not in proc.stderr
+    assert entry["wheel"], "the wheel built before the push is kept"
 
 
 def test_no_container_is_left_behind(project, first_build):
