@@ -41,4 +41,4 @@ trap 'kill $sampler 2>/dev/null' EXIT
   PYTHONPATH="$out/site" "$python" -m fa_images.builder check
   echo "check rc=$?"
 } 2>&1 | tee "$out/build.log"
-echo done > "$out/finished"
+echo "done" > "$out/finished"

@@ -50,3 +50,20 @@ def test_mypy_is_clean() -> None:
     """Configured in pyproject.toml: the whole fa_images package."""
     proc = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_shell_scripts_pass_shellcheck() -> None:
+    scripts = sorted([*(REPO / ".ci").iterdir(), *(REPO / "bench").rglob("*.sh")])
+    proc = subprocess.run([_tool("shellcheck"), *map(str, scripts)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_the_version_is_written_once() -> None:
+    """pyproject reads it from the package; `fa-images --version` prints the same."""
+    import fa_images
+
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic = \["version"\]', pyproject, re.MULTILINE)
+    assert not re.search(r"^version\s*=", pyproject.split("[project.optional-dependencies]")[0], re.MULTILINE)
+    proc = subprocess.run([sys.executable, "-m", "fa_images", "--version"], capture_output=True, text=True, cwd=REPO)
+    assert proc.stdout.strip() == f"fa-images {fa_images.__version__}"

@@ -65,8 +65,8 @@ docker info --format 'storage {{.Driver}}, cgroup v{{.CgroupVersion}} ({{.Cgroup
 
 phase "base images from this machine's root file system (no registry here)"
 mkdir -p "$W/skel"/{tmp,root,home,run,opt,proc,sys,dev} && chmod 1777 "$W/skel/tmp"
-PARTS=$(cd / && ls -d etc usr var bin sbin lib lib64 2>/dev/null)
-case "$PYBASE" in /usr | /usr/*) ;; *) PARTS="$PARTS ${PYBASE#/}" ;; esac
+mapfile -t PARTS < <(cd / && ls -d etc usr var bin sbin lib lib64 2>/dev/null)
+case "$PYBASE" in /usr | /usr/*) ;; *) PARTS+=("${PYBASE#/}") ;; esac
 ENVPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The NVIDIA driver (libcuda, libnvidia-*) is left out on purpose: it must come from the host
 # at run time, as on any GPU machine. So are caches, docs and the CUDA toolkit's big libraries
@@ -75,7 +75,7 @@ COMMON=(--exclude=usr/local/nvidia --exclude='libcuda.so*' --exclude='libcudadeb
     --exclude=var/cache --exclude=var/log --exclude=var/lib/docker --exclude=usr/share/doc --exclude=usr/share/man
     --exclude='__pycache__' --exclude=etc/hostname --exclude=etc/resolv.conf --exclude=etc/hosts)
 make_runtime() {
-    tar --numeric-owner -C "$W/skel" -c "${COMMON[@]}" --exclude='usr/local/cuda*' . -C / $PARTS 2>"$W/tar-runtime.err" |
+    tar --numeric-owner -C "$W/skel" -c "${COMMON[@]}" --exclude='usr/local/cuda*' . -C / "${PARTS[@]}" 2>"$W/tar-runtime.err" |
         docker import --change "ENV PATH=$PYBASE/bin:$ENVPATH" - gc.local/base:runtime-rootfs
     # This root file system (Ubuntu 24.04) has a user with uid 1000, as ubuntu:24.04 has ('ubuntu');
     # the template's `useradd --uid 1000 flash` needs that uid free.
@@ -85,7 +85,7 @@ make_runtime() {
 make_devel() {
     tar --numeric-owner -C "$W/skel" -c "${COMMON[@]}" --exclude='usr/local/cuda*/nsight*' --exclude='lib*_static.a' \
         --exclude='libnpp*' --exclude='libnvjpeg*' --exclude='libcufft*' --exclude='libcusolver*' \
-        --exclude='libcusparse*' --exclude='libcublas*' --exclude='libcurand*' . -C / $PARTS 2>"$W/tar-devel.err" |
+        --exclude='libcusparse*' --exclude='libcublas*' --exclude='libcurand*' . -C / "${PARTS[@]}" 2>"$W/tar-devel.err" |
         docker import --change "ENV PATH=/usr/local/cuda/bin:$PYBASE/bin:$ENVPATH" --change "ENV CUDA_HOME=/usr/local/cuda" - gc.local/base:devel
 }
 make_wheelhouse() {
