@@ -78,6 +78,7 @@ class Engine(Protocol):
         target: str,
         tag: str | None,
         network: str | None,
+        memory: int | None,
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
     ) -> str: ...
@@ -151,9 +152,13 @@ class DockerEngine:
         target: str,
         tag: str | None,
         network: str | None,
+        memory: int | None,
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
     ) -> str:
+        # The limit holds for every RUN container; the builder reads it from its cgroup and
+        # sizes its jobs by it. Swap is no way out: memswap equal to memory means none.
+        limits = {"memory": memory, "memswap": memory} if memory else None
         stream = self.api.build(
             path=str(context),
             dockerfile="Dockerfile",
@@ -163,6 +168,7 @@ class DockerEngine:
             forcerm=True,
             decode=True,
             network_mode=network,
+            container_limits=limits,
             pull=False,
         )
         image_id: str | None = None

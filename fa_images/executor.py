@@ -151,6 +151,7 @@ class Executor:
                 target="runtime",
                 tag=run.entry.image,
                 network=network,
+                memory=self.matrix.build.memory_bytes,
                 on_line=on_line,
                 on_progress=on_progress,
             )
@@ -160,6 +161,7 @@ class Executor:
                 target="builder",
                 tag=run.entry.builder_image,
                 network=network,
+                memory=self.matrix.build.memory_bytes,
                 on_line=run.log.write,
                 on_progress=lambda _: None,
             )
@@ -168,6 +170,7 @@ class Executor:
                 target="wheel",
                 tag=None,
                 network=network,
+                memory=self.matrix.build.memory_bytes,
                 on_line=run.log.write,
                 on_progress=lambda _: None,
             )

@@ -34,6 +34,9 @@ CAPABILITY = re.compile(r"\d{1,2}\.\d", re.ASCII)
 SHA256 = re.compile(r"[0-9a-f]{64}")
 PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+# A memory size as `docker build --memory` takes it: a number and a binary unit (6g = 6 GiB).
+MEMORY = re.compile(r"(\d{1,15})\s*([kmgt]?)(?:i?b)?", re.ASCII | re.IGNORECASE)
+MIN_BUILD_MEMORY = 1 << 30
 # What an index URL may hold besides its scheme, host and port. No quotes, spaces, `$`,
 # backticks, `;`, `&`, `|`, `<`, `>`, parentheses, braces or backslashes.
 _URL_PATH = re.compile(r"[A-Za-z0-9._~%/:@+=,-]*", re.ASCII)
@@ -146,6 +149,23 @@ def without_credentials(url: str) -> str:
 def network(value: str) -> str | None:
     """A ``docker build --network`` mode: default, host, none, bridge or a network's name."""
     return None if NETWORK.fullmatch(value) else f"{value!r} is not a network mode (e.g. host, none, or a name)"
+
+
+def memory_bytes(value: str) -> int:
+    """'6g' -> 6 GiB in bytes; raises ValueError for anything else."""
+    match = MEMORY.fullmatch(value.strip())
+    if not match:
+        raise ValueError(value)
+    return int(match.group(1)) << (10 * " kmgt".index(match.group(2).lower() or " "))
+
+
+def memory(value: str) -> str | None:
+    """A build memory limit such as 6g, 16GiB or 8192m, at least 1 GiB."""
+    try:
+        size = memory_bytes(value)
+    except ValueError:
+        return f"{value!r} is not a memory size (e.g. 16g, 16GiB, 8192m)"
+    return None if size >= MIN_BUILD_MEMORY else f"{value!r} is less than the 1 GiB a build needs at the least"
 
 
 def printable(value: str) -> bool:

@@ -73,6 +73,13 @@ class Packages:
 class BuildOptions:
     network: str | None = None  # docker build network mode; "host" reaches services on 127.0.0.1
     ptx: bool = False
+    # The memory the compile may use (e.g. "16g"): a limit on the build's containers, which the
+    # builder reads from its cgroup and sizes its parallel jobs by. None: the engine's whole memory.
+    memory: str | None = None
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return grammar.memory_bytes(self.memory) if self.memory else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -464,6 +471,7 @@ SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("packages", "find_links"): grammar.find_links,
     ("packages", "flash_attn_index"): grammar.index_url,
     ("build", "network"): grammar.network,
+    ("build", "memory"): grammar.memory,
 }
 TEMPLATED = {("bases", "devel"), ("bases", "runtime"), ("packages", "torch_index")}
 VERSION_GRAMMAR: dict[str, Callable[[str], str | None]] = {

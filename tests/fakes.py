@@ -27,6 +27,7 @@ class FakeEngine:
         self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
         self.interrupt_on, self.missing = interrupt_on, missing
         self.calls: list[tuple] = []
+        self.memory_limits: list[int | None] = []  # what each build call was limited to
 
     def describe(self) -> str:
         return "fake engine"
@@ -34,10 +35,11 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return self.gpu
 
-    def build(self, *, context, target, tag, network, on_line, on_progress) -> str:
+    def build(self, *, context, target, tag, network, memory, on_line, on_progress) -> str:
         assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
         entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
         self.calls.append(("build", target, tag))
+        self.memory_limits.append(memory)
         on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
         on_line("compiling")
         if self.interrupt_on and self.interrupt_on in (tag or ""):
