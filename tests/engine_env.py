@@ -135,10 +135,13 @@ class EngineHandle:
     # an earlier, killed run left behind) and stops it when the last user ends.
     managed: bool
     log_path: Path | None = None
+    # The same private engine reached over TCP, from a mount namespace whose /tmp is empty.
+    tcp_url: str | None = None
 
-    def env(self, **extra: str) -> dict[str, str]:
+    def env(self, *, tcp: bool = False, **extra: str) -> dict[str, str]:
         """The environment for a `fa-images` command the tests run against this engine."""
-        return child_env(DOCKER_HOST=self.base_url, **extra)
+        # An engine of the user's own has no TCP address of ours: its own address then.
+        return child_env(DOCKER_HOST=(tcp and self.tcp_url) or self.base_url, **extra)
 
 
 @contextlib.contextmanager
@@ -182,7 +185,8 @@ def docker_engine() -> Iterator[EngineHandle]:
                 reap_leftovers(client)
             fcntl.flock(users_lock, fcntl.LOCK_SH)
         try:
-            yield EngineHandle(client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log")
+            tcp_url = _tcp_host(_read_pid(RUN_DIR / "docker.pid"))
+            yield EngineHandle(client, base_url, managed=True, log_path=RUN_DIR / "dockerd.log", tcp_url=tcp_url)
         finally:
             fcntl.flock(users_lock, fcntl.LOCK_UN)
             with _flocked(start_lock, fcntl.LOCK_EX):
@@ -282,6 +286,10 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
             str(RUN_DIR / "docker.pid"),
             "--host",
             base_url,
+            # Also on TCP, for the tests that reach the engine as a remote one. Loopback only,
+            # and only while the tests run: plain TCP gives root to whoever can connect.
+            "--host",
+            f"tcp://127.0.0.1:{_free_port()}",
             "--config-file",
             str(config),
             "--storage-driver",
@@ -297,7 +305,7 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
             # A session of its own: a Ctrl-C meant for pytest must not kill
             # the daemon before the context manager stops it cleanly.
             proc = subprocess.Popen(
-                command,
+                [*_own_tmp(), *command],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -329,6 +337,29 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
         f"dockerd did not come up at {base_url} within {ENGINE_START_TIMEOUT:.0f} s "
         f"(command: {' '.join(command)}); log tail:\n{_tail(log_path)}"
     )
+
+
+def _own_tmp() -> list[str]:
+    """A prefix that runs the daemon in a mount namespace of its own, with an empty /tmp.
+
+    The tests' projects live under /tmp, so whatever the tool wrongly asks the engine to read
+    from the host's file system (a bind mount, a context path) fails in every engine test, as it
+    would against a remote engine.
+    """
+    unshare = shutil.which("unshare", path=_sbin_path())
+    if unshare is None:
+        raise RuntimeError("unshare not found; install it with: apt-get install -y util-linux")
+    script = 'mount -t tmpfs -o size=256m,mode=1777 fa-images-test-tmp /tmp && exec "$@"'
+    return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+
+
+def _tcp_host(pid: int | None) -> str | None:
+    """The ``tcp://`` address a private dockerd listens on, read from its command line."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except (OSError, ValueError):
+        return None
+    return next((a for a in argv if a.startswith("tcp://")), None)
 
 
 def _wait_for_dockerd(proc: subprocess.Popen[bytes], base_url: str) -> docker.DockerClient | None:

@@ -15,6 +15,7 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
@@ -52,6 +53,15 @@ def _run(client, image: str, command: str, **kwargs) -> tuple[int, str]:
         container.remove(force=True)
 
 
+@dataclass
+class Built:
+    client: docker.DockerClient
+    entry: dict
+    root: Path  # the project directory, on the host only
+    stderr: str
+    private_engine: bool  # the tests' own dockerd, which listens on TCP too
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("runtime-image")
@@ -78,7 +88,8 @@ def built(tmp_path_factory):
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
         }
         (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-        env = engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be.
+        env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         proc = subprocess.run(
             [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
             cwd=root,
@@ -91,11 +102,11 @@ def built(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-4000:]
         report = json.loads((root / "report.json").read_text())
         (entry,) = report["entries"]
-        yield client, entry, bases
+        yield Built(client, entry, root, proc.stderr, private_engine=engine.managed)
 
 
 def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
-    client, entry, _ = built
+    client, entry = built.client, built.entry
     assert entry["status"] == "ok" and entry["check"] == "passed"
     code, out = _run(client, entry["image"], "pip check")
     assert code == 0 and "No broken requirements found" in out, out
@@ -108,7 +119,7 @@ def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
 
 
 def test_runtime_image_holds_no_compiler_and_no_build_tools(built):
-    client, entry, _ = built
+    client, entry = built.client, built.entry
     code, out = _run(client, entry["image"], "command -v nvcc ninja; ls /opt/build-tools /usr/local/cuda 2>&1")
     assert "nvcc" not in out.split("ls:")[0] and "ninja" not in out.split("ls:")[0], out
     assert "No such file" in out, out
@@ -121,7 +132,7 @@ def test_runtime_image_holds_no_compiler_and_no_build_tools(built):
 
 
 def test_runtime_image_is_no_larger_than_its_parts(built):
-    client, entry, _ = built
+    client, entry = built.client, built.entry
     image = client.images.get(entry["image"])
     base = client.images.get(UID_TAKEN_TAG)
     code, out = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
@@ -141,7 +152,7 @@ def test_runtime_image_is_no_larger_than_its_parts(built):
 
 
 def test_runtime_image_runs_as_uid_1000_where_that_uid_exists(built):
-    client, entry, _ = built
+    client, entry = built.client, built.entry
     image = client.images.get(entry["image"])
     assert image.attrs["Config"]["User"] == "1000:1000"
     code, out = _run(client, entry["image"], "id -un; touch /home/flash/ok && echo writable")
@@ -167,7 +178,7 @@ def git_calling_sdists(sdist_cache) -> dict[str, Path]:
 @pytest.mark.parametrize("version", GIT_CALLING)
 def test_builder_stage_runs_setup_py_that_calls_git(built, git_calling_sdists, version):
     """The real setup.py, in the builder image, as the compile runs it (build tools on the path)."""
-    client, entry, _ = built
+    client, entry = built.client, built.entry
     sdist = git_calling_sdists[version]
     builder = f"{entry['image']}-builder"
     unpack = f"cd /tmp && tar xzf /sdists/{sdist.name} && cd flash_attn-{version} && "
@@ -187,8 +198,22 @@ def test_builder_stage_runs_setup_py_that_calls_git(built, git_calling_sdists, v
     assert code != 0 and "No such file or directory: 'git'" in out, out
 
 
+def test_the_build_went_through_an_engine_that_does_not_share_the_hosts_files(built):
+    if not built.private_engine:
+        pytest.skip("the engine is not the tests' private one, which listens on TCP too")
+    assert "engine: Docker Engine" in built.stderr and " at tcp://127.0.0.1:" in built.stderr
+    # The project directory, full on the host, is empty as the engine sees it...
+    assert (built.root / "matrix.yaml").is_file()
+    volumes = {str(built.root): {"bind": "/project", "mode": "ro"}}
+    code, out = _run(built.client, engine_env.RUNTIME_TAG, "ls -A /project | wc -l", volumes=volumes)
+    assert code == 0 and out.strip() == "0", out
+    # ...and still the build read its context and the wheel came back.
+    wheel = Path(built.entry["wheel"])
+    assert wheel.is_file() and wheel.is_relative_to(built.root)
+
+
 def test_no_container_is_left_behind(built):
-    client, _, _ = built
+    client = built.client
     try:
         leftovers = [c.name for c in client.containers.list(all=True) if c.image.tags and IMAGE in c.image.tags[0]]
     except docker.errors.NotFound:
