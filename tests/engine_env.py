@@ -251,7 +251,7 @@ def _which(name: str, package: str) -> str:
 
 def child_env(marked: bool = True, /, **extra: str) -> dict[str, str]:
     """The environment of a process the tests start; ``marked`` ones are reaped if a run is killed."""
-    env = dict(os.environ, PATH=_sbin_path(), **extra)
+    env = {**os.environ, "PATH": _sbin_path(), **extra}
     if marked:
         env[CHILD_MARKER] = str(RUN_DIR)
     # Keep loopback traffic (local registry, wheel server) off any proxy.
