@@ -9,6 +9,7 @@ on every path out, Ctrl-C included, unless the caller asks to keep it.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from . import gpus
 from .errors import EngineUnavailable, FatalError
@@ -115,6 +116,33 @@ def _login_hint(ref: str, message: str) -> str:
     )
 
 
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def _engine_call(what: str) -> Callable[[_Call], _Call]:
+    """An engine's refusal (an API error, a dropped connection) becomes one StepFailed line, not
+    a traceback: e.g. a runtime that cannot set a container's limits, or a daemon that went away."""
+
+    def decorate(method: _Call) -> _Call:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            import docker.errors
+            import requests
+
+            subject = next((a for a in args if isinstance(a, str)), kwargs.get("tag") or "")
+            doing = f"{what} {subject}".strip()
+            try:
+                return method(self, *args, **kwargs)
+            except docker.errors.APIError as exc:
+                raise StepFailed(f"{doing}: the engine refused: {exc.explanation or exc}") from None
+            except (docker.errors.DockerException, requests.RequestException) as exc:
+                raise StepFailed(f"{doing}: lost the engine at {_where()}: {exc}") from None
+
+        return cast(_Call, wrapper)
+
+    return decorate
+
+
 class DockerEngine:
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -138,13 +166,17 @@ class DockerEngine:
 
     def describe(self) -> str:
         info = self.client.version()
-        return f"Docker Engine {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
+        # Podman answers the same API and names itself in Components.
+        name = next((c.get("Name") for c in info.get("Components") or [] if c.get("Name")), "Docker Engine")
+        name = "Docker Engine" if name == "Engine" else name
+        return f"{name} {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
 
     def has_gpu_runtime(self) -> bool:
         """Whether a device request can be answered: the NVIDIA Container Toolkit's runtime is registered."""
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
 
+    @_engine_call("building")
     def build(
         self,
         *,
@@ -214,6 +246,7 @@ class DockerEngine:
             raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
         return image_id
 
+    @_engine_call("looking up base images")
     def missing_images(self, refs: list[str]) -> list[str]:
         """The refs the engine does not hold. The legacy builder pulls a missing FROM image even
         with pull=False, so this is asked before any build: nothing is pulled behind the user's back."""
@@ -241,6 +274,7 @@ class DockerEngine:
             if not state["keep"]:
                 container.remove(force=True)
 
+    @_engine_call("exporting the files of")
     def export(self, image: str, dest: Path) -> list[Path]:
         """Copies the files of an image (the FROM-scratch ``wheel`` stage) into ``dest``."""
         # A scratch image has no command; the container is created, never started.
@@ -260,6 +294,7 @@ class DockerEngine:
                 written.append(target)
         return written
 
+    @_engine_call("running a container of")
     def run(
         self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
     ) -> RunResult:
@@ -283,6 +318,7 @@ class DockerEngine:
             state["keep"] = keep and code != 0  # a failed check, kept for `docker start -ai`
         return RunResult(code, output, kept_container=container.name if state["keep"] else None)
 
+    @_engine_call("pushing")
     def push(self, ref: str, on_line: OnLine) -> str:
         repository, tag = ref.rsplit(":", 1)
         digest = ""
