@@ -198,6 +198,80 @@ def docker_engine() -> Iterator[EngineHandle]:
             client.close()
 
 
+# Podman's settings for the tests (the machine's own /etc/containers is left alone): runc and
+# cgroupfs, open-file and process limits it may set in a container here, host networking.
+_PODMAN_CONF = """\
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+netns = "host"
+"""
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[EngineHandle]:
+    """Podman's Docker-compatible API service, private to the tests: its own config, storage and socket.
+
+    The storage is scratch: emptied before and after, so a run never inherits a killed run's images.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeError("the Podman engine tests run podman as root")
+    podman = _which("podman", "podman")
+    root = cache_dir() / "podman"
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    socket_path = RUN_DIR / "podman.sock"
+    config = {
+        "CONTAINERS_CONF": root / "containers.conf",
+        "CONTAINERS_STORAGE_CONF": root / "storage.conf",
+        "CONTAINERS_REGISTRIES_CONF": root / "registries.conf",
+    }
+    env = child_env(**{k: str(v) for k, v in config.items()})
+
+    def reset() -> None:
+        if config["CONTAINERS_STORAGE_CONF"].exists():
+            subprocess.run([podman, "system", "reset", "--force"], env=env, capture_output=True, check=False)
+        _unmount_under(root, include_self=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+    with _file_lock(cache_dir() / "podman.lock"):
+        reset()
+        root.mkdir(parents=True)
+        config["CONTAINERS_CONF"].write_text(_PODMAN_CONF)
+        config["CONTAINERS_STORAGE_CONF"].write_text(
+            f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\nrunroot = "{RUN_DIR}/podman-run"\n'
+        )
+        # The tests' registries listen on loopback, over plain HTTP.
+        config["CONTAINERS_REGISTRIES_CONF"].write_text('[[registry]]\nlocation = "127.0.0.1"\ninsecure = true\n')
+        socket_path.unlink(missing_ok=True)
+        base_url = f"unix://{socket_path}"
+        log_path = RUN_DIR / "podman.log"
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen(
+                [podman, "system", "service", "--time=0", base_url],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        _CHILDREN[proc.pid] = proc
+        try:
+            client = _wait_for_dockerd(proc, base_url)
+            if client is None:
+                raise RuntimeError(f"podman system service did not answer at {base_url}; log:\n{_tail(log_path)}")
+            try:
+                yield EngineHandle(client, base_url, managed=True, log_path=log_path)
+            finally:
+                client.close()
+        finally:
+            _terminate(proc.pid, grace=10)
+            reset()
+
+
 def _only_user(users_lock: BinaryIO) -> bool:
     """True when no other process holds the engine (call with start.lock held)."""
     try:
@@ -641,7 +715,11 @@ def _import_rootfs(client: docker.DockerClient, tarball: Path, tag: str, key: st
     started = time.monotonic()
     repository, _, version = tag.rpartition(":")
     changes = [*_IMPORT_CHANGES, f"LABEL {KEY_LABEL}={key}"]
-    client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
+    answer = client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
+    # Podman's API imports under "latest" whatever the tag asked: tag the imported id by hand.
+    imported = re.findall(r"sha256:[0-9a-f]{64}", str(answer))
+    if imported:
+        client.images.get(imported[-1]).tag(repository, version)
     if _image_key(client, tag) != key:
         raise RuntimeError(f"docker import of {tarball} did not produce {tag} with label {key}")
     log.info("imported %s as %s in %.1f s", tarball.name, tag, time.monotonic() - started)
@@ -1329,6 +1407,7 @@ __all__ = [
     "docker_engine",
     "local_registry",
     "marked_processes",
+    "podman_engine",
     "reap_leftovers",
     "remove_test_images",
     "run_build",

@@ -1,0 +1,100 @@
+"""`fa-images build` against Podman, through its Docker-compatible API.
+
+The same real parts as tests/test_build_engine.py (Debian base images, the CUDA devel stand-in,
+torch 2.9.1 from a local wheelhouse, a real registry, the tiny flash-attn-shaped extension), but
+the engine is Debian's podman (`podman system service`), with nothing in fa-images told so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import engine_env
+import pytest
+import toolchain
+import yaml
+from fixtures.tiny import make_tiny_sdist
+
+from fa_images.builder.source import sha256_of
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[1]
+VERSION = "2.8.3.dev0"
+ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("podman")
+    sha = sha256_of(make_tiny_sdist(root / "sdists", version=VERSION))
+    (root / "compat.yaml").write_text(
+        yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
+    )
+    with (
+        engine_env.podman_engine() as engine,
+        engine_env.local_registry() as registry,
+        engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
+    ):
+        bases = engine_env.base_images(engine.client)
+        engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
+        matrix = {
+            "image": f"{registry}/fa-images-test/podman",
+            "bases": {"devel": engine_env.CUDA_STANDIN_TAG, "runtime": bases.runtime, "python": "system"},
+            "packages": {"index": None, "torch_index": None, "find_links": [wheelhouse], "sdists": "sdists"},
+            "build": {"network": "host"},
+            "compat": "compat.yaml",
+            "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
+        }
+        (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fa_images",
+                "build",
+                "--matrix",
+                "matrix.yaml",
+                "--push",
+                "--report",
+                "report.json",
+            ],
+            cwd=root,
+            env=engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
+            capture_output=True,
+            text=True,
+            timeout=3000,
+        )
+        print(proc.stderr[-6000:])
+        report = json.loads((root / "report.json").read_text())
+        yield engine.client, proc, report["entries"][0], root, registry
+
+
+def test_the_entry_builds_checks_exports_and_pushes_on_podman(built):
+    _, proc, entry, root, _ = built
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stderr.startswith("engine: Podman Engine 4.")
+    assert entry["status"] == "ok" and entry["check"] == "passed", entry
+    wheel = Path(entry["wheel"])
+    assert wheel.is_file() and sha256_of(wheel) == entry["wheel_sha256"]
+    assert json.loads((root / "dist" / "manifest.json").read_text())["wheels"][wheel.name]["entry"] == ENTRY
+    assert entry["pushed"].startswith("sha256:")
+
+
+def test_the_pushed_image_is_in_the_registry(built):
+    _, _, entry, _, registry = built
+    repository, tag = entry["image"].removeprefix(registry + "/").rsplit(":", 1)
+
+    accept = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+    request = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{tag}", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200 and json.loads(answer.read())["layers"]
+
+
+def test_no_container_is_left_behind_on_podman(built):
+    client = built[0]
+    assert client.containers.list(all=True) == []
