@@ -106,6 +106,7 @@ examples:
   fa-images build                             every entry of ./matrix.yaml; wheels in dist/
   fa-images build --only fa2.8.3-py3.12-torch2.9.1-cu128 --push
   fa-images build --dry-run                   print the plan, build nothing
+  fa-images build --dry-run --json            the plan as JSON: steps, stages, targets, tags, checks, pushes
   fa-images build --report build.json --fail-fast
 
 For each entry: fetch and sha256-check the sdist on the host, build the image (the wheel
@@ -134,7 +135,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(plan_mod.to_json(plans))
         else:
             for p in plans:
-                print(f"{p.entry.id}: {' -> '.join(p.steps)}")
+                print("\n".join(p.describe()))
         return 0
     gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
     console = Console()
@@ -452,7 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
         "explicitly (no toolkit needed; exit 3 if the host has none), none = skip the GPU check",
     )
     build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
-    build.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    build.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dry-run: the plan as JSON (per entry: steps, stages, build targets, tags, check commands, push)",
+    )
     build.set_defaults(func=cmd_build)
 
     _add_dist_commands(sub)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from . import gpus
-from .errors import EngineUnavailable, FatalError
+from .errors import EngineUnavailable, StepFailed
 from .gpus import HostGpus
 
 OnLine = Callable[[str], None]
@@ -39,15 +39,6 @@ def _short(instruction: str, width: int = 60) -> str:
 
 def _dedupe(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
-
-
-class StepFailed(FatalError):
-    """A build step, a check or a push failed; ``lines`` holds the end of its output."""
-
-    def __init__(self, message: str, *, step: str | None = None, lines: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.step = step
-        self.lines = lines or []
 
 
 @dataclass(frozen=True)
@@ -94,7 +85,9 @@ class Engine(Protocol):
 
     def push(self, ref: str, on_line: OnLine) -> str: ...
 
-    def leftover_containers(self) -> list[str]: ...
+    def debug_command(self, container: str) -> str:
+        """How a person enters a container that ``run`` kept (``keep=True``, a failed command)."""
+        ...
 
 
 def _where() -> str:
@@ -315,7 +308,7 @@ class DockerEngine:
                     output.append(line)
                     on_line(line)
             code = int(container.wait().get("StatusCode", 1))
-            state["keep"] = keep and code != 0  # a failed check, kept for `docker start -ai`
+            state["keep"] = keep and code != 0  # a failed check, kept for debug_command
         return RunResult(code, output, kept_container=container.name if state["keep"] else None)
 
     @_engine_call("pushing")
@@ -336,6 +329,5 @@ class DockerEngine:
             raise StepFailed(f"push of {ref} ended without a digest from the registry")
         return digest
 
-    def leftover_containers(self) -> list[str]:
-        found = self.client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
-        return [c.name for c in found]
+    def debug_command(self, container: str) -> str:
+        return f"docker start -ai {container}"

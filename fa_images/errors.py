@@ -73,6 +73,16 @@ class EngineUnavailable(FatalError):
     exit_code = 7
 
 
+class StepFailed(FatalError):
+    """A step of an entry failed: a build, an export, a check, a push, or the engine under it.
+    ``lines`` holds the end of its output. The entry fails; the run goes on (exit 1 at the end)."""
+
+    def __init__(self, message: str, *, step: str | None = None, lines: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.step = step  # the build instruction that failed, when the engine says which
+        self.lines = lines or []
+
+
 class EntriesFailed(FatalError):
     """A build ran, and some of its entries failed (the summary says which)."""
 

@@ -11,21 +11,31 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from . import context
 from .builder import contract, scratch, verify
 from .builder import dist as dist_dir
-from .engine import BuildProgress, Engine, RunResult, StepFailed
-from .errors import FatalError
+from .engine import BuildProgress, Engine, RunResult
+from .errors import FatalError, StepFailed
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, EntryLog, duration
 from .matrix import Entry, Matrix
-from .plan import EntryPlan
+from .plan import CheckCommand, EntryPlan, StepName
 
-GPU_CHECK = ["python", "-m", "fa_images.builder", "check"]
-NO_GPU_EXIT = 3
+EntryStatus = Literal["ok", "failed", "interrupted", "not run"]
+CheckStatus = Literal["passed", "not run"]
+# A skipped GPU check says why in its status (as report.json always has): one status per reason.
+GpuCheckStatus = Literal[
+    "passed",
+    "not run",
+    "skipped: --gpus none",
+    "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none",
+    "skipped: no GPU visible in the container",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,35 +50,49 @@ class Options:
 
 @dataclass
 class EntryResult:
+    """What happened to one entry; ``report.json`` holds one of these per entry."""
+
     id: str
     image: str
-    status: str = "not run"  # ok | failed | interrupted | not run
-    failed_step: str | None = None
+    status: EntryStatus = "not run"
+    failed_step: StepName | None = None
     error: str | None = None
     image_id: str | None = None
     wheel: str | None = None
     wheel_sha256: str | None = None
-    check: str = "not run"
-    gpu_check: str = "not run"
+    check: CheckStatus = "not run"
+    gpu_check: GpuCheckStatus = "not run"
     pushed: str | None = None  # the digest
     kept_container: str | None = None
     log: str | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[StepName, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a step says about itself on its ✓ line."""
+
+    note: str = ""
+    skipped: bool = False  # it ran, decided there was nothing it could do here, and said why
 
 
 @dataclass
 class _EntryRun:
     """What the steps of one entry hand to each other."""
 
-    entry: Entry
+    plan: EntryPlan
     result: EntryResult
     log: EntryLog
     label: str
     sdist: Path | None = None
     wheel_image: str | None = None
+
+    @property
+    def entry(self) -> Entry:
+        return self.plan.entry
 
 
 class Executor:
@@ -93,32 +117,33 @@ class Executor:
     def _run_entry(self, plan: EntryPlan, result: EntryResult, label: str) -> None:
         log = EntryLog((self.options.log_dir / f"{plan.entry.id}.log").resolve())
         result.log = str(log.path)
-        run = _EntryRun(entry=plan.entry, result=result, log=log, label=label)
+        run = _EntryRun(plan=plan, result=result, log=log, label=label)
         try:
             for name in plan.steps:
                 result.failed_step = name
                 started = time.monotonic()
-                with self.console.step(name) as info:
-                    getattr(self, "_" + name.replace("-", "_"))(run, info)
+                with self.console.step(name) as shown:
+                    outcome = STEP_TABLE[name](self, run)
+                    shown.update(note=outcome.note, skipped=outcome.skipped)
                 result.seconds[name] = round(time.monotonic() - started, 1)
             result.status, result.failed_step = "ok", None
         except FatalError as exc:
             result.status, result.error = "failed", str(exc)
             self.console.line(f"    {exc}")
-            for line in getattr(exc, "lines", [])[-8:]:
+            for line in (exc.lines if isinstance(exc, StepFailed) else [])[-8:]:
                 self.console.line(f"    | {line}")
             self.console.line(f"    full log: {log.path}")
             log.write(f"fa-images: {result.failed_step} failed: {exc}")
         finally:
             log.close()
 
-    # Each step below is named after its plan step ("gpu-check" -> _gpu_check).
+    # The steps, one method each; STEP_TABLE below maps the plan's step names to them.
 
-    def _source(self, run: _EntryRun, info: dict) -> None:
+    def _source(self, run: _EntryRun) -> StepOutcome:
         run.sdist = context.fetch_sdist(self.matrix, run.entry)
-        info["note"] = run.sdist.name
+        return StepOutcome(note=run.sdist.name)
 
-    def _build(self, run: _EntryRun, info: dict) -> None:
+    def _build(self, run: _EntryRun) -> StepOutcome:
         started = time.monotonic()
         progress: BuildProgress | None = None
 
@@ -146,37 +171,26 @@ class Executor:
 
         with scratch.scratch_dir("context", keep=self.options.keep_work, log=kept) as tmp:
             ctx = context.assemble(self.matrix, run.entry, run.sdist, tmp)
-            run.result.image_id = self.engine.build(
-                context=ctx,
-                target="runtime",
-                tag=run.entry.image,
-                network=network,
-                memory=self.matrix.build.memory_bytes,
-                on_line=on_line,
-                on_progress=on_progress,
-            )
-            # These reuse the cached layers: seconds, not another compile.
-            self.engine.build(
-                context=ctx,
-                target="builder",
-                tag=run.entry.builder_image,
-                network=network,
-                memory=self.matrix.build.memory_bytes,
-                on_line=run.log.write,
-                on_progress=lambda _: None,
-            )
-            run.wheel_image = self.engine.build(
-                context=ctx,
-                target="wheel",
-                tag=None,
-                network=network,
-                memory=self.matrix.build.memory_bytes,
-                on_line=run.log.write,
-                on_progress=lambda _: None,
-            )
-        info["note"] = f"{run.entry.image} ({run.result.image_id[:19]})"
+            for index, target in enumerate(run.plan.targets):
+                # The first build compiles and is shown live; the next reuse its cached layers: seconds.
+                live = index == 0
+                image_id = self.engine.build(
+                    context=ctx,
+                    target=target.stage,
+                    tag=target.tag,
+                    network=network,
+                    memory=self.matrix.build.memory_bytes,
+                    on_line=on_line if live else run.log.write,
+                    on_progress=on_progress if live else lambda _: None,
+                )
+                if target.stage == contract.RUNTIME_STAGE:
+                    run.result.image_id = image_id
+                elif target.stage == contract.WHEEL_STAGE:
+                    run.wheel_image = image_id
+        assert run.result.image_id is not None
+        return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]})")
 
-    def _export(self, run: _EntryRun, info: dict) -> None:
+    def _export(self, run: _EntryRun) -> StepOutcome:
         entry, dist = run.entry, self.options.dist
         assert run.wheel_image is not None
         dist.mkdir(parents=True, exist_ok=True)
@@ -195,64 +209,71 @@ class Executor:
             record = manifest_record(staging, wheels[0], report.sha256, entry)
             (final,) = dist_dir.add_wheels(dist, [dist_dir.Incoming(wheels[0], record, entry.id)], move=True)
             run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256
-            info["note"] = f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)"
+            return StepOutcome(note=f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _check(self, run: _EntryRun, info: dict) -> None:
-        outcome = self._run_container(run, None, gpu=False, what="import check")
+    def _check(self, run: _EntryRun) -> StepOutcome:
+        outcome = self._run_check(run, run.plan.check("check"), gpu=False)
         run.result.check = "passed"
-        info["note"] = outcome.output[-1] if outcome.output else ""
+        return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 
-    def _gpu_check(self, run: _EntryRun, info: dict) -> None:
-        access = self.options.gpus
+    def _gpu_check(self, run: _EntryRun) -> StepOutcome:
+        check, access = run.plan.check("gpu-check"), self.options.gpus
         gpu: bool | HostGpus = True
         if access.mode == "none":
-            run.result.gpu_check = info["note"] = "skipped: --gpus none"
-            info["skipped"] = True
-            return
+            return self._gpu_check_skipped(run, "skipped: --gpus none")
         if access.host is not None:
             gpu = access.host
             run.log.write(f"GPU passthrough (--gpus devices): {access.host.describe()}")
             run.log.write(f"  devices: {' '.join(access.host.devices)}")
             run.log.write(f"  driver libraries: {' '.join(access.host.libraries)}")
         elif not self.engine.has_gpu_runtime():
-            run.result.gpu_check = info["note"] = (
-                "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none"
+            return self._gpu_check_skipped(
+                run, "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none"
             )
-            info["skipped"] = True
-            return
         # Devices passed explicitly that torch cannot see are a failure, not a GPU-less host.
-        tolerate = () if access.host is not None else (NO_GPU_EXIT,)
-        outcome = self._run_container(run, GPU_CHECK, gpu=gpu, what="GPU check", tolerate=tolerate)
-        if outcome.exit_code == NO_GPU_EXIT:
-            run.result.gpu_check = info["note"] = "skipped: no GPU visible in the container"
-            info["skipped"] = True
-            return
+        no_gpu = check.no_gpu_exit if access.host is None else None
+        outcome = self._run_check(run, check, gpu=gpu, tolerate=() if no_gpu is None else (no_gpu,))
+        if no_gpu is not None and outcome.exit_code == no_gpu:
+            return self._gpu_check_skipped(run, "skipped: no GPU visible in the container")
         run.result.gpu_check = "passed"
-        info["note"] = outcome.output[-1] if outcome.output else ""
+        return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 
-    def _run_container(
-        self,
-        run: _EntryRun,
-        command: list[str] | None,
-        *,
-        gpu: bool | HostGpus,
-        what: str,
-        tolerate: tuple[int, ...] = (),
+    @staticmethod
+    def _gpu_check_skipped(run: _EntryRun, status: GpuCheckStatus) -> StepOutcome:
+        run.result.gpu_check = status
+        return StepOutcome(note=status, skipped=True)
+
+    def _run_check(
+        self, run: _EntryRun, check: CheckCommand, *, gpu: bool | HostGpus, tolerate: tuple[int, ...] = ()
     ) -> RunResult:
         outcome = self.engine.run(
-            run.entry.image, command, gpu=gpu, keep=self.options.keep_container, on_line=run.log.write
+            run.entry.image, list(check.command), gpu=gpu, keep=self.options.keep_container, on_line=run.log.write
         )
         if outcome.exit_code == 0 or outcome.exit_code in tolerate:
             return outcome
-        run.result.kept_container = outcome.kept_container
-        hint = f"; kept for debugging: docker start -ai {outcome.kept_container}" if outcome.kept_container else ""
-        raise StepFailed(f"{what} exited with {outcome.exit_code}{hint}", lines=outcome.output[-20:])
+        run.result.kept_container = kept = outcome.kept_container
+        hint = f"; kept for debugging: {self.engine.debug_command(kept)}" if kept else ""
+        raise StepFailed(f"{check.what} exited with {outcome.exit_code}{hint}", lines=outcome.output[-20:])
 
-    def _push(self, run: _EntryRun, info: dict) -> None:
-        run.result.pushed = self.engine.push(run.entry.image, on_line=run.log.write)
-        info["note"] = f"{run.entry.image}@{run.result.pushed}"
+    def _push(self, run: _EntryRun) -> StepOutcome:
+        pushed = []
+        for ref in run.plan.push:
+            run.result.pushed = digest = self.engine.push(ref, on_line=run.log.write)
+            pushed.append(f"{ref}@{digest}")
+        return StepOutcome(note=", ".join(pushed))
+
+
+# Each step of a plan and the method that carries it out (tests/test_plan.py: one for every step).
+STEP_TABLE: dict[StepName, Callable[[Executor, _EntryRun], StepOutcome]] = {
+    "source": Executor._source,
+    "build": Executor._build,
+    "export": Executor._export,
+    "check": Executor._check,
+    "gpu-check": Executor._gpu_check,
+    "push": Executor._push,
+}
 
 
 def manifest_record(exported: Path, wheel: Path, sha256: str, entry: Entry) -> dist_dir.WheelRecord:

@@ -1,37 +1,153 @@
 """The plan: which steps run for which entry, computed before anything runs.
 
-It can be printed (``fa-images build --dry-run``) or serialized (``--json``). Grouping
-entries that can share one compile (same flash-attn, torch, CUDA and archs, different
-Python) belongs here too, as a plan transformation, when the executor learns to reuse it.
+Each entry's plan names what the executor will do, and nothing it does is decided elsewhere:
+the Dockerfile stages, the build targets in the order they are built and the tags they get,
+the check commands run in the image, and the refs pushed. ``fa-images build --dry-run``
+prints it (``--json`` serializes it). Grouping entries that can share one compile (same
+flash-attn, torch, CUDA and archs, different Python) belongs here too, as a plan
+transformation, when the executor learns to reuse it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
+from .builder import contract
 from .matrix import Entry
 
+StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
 # In order. "gpu-check" is reported as skipped when the engine has no GPU runtime.
-STEPS = ("source", "build", "export", "check", "gpu-check", "push")
+STEPS: tuple[StepName, ...] = get_args(StepName)
+
+# The stages of every rendered Dockerfile, in the order they appear.
+STAGES = (contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.RUNTIME_STAGE)
+
+# The runtime image's own check (its CMD, and a RUN at build time): the import without a GPU.
+IMPORT_CHECK_COMMAND = (*contract.GPU_CHECK_COMMAND, "--import-only")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class BuildTarget:
+    """One build of the entry's Dockerfile up to ``stage``, tagged ``tag`` (None: untagged)."""
+
+    stage: str
+    tag: str | None
+    purpose: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "tag": self.tag, "purpose": self.purpose}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckCommand:
+    """A command run in a container of the entry's image; it passes when it exits 0."""
+
+    step: StepName
+    what: str  # how errors name it
+    command: tuple[str, ...]
+    gpu: bool  # the container gets the GPUs (--gpus)
+    no_gpu_exit: int | None = None  # this exit code means "no GPU here": skipped, not failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "what": self.what,
+            "command": list(self.command),
+            "gpu": self.gpu,
+            "no_gpu_exit": self.no_gpu_exit,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class EntryPlan:
     entry: Entry
-    steps: tuple[str, ...]
+    steps: tuple[StepName, ...]
+    targets: tuple[BuildTarget, ...]  # built in this order by the "build" step
+    checks: tuple[CheckCommand, ...]  # one per check step that runs
+    push: tuple[str, ...]  # the refs the "push" step pushes
 
-    def to_dict(self) -> dict:
-        return {**self.entry.summary(), "steps": list(self.steps)}
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return STAGES
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(t.tag for t in self.targets if t.tag)
+
+    def check(self, step: StepName) -> CheckCommand:
+        (found,) = (c for c in self.checks if c.step == step)
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.entry.summary(),
+            "steps": list(self.steps),
+            "stages": list(self.stages),
+            "targets": [t.to_dict() for t in self.targets],
+            "tags": list(self.tags),
+            "checks": [c.to_dict() for c in self.checks],
+            "push": list(self.push),
+        }
+
+    def describe(self) -> list[str]:
+        """The plan as a person reads it: one line per build, check and push."""
+        lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
+        width = max(len(t.stage) for t in self.targets)
+        for t in self.targets:
+            lines.append(f"  build      --target {t.stage:<{width}}  {t.tag or '(untagged: ' + t.purpose + ')'}")
+        for c in self.checks:
+            gpu = f"  (with the GPUs; exit {c.no_gpu_exit}: no GPU here, skipped)" if c.gpu else ""
+            lines.append(f"  {c.step:<9}  {shlex.join(c.command)}{gpu}")
+        for ref in self.push:
+            lines.append(f"  push       {ref}")
+        return lines
+
+
+def build_targets(entry: Entry) -> tuple[BuildTarget, ...]:
+    """The runtime image first, with the live output; the other two reuse its cached layers."""
+    return (
+        BuildTarget(stage=contract.RUNTIME_STAGE, tag=entry.image, purpose="the image users pull"),
+        BuildTarget(
+            stage=contract.BUILDER_STAGE,
+            tag=entry.builder_image,
+            purpose="the compile's cache, tagged so `docker image prune` keeps it",
+        ),
+        BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel alone, exported and verified into dist"),
+    )
+
+
+CHECKS = (
+    CheckCommand(step="check", what="import check", command=IMPORT_CHECK_COMMAND, gpu=False),
+    CheckCommand(
+        step="gpu-check",
+        what="GPU check",
+        command=contract.GPU_CHECK_COMMAND,
+        gpu=True,
+        no_gpu_exit=contract.EXIT_NO_GPU,
+    ),
+)
 
 
 def make_plan(entries: tuple[Entry, ...], *, check: bool = True, push: bool = False) -> list[EntryPlan]:
-    skip = set()
+    skip: set[StepName] = set()
     if not check:
         skip |= {"check", "gpu-check"}
     if not push:
         skip.add("push")
-    return [EntryPlan(entry=e, steps=tuple(s for s in STEPS if s not in skip)) for e in entries]
+    steps = tuple(s for s in STEPS if s not in skip)
+    return [
+        EntryPlan(
+            entry=e,
+            steps=steps,
+            targets=build_targets(e),
+            checks=tuple(c for c in CHECKS if c.step in steps),
+            push=(e.image,) if "push" in steps else (),
+        )
+        for e in entries
+    ]
 
 
 def to_json(plans: list[EntryPlan]) -> str:

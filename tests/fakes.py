@@ -8,7 +8,8 @@ import pytest
 
 from fa_images.builder import verify
 from fa_images.builder.verify import WheelReport
-from fa_images.engine import BuildProgress, RunResult, StepFailed
+from fa_images.engine import BuildProgress, RunResult
+from fa_images.errors import StepFailed
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -72,8 +73,8 @@ class FakeEngine:
         self.calls.append(("missing_images", tuple(refs)))
         return [r for r in refs if r in self.missing]
 
-    def leftover_containers(self):
-        return []
+    def debug_command(self, container: str) -> str:
+        return f"fake-engine enter {container}"
 
 
 def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:

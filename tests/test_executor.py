@@ -18,6 +18,7 @@ from fakes import WHEEL, FakeEngine, accept_every_wheel
 
 from fa_images import executor as executor_mod
 from fa_images import matrix, plan
+from fa_images.builder import contract
 from fa_images.executor import Executor, Options
 from fa_images.logger import Console
 
@@ -88,7 +89,7 @@ def test_gpu_check_runs_with_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -
     engine = FakeEngine(gpu=True, gpu_exit=0)
     results = execute(tiny_matrix, engine, tmp_path)
     assert all(r.gpu_check == "passed" for r in results)
-    assert ("run", results[0].image, tuple(executor_mod.GPU_CHECK), True) in engine.calls
+    assert ("run", results[0].image, contract.GPU_CHECK_COMMAND, True) in engine.calls
 
 
 @pytest.mark.parametrize(
@@ -98,8 +99,9 @@ def test_gpu_check_outcomes(tiny_matrix, tmp_path, monkeypatch, code, status, gp
     accept_every_wheel(monkeypatch)
     results = execute(tiny_matrix, FakeEngine(gpu=True, gpu_exit=code), tmp_path, keep_container=True)
     assert results[0].status == status and results[0].gpu_check == gpu_check
-    if status == "failed":
-        assert "docker start -ai fa-images-kept" in results[0].error
+    if status == "failed":  # the engine says how to enter the kept container
+        assert "kept for debugging: fake-engine enter fa-images-kept" in results[0].error
+        assert results[0].kept_container == "fa-images-kept"
 
 
 def test_ctrl_c_marks_the_entry_and_propagates(tiny_matrix, tmp_path, monkeypatch) -> None:
