@@ -14,8 +14,10 @@ from pathlib import Path
 import jinja2
 
 from . import grammar, wheelhouse
+from .builder import contract
 from .errors import UsageError
 from .matrix import Entry, Matrix
+from .plan import IMPORT_CHECK_COMMAND
 
 TEMPLATES = Path(__file__).with_name("templates")
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
@@ -71,6 +73,12 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             tools_install=pip_args(installs["build tools"]),
             runtime_install=pip_args(installs["runtime deps"]),
             build_tools=BUILD_TOOLS_DIR,
+            # Names the host and the builder share (builder/contract.py), and the image's own check.
+            builder_stage=contract.BUILDER_STAGE,
+            wheel_stage=contract.WHEEL_STAGE,
+            runtime_stage=contract.RUNTIME_STAGE,
+            wheels_dir=contract.WHEELS_DIR,
+            import_check=IMPORT_CHECK_COMMAND,
             python_mirror=matrix.bases.python_mirror,
             wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,
             # The sdist is always in the context; the index is a fallback that must not carry a token.
