@@ -1,0 +1,205 @@
+"""The typed plan and `fa-images build --dry-run [--json]`: what it says is what the executor does.
+
+The dry-run tests run the real command line, on the repository's matrix.yaml (a subprocess, as a
+user runs it) and on the tiny matrix (through ``cli.main``). The executor tests compare the plan
+with the calls a fake engine receives; the real engine runs the same plan in test_build_engine.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import FakeEngine, accept_every_wheel
+
+from fa_images import cli, executor, matrix, plan, render
+from fa_images.builder import contract
+from fa_images.executor import Executor, Options
+from fa_images.logger import Console
+from fa_images.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+IMPORT_CHECK = ["python", "-m", "fa_images.builder", "check", "--import-only"]
+GPU_CHECK = ["python", "-m", "fa_images.builder", "check"]
+
+
+@pytest.mark.parametrize(
+    ("check", "push", "steps", "checks"),
+    [
+        (True, False, ["source", "build", "export", "check", "gpu-check"], ["check", "gpu-check"]),
+        (True, True, ["source", "build", "export", "check", "gpu-check", "push"], ["check", "gpu-check"]),
+        (False, False, ["source", "build", "export"], []),
+        (False, True, ["source", "build", "export", "push"], []),
+    ],
+    ids=["default", "push", "no-check", "no-check-push"],
+)
+def test_make_plan_steps_checks_and_pushes(tiny_matrix, check, push, steps, checks) -> None:
+    plans = plan.make_plan(tiny_matrix.entries, check=check, push=push)
+    assert [p.entry for p in plans] == list(tiny_matrix.entries)
+    for p in plans:
+        assert list(p.steps) == steps
+        assert [c.step for c in p.checks] == checks
+        assert p.push == ((p.entry.image,) if push else ())
+
+
+def test_build_targets_are_the_dockerfile_stages_with_their_tags(tiny_matrix) -> None:
+    (p, _) = plan.make_plan(tiny_matrix.entries)
+    # The runtime image first (its build compiles and is shown live), then the cached others.
+    assert [(t.stage, t.tag) for t in p.targets] == [
+        ("runtime", p.entry.image),
+        ("builder", p.entry.image + "-builder"),
+        ("wheel", None),
+    ]
+    assert p.tags == (p.entry.image, p.entry.image + "-builder")
+    # Every target is a stage of the rendered Dockerfile, and the stages are in its order.
+    rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry), flags=re.M)
+    assert list(p.stages) == rendered == [contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.RUNTIME_STAGE]
+    assert {t.stage for t in p.targets} == set(rendered)
+
+
+def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
+    (p, _) = plan.make_plan(tiny_matrix.entries)
+    text = render.render_entry(tiny_matrix, p.entry)
+    check, gpu_check = p.check("check"), p.check("gpu-check")
+    assert (list(check.command), check.gpu, check.no_gpu_exit) == (IMPORT_CHECK, False, None)
+    assert (list(gpu_check.command), gpu_check.gpu, gpu_check.no_gpu_exit) == (GPU_CHECK, True, 3)
+    assert gpu_check.no_gpu_exit == contract.EXIT_NO_GPU  # the builder's `check` exits with it
+    # The image's CMD and its build-time check are the plan's import check.
+    assert f"\nCMD {json.dumps(IMPORT_CHECK)}\n" in text
+    assert f"\nRUN {' '.join(IMPORT_CHECK)} \\\n" in text
+
+
+def test_every_step_has_one_method() -> None:
+    assert list(plan.STEPS) == ["source", "build", "export", "check", "gpu-check", "push"]
+    assert list(executor.STEP_TABLE) == list(plan.STEPS)
+    assert len(set(executor.STEP_TABLE.values())) == len(plan.STEPS)
+
+
+@pytest.mark.parametrize(
+    ("push", "gpu", "gpu_exit", "gpu_check"),
+    [
+        (True, True, 0, "passed"),
+        (False, True, 3, "skipped: no GPU visible in the container"),
+        (
+            False,
+            False,
+            0,
+            "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none",
+        ),
+    ],
+    ids=["gpu-push", "no-gpu-in-container", "no-gpu-runtime"],
+)
+def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch, push, gpu, gpu_exit, gpu_check):
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu=gpu, gpu_exit=gpu_exit)
+    plans = plan.make_plan(tiny_matrix.entries[:1], push=push)
+    options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
+    ((p, r),) = zip(plans, Executor(engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
+    assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(t.stage, t.tag) for t in p.targets]
+    ran = [c.command for c in p.checks if not c.gpu or gpu]  # without a GPU runtime the GPU check is skipped
+    assert [(c[1], c[2]) for c in engine.calls if c[0] == "run"] == [(p.entry.image, command) for command in ran]
+    assert [c[1] for c in engine.calls if c[0] == "push"] == list(p.push)
+    assert (r.status, r.check, r.gpu_check, list(r.seconds)) == ("ok", "passed", gpu_check, list(p.steps))
+
+
+def test_report_keeps_its_fields(tiny_matrix, tmp_path, monkeypatch) -> None:
+    """report.json is read by pipelines: the fields they read stay, with the same values."""
+    accept_every_wheel(monkeypatch)
+    plans = plan.make_plan(tiny_matrix.entries)
+    options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
+    results = Executor(FakeEngine(fail_build={"py3.11"}), tiny_matrix, options, Console(io.StringIO())).run(plans)
+    write_report(tmp_path / "report.json", results, "fake engine")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["engine"], report["ok"]) == ("fake engine", False)
+    failed, ok = report["entries"]
+    keys = {"id", "image", "status", "failed_step", "error", "image_id", "wheel", "wheel_sha256", "check"}
+    keys |= {"gpu_check", "pushed", "kept_container", "log", "seconds"}
+    assert keys <= set(failed) and keys <= set(ok)
+    assert (failed["status"], failed["failed_step"], failed["check"], failed["gpu_check"]) == (
+        "failed",
+        "build",
+        "not run",
+        "not run",
+    )
+    assert (ok["status"], ok["failed_step"], ok["check"]) == ("ok", None, "passed")
+    assert ok["gpu_check"].startswith("skipped: ") and set(ok["seconds"]) == set(plans[1].steps)
+
+
+def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
+    """What every entry of a `--dry-run --json` must say, checked against `plan --json`."""
+    assert [p["id"] for p in plan_json] == [e["id"] for e in matrix_entries]
+    for p, e in zip(plan_json, matrix_entries):
+        assert {k: p[k] for k in e} == e  # the entry's own facts, as `plan --json` prints them
+        assert p["stages"] == ["builder", "wheel", "runtime"]
+        assert [(t["stage"], t["tag"]) for t in p["targets"]] == [
+            ("runtime", e["image"]),
+            ("builder", e["image"] + "-builder"),
+            ("wheel", None),
+        ]
+        assert p["tags"] == [e["image"], e["image"] + "-builder"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "steps", "checks", "pushed"),
+    [
+        ([], ["source", "build", "export", "check", "gpu-check"], [IMPORT_CHECK, GPU_CHECK], False),
+        (["--push"], ["source", "build", "export", "check", "gpu-check", "push"], [IMPORT_CHECK, GPU_CHECK], True),
+        (["--no-check", "--push"], ["source", "build", "export", "push"], [], True),
+    ],
+    ids=["default", "push", "no-check"],
+)
+def test_dry_run_json_of_the_repository_matrix(flags, steps, checks, pushed) -> None:
+    def fa_images(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=REPO, capture_output=True, text=True)
+
+    dry = fa_images("build", "--dry-run", "--json", *flags)
+    assert dry.returncode == 0 and dry.stderr == "", dry.stderr
+    listed = fa_images("plan", "--json")
+    assert listed.returncode == 0, listed.stderr
+    plans, entries = json.loads(dry.stdout), json.loads(listed.stdout)
+    assert len(plans) == len(matrix.load(REPO / "matrix.yaml").entries) == 4
+    entries_of(plans, entries)
+    for p in plans:
+        assert p["steps"] == steps
+        assert [c["command"] for c in p["checks"]] == checks
+        assert p["push"] == ([p["image"]] if pushed else [])
+
+
+def test_dry_run_json_of_the_tiny_matrix(tiny_matrix, capsys) -> None:
+    only = tiny_matrix.entries[1].id
+    assert cli.main(["plan", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert cli.main(["build", "--dry-run", "--json", "--only", only]) == 0
+    out = capsys.readouterr()
+    plans = json.loads(out.out)
+    entries_of(plans, [e for e in entries if e["id"] == only])
+    assert plans[0]["image"] == f"reg.local/fa:{only}"
+    assert [(c["step"], c["command"], c["gpu"], c["no_gpu_exit"]) for c in plans[0]["checks"]] == [
+        ("check", IMPORT_CHECK, False, None),
+        ("gpu-check", GPU_CHECK, True, 3),
+    ]
+    assert not Path("dist").exists() and not Path("logs").exists()  # a dry run builds nothing
+
+
+def test_dry_run_text_names_targets_tags_and_commands(tiny_matrix, capsys) -> None:
+    assert cli.main(["build", "--dry-run", "--push"]) == 0
+    out = capsys.readouterr().out
+    for e in tiny_matrix.entries:
+        block = out[out.index(f"{e.id}: ") :].split("\n\n")[0]
+        assert f"{e.id}: source -> build -> export -> check -> gpu-check -> push" in block
+        assert f"--target runtime  {e.image}\n" in block and f"--target builder  {e.image}-builder\n" in block
+        assert "--target wheel    (untagged" in block
+        assert f"  check      {' '.join(IMPORT_CHECK)}\n" in block
+        assert f"  gpu-check  {' '.join(GPU_CHECK)}  (with the GPUs; exit 3" in block
+        assert f"  push       {e.image}\n" in block
+
+
+def test_json_without_dry_run_is_a_usage_error(tiny_matrix, capsys) -> None:
+    assert cli.main(["build", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["error: --json goes with --dry-run"]
