@@ -129,7 +129,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run")
     m = _load(args)
-    plans = plan_mod.make_plan(m.select(args.only), check=args.check, push=args.push)
+    plans = plan_mod.make_plan(m.select(args.only), check=args.check, push=args.push, gpus=args.gpus)
     if args.dry_run:
         if args.json:
             print(plan_mod.to_json(plans))

@@ -214,14 +214,16 @@ class Executor:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _check(self, run: _EntryRun) -> StepOutcome:
-        outcome = self._run_check(run, run.plan.check("check"), gpu=False)
+        check = run.plan.check("check")
+        assert check is not None  # a plan with the step has its command
+        outcome = self._run_check(run, check, gpu=False)
         run.result.check = "passed"
         return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 
     def _gpu_check(self, run: _EntryRun) -> StepOutcome:
         check, access = run.plan.check("gpu-check"), self.options.gpus
         gpu: bool | HostGpus = True
-        if access.mode == "none":
+        if access.mode == "none" or check is None:  # a plan for --gpus none runs no GPU check
             return self._gpu_check_skipped(run, "skipped: --gpus none")
         if access.host is not None:
             gpu = access.host

@@ -48,7 +48,7 @@ class CheckCommand:
     step: StepName
     what: str  # how errors name it
     command: tuple[str, ...]
-    gpu: bool  # the container gets the GPUs (--gpus)
+    gpus: str | None = None  # how the container gets the GPUs (--gpus runtime or devices); None: no GPUs
     no_gpu_exit: int | None = None  # this exit code means "no GPU here": skipped, not failed
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +56,7 @@ class CheckCommand:
             "step": self.step,
             "what": self.what,
             "command": list(self.command),
-            "gpu": self.gpu,
+            "gpus": self.gpus,
             "no_gpu_exit": self.no_gpu_exit,
         }
 
@@ -77,9 +77,9 @@ class EntryPlan:
     def tags(self) -> tuple[str, ...]:
         return tuple(t.tag for t in self.targets if t.tag)
 
-    def check(self, step: StepName) -> CheckCommand:
-        (found,) = (c for c in self.checks if c.step == step)
-        return found
+    def check(self, step: StepName) -> CheckCommand | None:
+        """The command of check step ``step``; None where it runs none (the GPU check with --gpus none)."""
+        return next((c for c in self.checks if c.step == step), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,8 +99,10 @@ class EntryPlan:
         for t in self.targets:
             lines.append(f"  build      --target {t.stage:<{width}}  {t.tag or '(untagged: ' + t.purpose + ')'}")
         for c in self.checks:
-            gpu = f"  (with the GPUs; exit {c.no_gpu_exit}: no GPU here, skipped)" if c.gpu else ""
-            lines.append(f"  {c.step:<9}  {shlex.join(c.command)}{gpu}")
+            note = _GPU_NOTES[c.gpus] if c.gpus else ""
+            lines.append(f"  {c.step:<9}  {shlex.join(c.command)}{note}")
+        if "gpu-check" in self.steps and self.check("gpu-check") is None:
+            lines.append("  gpu-check  skipped: --gpus none")
         for ref in self.push:
             lines.append(f"  push       {ref}")
         return lines
@@ -119,19 +121,29 @@ def build_targets(entry: Entry) -> tuple[BuildTarget, ...]:
     )
 
 
-CHECKS = (
-    CheckCommand(step="check", what="import check", command=IMPORT_CHECK_COMMAND, gpu=False),
-    CheckCommand(
-        step="gpu-check",
-        what="GPU check",
-        command=contract.GPU_CHECK_COMMAND,
-        gpu=True,
-        no_gpu_exit=contract.EXIT_NO_GPU,
-    ),
-)
+_GPU_NOTES = {
+    "runtime": "  (GPUs from the engine's NVIDIA runtime; skipped without one, "
+    f"and on exit {contract.EXIT_NO_GPU}: no GPU seen)",
+    "devices": "  (the host's /dev/nvidia* and driver libraries passed in; any failure fails)",
+}
 
 
-def make_plan(entries: tuple[Entry, ...], *, check: bool = True, push: bool = False) -> list[EntryPlan]:
+def checks(gpus: str) -> tuple[CheckCommand, ...]:
+    """The checks for ``--gpus`` ``gpus``: with ``none`` the GPU check runs nothing (shown as skipped)."""
+    import_check = CheckCommand(step="check", what="import check", command=IMPORT_CHECK_COMMAND)
+    if gpus == "none":
+        return (import_check,)
+    # Devices passed explicitly that torch cannot see are a failure, not a GPU-less host.
+    no_gpu = contract.EXIT_NO_GPU if gpus == "runtime" else None
+    gpu_check = CheckCommand(
+        step="gpu-check", what="GPU check", command=contract.GPU_CHECK_COMMAND, gpus=gpus, no_gpu_exit=no_gpu
+    )
+    return (import_check, gpu_check)
+
+
+def make_plan(
+    entries: tuple[Entry, ...], *, check: bool = True, push: bool = False, gpus: str = "runtime"
+) -> list[EntryPlan]:
     skip: set[StepName] = set()
     if not check:
         skip |= {"check", "gpu-check"}
@@ -143,7 +155,7 @@ def make_plan(entries: tuple[Entry, ...], *, check: bool = True, push: bool = Fa
             entry=e,
             steps=steps,
             targets=build_targets(e),
-            checks=tuple(c for c in CHECKS if c.step in steps),
+            checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=(e.image,) if "push" in steps else (),
         )
         for e in entries

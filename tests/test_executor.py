@@ -30,7 +30,7 @@ def execute(
 ) -> list[executor_mod.EntryResult]:
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    plans = plan.make_plan(m.entries, push=push)
+    plans = plan.make_plan(m.entries, push=push, gpus=opts.gpus.mode)
     return Executor(engine, m, opts, Console(out)).run(plans)
 
 

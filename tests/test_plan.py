@@ -66,12 +66,29 @@ def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
     (p, _) = plan.make_plan(tiny_matrix.entries)
     text = render.render_entry(tiny_matrix, p.entry)
     check, gpu_check = p.check("check"), p.check("gpu-check")
-    assert (list(check.command), check.gpu, check.no_gpu_exit) == (IMPORT_CHECK, False, None)
-    assert (list(gpu_check.command), gpu_check.gpu, gpu_check.no_gpu_exit) == (GPU_CHECK, True, 3)
+    assert check is not None and gpu_check is not None
+    assert (list(check.command), check.gpus, check.no_gpu_exit) == (IMPORT_CHECK, None, None)
+    assert (list(gpu_check.command), gpu_check.gpus, gpu_check.no_gpu_exit) == (GPU_CHECK, "runtime", 3)
     assert gpu_check.no_gpu_exit == contract.EXIT_NO_GPU  # the builder's `check` exits with it
     # The image's CMD and its build-time check are the plan's import check.
     assert f"\nCMD {json.dumps(IMPORT_CHECK)}\n" in text
     assert f"\nRUN {' '.join(IMPORT_CHECK)} \\\n" in text
+
+
+@pytest.mark.parametrize(
+    ("gpus", "gpu_check"),
+    [
+        ("runtime", (GPU_CHECK, "runtime", 3)),  # exit 3 (no GPU in the container) is a skip
+        ("devices", (GPU_CHECK, "devices", None)),  # devices passed in but unseen: a failure
+        ("none", None),  # the step stays, reported as skipped; it runs nothing
+    ],
+)
+def test_the_gpu_check_follows_the_gpus_flag(tiny_matrix, gpus, gpu_check) -> None:
+    (p, _) = plan.make_plan(tiny_matrix.entries, gpus=gpus)
+    assert "gpu-check" in p.steps
+    found = p.check("gpu-check")
+    assert (found and (list(found.command), found.gpus, found.no_gpu_exit)) == gpu_check
+    assert ("  gpu-check  skipped: --gpus none" in p.describe()) == (gpus == "none")
 
 
 def test_every_step_has_one_method() -> None:
@@ -101,7 +118,7 @@ def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
     ((p, r),) = zip(plans, Executor(engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
     assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(t.stage, t.tag) for t in p.targets]
-    ran = [c.command for c in p.checks if not c.gpu or gpu]  # without a GPU runtime the GPU check is skipped
+    ran = [c.command for c in p.checks if not c.gpus or gpu]  # without a GPU runtime the GPU check is skipped
     assert [(c[1], c[2]) for c in engine.calls if c[0] == "run"] == [(p.entry.image, command) for command in ran]
     assert [c[1] for c in engine.calls if c[0] == "push"] == list(p.push)
     assert (r.status, r.check, r.gpu_check, list(r.seconds)) == ("ok", "passed", gpu_check, list(p.steps))
@@ -179,10 +196,12 @@ def test_dry_run_json_of_the_tiny_matrix(tiny_matrix, capsys) -> None:
     plans = json.loads(out.out)
     entries_of(plans, [e for e in entries if e["id"] == only])
     assert plans[0]["image"] == f"reg.local/fa:{only}"
-    assert [(c["step"], c["command"], c["gpu"], c["no_gpu_exit"]) for c in plans[0]["checks"]] == [
-        ("check", IMPORT_CHECK, False, None),
-        ("gpu-check", GPU_CHECK, True, 3),
+    assert [(c["step"], c["command"], c["gpus"], c["no_gpu_exit"]) for c in plans[0]["checks"]] == [
+        ("check", IMPORT_CHECK, None, None),
+        ("gpu-check", GPU_CHECK, "runtime", 3),
     ]
+    assert cli.main(["build", "--dry-run", "--json", "--only", only, "--gpus", "none"]) == 0
+    assert [c["step"] for c in json.loads(capsys.readouterr().out)[0]["checks"]] == ["check"]
     assert not Path("dist").exists() and not Path("logs").exists()  # a dry run builds nothing
 
 
@@ -195,7 +214,7 @@ def test_dry_run_text_names_targets_tags_and_commands(tiny_matrix, capsys) -> No
         assert f"--target runtime  {e.image}\n" in block and f"--target builder  {e.image}-builder\n" in block
         assert "--target wheel    (untagged" in block
         assert f"  check      {' '.join(IMPORT_CHECK)}\n" in block
-        assert f"  gpu-check  {' '.join(GPU_CHECK)}  (with the GPUs; exit 3" in block
+        assert f"  gpu-check  {' '.join(GPU_CHECK)}  (GPUs from the engine's NVIDIA runtime;" in block
         assert f"  push       {e.image}\n" in block
 
 
