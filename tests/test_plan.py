@@ -222,3 +222,14 @@ def test_json_without_dry_run_is_a_usage_error(tiny_matrix, capsys) -> None:
     assert cli.main(["build", "--json"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == ["error: --json goes with --dry-run"]
+
+
+def test_the_readme_dry_run_is_the_real_output() -> None:
+    """The README shows `build --dry-run` on the repository's matrix: it must be what the command prints."""
+    readme = (REPO / "README.md").read_text()
+    found = re.search(r"^\$ fa-images (build --dry-run [^#\n]*?)[ \t]*(?:#[^\n]*)?\n(.*?)\n\n", readme, re.M | re.S)
+    assert found, "the README shows a dry run"
+    args, shown = found.group(1).split(), found.group(2)
+    proc = subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip("\n") == shown
