@@ -157,6 +157,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         fail_fast=args.fail_fast,
         keep_container=args.keep_container,
         keep_work=args.keep_work,
+        force=args.force,
         gpus=gpus,
     )
     executor = Executor(engine, m, options, console)
@@ -439,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--push", action="store_true", help="push each image after its checks pass")
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
+    build.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild entries that are up to date (image and wheel built and checked from the same inputs)",
+    )
     build.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON")
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
     build.add_argument(

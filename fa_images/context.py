@@ -7,6 +7,7 @@ stay on the host instead of landing in a build arg or a layer.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -40,13 +41,35 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path:
     return path
 
 
+def builder_files() -> list[Path]:
+    """The package files every build context carries: the builder, and the package it lives in."""
+    builder = [p for p in (PACKAGE / "builder").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return [PACKAGE / "__init__.py", *sorted(p for p in builder if p.suffix != ".pyc")]
+
+
+def inputs_digest(matrix: Matrix, entry: Entry, sdist: Path) -> str:
+    """A digest of everything the entry's image and wheel are made of: the Dockerfile (every
+    setting that reaches the build, pins included), the builder code, and the sdist. A build with
+    the same digest makes the same image, so a later run can tell it has nothing to do."""
+    digest = hashlib.sha256()
+
+    def part(name: str, data: bytes) -> None:
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+
+    part("Dockerfile", render_entry(matrix, entry).encode())
+    for path in builder_files():
+        part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
+    part("sdist", source.sha256_of(sdist).encode())
+    return digest.hexdigest()
+
+
 def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path) -> Path:
     """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small."""
     (dest / "Dockerfile").write_text(render_entry(matrix, entry))
-    package = dest / "fa_images"
-    package.mkdir(parents=True)
-    shutil.copy2(PACKAGE / "__init__.py", package / "__init__.py")
-    shutil.copytree(PACKAGE / "builder", package / "builder", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in builder_files():
+        copy = dest / path.relative_to(PACKAGE.parent)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, copy)
     sdists = dest / "inputs" / "sdists"
     sdists.mkdir(parents=True)
     shutil.copy2(sdist, sdists / source.sdist_name(entry.flash_attn))

@@ -71,9 +71,14 @@ class Engine(Protocol):
         tag: str | None,
         network: str | None,
         memory: int | None,
+        labels: dict[str, str],
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
     ) -> str: ...
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """The labels of an image the engine holds, or None when it holds none by that name."""
+        ...
 
     def export(self, image: str, dest: Path) -> list[Path]: ...
 
@@ -178,6 +183,7 @@ class DockerEngine:
         tag: str | None,
         network: str | None,
         memory: int | None,
+        labels: dict[str, str],
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
     ) -> str:
@@ -194,6 +200,7 @@ class DockerEngine:
             decode=True,
             network_mode=network,
             container_limits=limits,
+            labels=labels or None,
             pull=False,
         )
         image_id: str | None = None
@@ -238,6 +245,15 @@ class DockerEngine:
         if image_id is None:
             raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
         return image_id
+
+    @_engine_call("looking up")
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        import docker.errors
+
+        try:
+            return dict(self.client.images.get(ref).labels or {})
+        except docker.errors.ImageNotFound:
+            return None
 
     @_engine_call("looking up base images")
     def missing_images(self, refs: list[str]) -> list[str]:

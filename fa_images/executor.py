@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import context
-from .builder import contract, scratch, verify
+from .builder import contract, scratch, source, verify
 from .builder import dist as dist_dir
 from .engine import BuildProgress, Engine, RunResult
 from .errors import FatalError, StepFailed
@@ -45,6 +45,7 @@ class Options:
     fail_fast: bool = False
     keep_container: bool = False
     keep_work: bool = False  # keep each build context (a scratch dir) for debugging
+    force: bool = False  # rebuild entries whose image and wheel are up to date
     gpus: GpuAccess = field(default_factory=GpuAccess)  # how the GPU check's container gets the GPUs (--gpus)
 
 
@@ -66,6 +67,8 @@ class EntryResult:
     kept_container: str | None = None
     log: str | None = None
     seconds: dict[StepName, float] = field(default_factory=dict)
+    # Built and checked by an earlier run from the same inputs; this run built nothing.
+    up_to_date: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +82,11 @@ class StepOutcome:
     skipped: bool = False  # it ran, decided there was nothing it could do here, and said why
 
 
+# The runtime image's label with the digest of what it was built from (context.inputs_digest).
+INPUTS_LABEL = "fa-images.inputs"
+UP_TO_DATE = StepOutcome(note="up to date: built and checked by an earlier run", skipped=True)
+
+
 @dataclass
 class _EntryRun:
     """What the steps of one entry hand to each other."""
@@ -89,6 +97,7 @@ class _EntryRun:
     label: str
     sdist: Path | None = None
     wheel_image: str | None = None
+    inputs: str | None = None  # context.inputs_digest of this entry
 
     @property
     def entry(self) -> Entry:
@@ -127,6 +136,9 @@ class Executor:
                     shown.update(note=outcome.note, skipped=outcome.skipped)
                 result.seconds[name] = round(time.monotonic() - started, 1)
             result.status, result.failed_step = "ok", None
+            if run.inputs and not result.up_to_date and "check" in plan.steps:
+                # Only an entry that was built, exported and checked is current for a later run.
+                dist_dir.set_inputs(self.options.dist, plan.entry.id, run.inputs)
         except FatalError as exc:
             result.status, result.error = "failed", str(exc)
             self.console.line(f"    {exc}")
@@ -141,9 +153,35 @@ class Executor:
 
     def _source(self, run: _EntryRun) -> StepOutcome:
         run.sdist = context.fetch_sdist(self.matrix, run.entry)
+        run.inputs = context.inputs_digest(self.matrix, run.entry, run.sdist)
+        if not self.options.force and self._up_to_date(run):
+            return StepOutcome(note=f"{run.sdist.name}; image and wheel up to date (--force rebuilds)")
         return StepOutcome(note=run.sdist.name)
 
+    def _up_to_date(self, run: _EntryRun) -> bool:
+        """Whether an earlier run built, exported and checked this entry from the same inputs: the
+        manifest says so, the wheel is there with its sha256, and the image carries the same digest."""
+        dist, entry = self.options.dist, run.entry
+        records = dist_dir.read_manifest(dist).wheels if (dist / dist_dir.MANIFEST).is_file() else {}
+        found = [(name, r) for name, r in records.items() if r.entry == entry.id and r.inputs == run.inputs]
+        if not found:
+            return False
+        name, record = found[0]
+        wheel = dist / name
+        if not wheel.is_file() or source.sha256_of(wheel) != record.sha256:
+            return False
+        labels = self.engine.image_labels(entry.image)
+        if labels is None or labels.get(INPUTS_LABEL) != run.inputs:
+            return False
+        run.result.up_to_date = True
+        run.result.wheel, run.result.wheel_sha256 = str(wheel.resolve()), record.sha256
+        return True
+
     def _build(self, run: _EntryRun) -> StepOutcome:
+        if run.result.up_to_date:
+            return UP_TO_DATE
+        # Not current until this run's checks pass: a failure now must not leave an old mark.
+        dist_dir.set_inputs(self.options.dist, run.entry.id, None)
         started = time.monotonic()
         progress: BuildProgress | None = None
 
@@ -180,6 +218,7 @@ class Executor:
                     tag=target.tag,
                     network=network,
                     memory=self.matrix.build.memory_bytes,
+                    labels={INPUTS_LABEL: run.inputs} if run.inputs else {},
                     on_line=on_line if live else run.log.write,
                     on_progress=on_progress if live else lambda _: None,
                 )
@@ -191,6 +230,8 @@ class Executor:
         return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]})")
 
     def _export(self, run: _EntryRun) -> StepOutcome:
+        if run.result.up_to_date:
+            return StepOutcome(note=f"{run.result.wheel} (up to date)", skipped=True)
         entry, dist = run.entry, self.options.dist
         assert run.wheel_image is not None
         dist.mkdir(parents=True, exist_ok=True)
@@ -214,6 +255,8 @@ class Executor:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _check(self, run: _EntryRun) -> StepOutcome:
+        if run.result.up_to_date:
+            return UP_TO_DATE
         check = run.plan.check("check")
         assert check is not None  # a plan with the step has its command
         outcome = self._run_check(run, check, gpu=False)
@@ -221,6 +264,8 @@ class Executor:
         return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 
     def _gpu_check(self, run: _EntryRun) -> StepOutcome:
+        if run.result.up_to_date:
+            return UP_TO_DATE
         check, access = run.plan.check("gpu-check"), self.options.gpus
         gpu: bool | HostGpus = True
         if access.mode == "none" or check is None:  # a plan for --gpus none runs no GPU check

@@ -29,6 +29,7 @@ class FakeEngine:
         self.interrupt_on, self.missing = interrupt_on, missing
         self.calls: list[tuple] = []
         self.memory_limits: list[int | None] = []  # what each build call was limited to
+        self.labels: dict[str, dict[str, str]] = {}  # the labels each tag was built with
 
     def describe(self) -> str:
         return "fake engine"
@@ -36,11 +37,13 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return self.gpu
 
-    def build(self, *, context, target, tag, network, memory, on_line, on_progress) -> str:
+    def build(self, *, context, target, tag, network, memory, labels, on_line, on_progress) -> str:
         assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
         entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
         self.calls.append(("build", target, tag))
         self.memory_limits.append(memory)
+        if tag:
+            self.labels[tag] = dict(labels)
         on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
         on_line("compiling")
         if self.interrupt_on and self.interrupt_on in (tag or ""):
@@ -68,6 +71,10 @@ class FakeEngine:
         if self.fail_push:
             raise StepFailed(f"push of {ref} failed: connection refused")
         return "sha256:digest"
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        self.calls.append(("image_labels", ref))
+        return self.labels.get(ref)
 
     def missing_images(self, refs: list[str]) -> list[str]:
         self.calls.append(("missing_images", tuple(refs)))

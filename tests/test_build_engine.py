@@ -228,6 +228,23 @@ def test_push_without_a_login_fails_the_entry_and_says_how_to_log_in(project, fi
     assert entry["wheel"], "the wheel built before the push is kept"
 
 
+def test_a_second_build_with_nothing_changed_builds_nothing(project, first_build):
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    images_before = {i.id for i in project.client.images.list(all=True)}
+    again = project.run("build", "--matrix", "matrix.yaml", "--only", entry_id(GOOD), "--report", "again.json")
+    entry = json.loads((project.dir / "again.json").read_text())["entries"][0]
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert entry["up_to_date"] is True and entry["wheel_sha256"] == good["wheel_sha256"]
+    assert "image and wheel up to date" in again.stderr
+    assert "Step 1/" not in Path(entry["log"]).read_text()  # the engine was asked for no build
+    assert {i.id for i in project.client.images.list(all=True)} == images_before
+
+    forced = project.run("build", "--matrix", "matrix.yaml", "--only", entry_id(GOOD), "--force")
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert "up to date" not in forced.stderr and "Step 1/" in Path(entry["log"]).read_text()
+
+
 def test_no_container_is_left_behind(project, first_build):
     assert project.client.containers.list(all=True) == []
 

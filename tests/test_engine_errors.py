@@ -56,6 +56,7 @@ class _Refusing:
                 tag="reg/fa:x",
                 network=None,
                 memory=None,
+                labels={},
                 on_line=print,
                 on_progress=print,
             ),

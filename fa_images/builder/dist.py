@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -59,6 +59,9 @@ class WheelRecord:
     image: str | None = None
     sdist_sha256: str | None = None
     build_seconds: float | None = None
+    # The digest of everything the entry's build was made of (`fa-images build`), set once every
+    # step of the entry passed: a later run with the same digest has nothing to do.
+    inputs: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -88,7 +91,7 @@ class WheelRecord:
         archs = data.get("archs") or []
         if not isinstance(archs, list) or not all(isinstance(a, str) and a.isdigit() for a in archs):
             raise UsageError(f'{where}: archs {archs!r} is not a list of arch numbers such as ["80", "90"]')
-        for key in ("flash_attn", "python", "torch", "cuda", "entry", "image", "sdist_sha256"):
+        for key in ("flash_attn", "python", "torch", "cuda", "entry", "image", "sdist_sha256", "inputs"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
         for key in ("cxx11_abi", "ptx"):
@@ -289,6 +292,22 @@ def add_wheels(
         _write_atomically(directory / MANIFEST, manifest.to_json())
         write_simple_index(directory, manifest)
     return placed
+
+
+def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
+    """Marks the wheels of ``entry`` as made of ``inputs`` (None: not known to be current)."""
+    if not (directory / MANIFEST).is_file():
+        return
+    with locked(directory):
+        manifest = read_manifest(directory)
+        changed = {
+            name: replace(record, inputs=inputs)
+            for name, record in manifest.wheels.items()
+            if record.entry == entry and record.inputs != inputs
+        }
+        if changed:
+            manifest.wheels.update(changed)
+            _write_atomically(directory / MANIFEST, manifest.to_json())
 
 
 def _page(title: str, links: list[str]) -> str:

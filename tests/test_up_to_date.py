@@ -1,0 +1,168 @@
+"""A second `build` with nothing changed builds nothing; any change to what an entry is made of does.
+
+The engine is the fake one (its build, export and run calls are counted); the real engine's
+no-op re-run is in tests/test_build_engine.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import fakes
+import pytest
+
+from fa_images import context, plan
+from fa_images.builder import dist as dist_dir
+from fa_images.builder import verify
+from fa_images.builder.source import sha256_of
+from fa_images.builder.verify import WheelReport
+from fa_images.executor import INPUTS_LABEL, Executor, Options
+from fa_images.logger import Console
+from fa_images.matrix import load as load_matrix
+
+
+class FakeEngine(fakes.FakeEngine):
+    """The fake engine, exporting one wheel per Python (the shared fake exports one name for all)."""
+
+    python = ""
+
+    def build(self, **kwargs):
+        if kwargs["target"] == "runtime":
+            self.python = "".join(re.search(r"-py(\d+)\.(\d+)-", kwargs["tag"]).groups())
+        return super().build(**kwargs)
+
+    def export(self, image, dest):
+        self.calls.append(("export", image))
+        wheel = dest / f"flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp{self.python}-cp{self.python}-linux_x86_64.whl"
+        wheel.write_bytes(f"a wheel for cp{self.python}".encode())
+        return [wheel]
+
+
+@pytest.fixture(autouse=True)
+def _wheels_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every wheel passes verification, with its real sha256 (the up-to-date check hashes it)."""
+
+    def inspect(path: Path, **_kw) -> WheelReport:
+        report = WheelReport(wheel=path.name, sha256=sha256_of(path))
+        report.add("fake", "pass", "accepted by the test")
+        return report
+
+    monkeypatch.setattr(verify, "inspect_wheel", inspect)
+
+
+def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, **options):
+    out = io.StringIO()
+    opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
+    results = Executor(engine, matrix, opts, Console(out)).run(plan.make_plan(matrix.entries, check=check))
+    return results, out.getvalue()
+
+
+def builds(engine: FakeEngine) -> list[tuple]:
+    return [c for c in engine.calls if c[0] in ("build", "export", "run")]
+
+
+def test_a_second_run_with_nothing_changed_builds_nothing(tiny_matrix, tmp_path: Path) -> None:
+    engine = FakeEngine()
+    first, _ = build(tiny_matrix, engine, tmp_path)
+    assert [r.status for r in first] == ["ok", "ok"] and not any(r.up_to_date for r in first)
+    image = tiny_matrix.entries[0].image
+    assert engine.labels[image][INPUTS_LABEL] == context.inputs_digest(
+        tiny_matrix, tiny_matrix.entries[0], tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    )
+    engine.calls.clear()
+
+    second, out = build(tiny_matrix, engine, tmp_path)
+    assert [r.status for r in second] == ["ok", "ok"] and all(r.up_to_date for r in second)
+    assert builds(engine) == []  # no build, no export, no container
+    assert [r.wheel for r in second] == [r.wheel for r in first]
+    assert out.count("image and wheel up to date") == 2 and "up to date: built and checked by an earlier run" in out
+    report = second[0].to_dict()
+    assert report["up_to_date"] is True and report["wheel_sha256"] == first[0].wheel_sha256
+
+
+def test_force_rebuilds(tiny_matrix, tmp_path: Path) -> None:
+    engine = FakeEngine()
+    build(tiny_matrix, engine, tmp_path)
+    engine.calls.clear()
+    results, _ = build(tiny_matrix, engine, tmp_path, force=True)
+    assert not any(r.up_to_date for r in results)
+    assert [c[1] for c in builds(engine) if c[0] == "build"] == ["runtime", "builder", "wheel"] * 2
+
+
+def _change_setting(matrix, tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(path.read_text() + "build: {ptx: true}\n")
+    return load_matrix(path), None
+
+
+def _change_sdist(matrix, tmp_path):
+    (tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz").write_bytes(b"another sdist")
+    sha = hashlib.sha256(b"another sdist").hexdigest()
+    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    return load_matrix(tmp_path / "matrix.yaml"), None
+
+
+def _lose_the_wheel(matrix, tmp_path):
+    for wheel in (tmp_path / "dist").glob("*.whl"):
+        wheel.unlink()
+    return matrix, None
+
+
+def _lose_the_image(matrix, tmp_path):
+    return matrix, "forget"
+
+
+def _change_the_builder(matrix, tmp_path):
+    return matrix, "builder"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_change_setting, _change_sdist, _lose_the_wheel, _lose_the_image, _change_the_builder],
+    ids=["a setting", "the sdist", "the wheel is gone", "the image is gone", "the builder code"],
+)
+def test_a_change_rebuilds(change, tiny_matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The builder code comes from a copy of the package, which the "builder code" case edits.
+    package = tmp_path / "package" / "fa_images"
+    shutil.copytree(context.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(context, "PACKAGE", package)
+    engine = FakeEngine()
+    build(tiny_matrix, engine, tmp_path)
+    engine.calls.clear()
+    matrix, what = change(tiny_matrix, tmp_path)
+    if what == "forget":
+        engine.labels.clear()
+    if what == "builder":
+        build_py = package / "builder" / "build.py"
+        build_py.write_text(build_py.read_text() + "\n# a change to the builder\n")
+    results, _ = build(matrix, engine, tmp_path)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert not any(r.up_to_date for r in results)
+    assert len([c for c in builds(engine) if c[0] == "build"]) == 6
+
+
+def test_an_entry_whose_check_failed_is_not_current(tiny_matrix, tmp_path: Path) -> None:
+    failing = FakeEngine(gpu=True, gpu_exit=1)
+    first, _ = build(tiny_matrix, failing, tmp_path)
+    assert [r.status for r in first] == ["failed", "failed"] and first[0].failed_step == "gpu-check"
+    engine = FakeEngine(gpu=True)
+    engine.labels = failing.labels  # the images are there, with their digest
+    second, _ = build(tiny_matrix, engine, tmp_path)
+    assert [r.status for r in second] == ["ok", "ok"] and not any(r.up_to_date for r in second)
+
+
+def test_a_run_without_checks_does_not_make_an_entry_current(tiny_matrix, tmp_path: Path) -> None:
+    engine = FakeEngine()
+    build(tiny_matrix, engine, tmp_path, check=False)
+    manifest = dist_dir.read_manifest(tmp_path / "dist")
+    assert all(r.inputs is None for r in manifest.wheels.values())
+    engine.calls.clear()
+    results, _ = build(tiny_matrix, engine, tmp_path)
+    assert not any(r.up_to_date for r in results)
+    recorded = json.loads((tmp_path / "dist" / "manifest.json").read_text())["wheels"]
+    assert all(len(r["inputs"]) == 64 for r in recorded.values())
