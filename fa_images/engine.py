@@ -49,6 +49,12 @@ class BuildProgress:
     stage: str | None
 
 
+@dataclass(frozen=True)
+class ImageInfo:
+    labels: dict[str, str]
+    size: int  # bytes, as the engine counts them (all layers, the base's included)
+
+
 @dataclass
 class RunResult:
     exit_code: int
@@ -76,8 +82,8 @@ class Engine(Protocol):
         on_progress: Callable[[BuildProgress], None],
     ) -> str: ...
 
-    def image_labels(self, ref: str) -> dict[str, str] | None:
-        """The labels of an image the engine holds, or None when it holds none by that name."""
+    def image_info(self, ref: str) -> ImageInfo | None:
+        """What the engine knows of an image it holds, or None when it holds none by that name."""
         ...
 
     def export(self, image: str, dest: Path) -> list[Path]: ...
@@ -247,13 +253,14 @@ class DockerEngine:
         return image_id
 
     @_engine_call("looking up")
-    def image_labels(self, ref: str) -> dict[str, str] | None:
+    def image_info(self, ref: str) -> ImageInfo | None:
         import docker.errors
 
         try:
-            return dict(self.client.images.get(ref).labels or {})
+            image = self.client.images.get(ref)
         except docker.errors.ImageNotFound:
             return None
+        return ImageInfo(labels=dict(image.labels or {}), size=int(image.attrs.get("Size") or 0))
 
     @_engine_call("looking up base images")
     def missing_images(self, refs: list[str]) -> list[str]:

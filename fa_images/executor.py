@@ -69,6 +69,7 @@ class EntryResult:
     seconds: dict[StepName, float] = field(default_factory=dict)
     # Built and checked by an earlier run from the same inputs; this run built nothing.
     up_to_date: bool = False
+    image_size: int | None = None  # bytes, as the engine counts them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,10 +171,10 @@ class Executor:
         wheel = dist / name
         if not wheel.is_file() or source.sha256_of(wheel) != record.sha256:
             return False
-        labels = self.engine.image_labels(entry.image)
-        if labels is None or labels.get(INPUTS_LABEL) != run.inputs:
+        image = self.engine.image_info(entry.image)
+        if image is None or image.labels.get(INPUTS_LABEL) != run.inputs:
             return False
-        run.result.up_to_date = True
+        run.result.up_to_date, run.result.image_size = True, image.size
         run.result.wheel, run.result.wheel_sha256 = str(wheel.resolve()), record.sha256
         return True
 
@@ -227,7 +228,10 @@ class Executor:
                 elif target.stage == contract.WHEEL_STAGE:
                     run.wheel_image = image_id
         assert run.result.image_id is not None
-        return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]})")
+        image = self.engine.image_info(run.entry.image)
+        run.result.image_size = image.size if image else None
+        size = f", {image.size / 1e9:.2f} GB" if image else ""
+        return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size})")
 
     def _export(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:

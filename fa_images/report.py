@@ -10,7 +10,7 @@ from .logger import Console, duration
 
 
 def print_summary(console: Console, results: list[EntryResult]) -> None:
-    rows = [("entry", "status", "image", "wheel", "time", "check", "gpu check")]
+    rows = [("entry", "status", "image", "size", "wheel", "time", "check", "gpu check")]
     for r in results:
         total = sum(r.seconds.values())
         wheel = f"{Path(r.wheel).name} sha256:{r.wheel_sha256[:12]}" if r.wheel and r.wheel_sha256 else "-"
@@ -18,8 +18,9 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
         rows.append(
             (
                 r.id,
-                r.status + (f" ({r.failed_step})" if r.failed_step else ""),
+                r.status + (f" ({r.failed_step})" if r.failed_step else "") + (" (up to date)" if r.up_to_date else ""),
                 image,
+                f"{r.image_size / 1e9:.2f} GB" if r.image_size else "-",
                 wheel,
                 duration(total) if total else "-",
                 r.check,

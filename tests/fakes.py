@@ -8,7 +8,7 @@ import pytest
 
 from fa_images.builder import verify
 from fa_images.builder.verify import WheelReport
-from fa_images.engine import BuildProgress, RunResult
+from fa_images.engine import BuildProgress, ImageInfo, RunResult
 from fa_images.errors import StepFailed
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
@@ -72,9 +72,9 @@ class FakeEngine:
             raise StepFailed(f"push of {ref} failed: connection refused")
         return "sha256:digest"
 
-    def image_labels(self, ref: str) -> dict[str, str] | None:
-        self.calls.append(("image_labels", ref))
-        return self.labels.get(ref)
+    def image_info(self, ref: str) -> ImageInfo | None:
+        self.calls.append(("image_info", ref))
+        return ImageInfo(labels=self.labels[ref], size=7_000_000_000) if ref in self.labels else None
 
     def missing_images(self, refs: list[str]) -> list[str]:
         self.calls.append(("missing_images", tuple(refs)))

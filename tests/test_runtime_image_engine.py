@@ -134,6 +134,7 @@ def test_runtime_image_holds_no_compiler_and_no_build_tools(built):
 def test_runtime_image_is_no_larger_than_its_parts(built):
     client, entry = built.client, built.entry
     image = client.images.get(entry["image"])
+    assert entry["image_size"] == image.attrs["Size"]  # what the summary and the report say
     base = client.images.get(UID_TAKEN_TAG)
     code, out = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
     assert code == 0, out

@@ -81,6 +81,7 @@ def test_a_second_run_with_nothing_changed_builds_nothing(tiny_matrix, tmp_path:
     assert builds(engine) == []  # no build, no export, no container
     assert [r.wheel for r in second] == [r.wheel for r in first]
     assert out.count("image and wheel up to date") == 2 and "up to date: built and checked by an earlier run" in out
+    assert second[0].image_size == first[0].image_size == 7_000_000_000  # the engine's count, both times
     report = second[0].to_dict()
     assert report["up_to_date"] is True and report["wheel_sha256"] == first[0].wheel_sha256
 
