@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import yaml
 from fixtures.tiny import make_tiny_sdist
 
 from fa_images import compat
+from fa_images.builder import environment
 from fa_images.builder.gpucheck import IMPORTED_MODULES
 from fa_images.builder.source import obtain_sdist, sha256_of
 
@@ -40,6 +42,7 @@ UID_TAKEN_TAG = "fa-images-test/debian:bookworm-uid1000"
 # flash-attn versions whose setup.py runs `git submodule` whatever the environment.
 GIT_CALLING = ("2.5.9.post1", "2.6.3")
 MAX_OVERHEAD = 1.02
+BUILD_MEMORY = "4g"
 
 
 def _run(client, image: str, command: str, **kwargs) -> tuple[int, str]:
@@ -83,7 +86,8 @@ def built(tmp_path_factory):
             "image": IMAGE,
             "bases": {"devel": engine_env.CUDA_STANDIN_TAG, "runtime": UID_TAKEN_TAG, "python": "system"},
             "packages": {"index": None, "torch_index": None, "find_links": [wheelhouse], "sdists": "sdists"},
-            "build": {"network": "host"},
+            # A limit below one nvcc job's 5 GiB: the compile must size itself to one job.
+            "build": {"network": "host", "memory": BUILD_MEMORY},
             "compat": "compat.yaml",
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
         }
@@ -211,6 +215,17 @@ def test_the_build_went_through_an_engine_that_does_not_share_the_hosts_files(bu
     # ...and still the build read its context and the wheel came back.
     wheel = Path(built.entry["wheel"])
     assert wheel.is_file() and wheel.is_relative_to(built.root)
+
+
+def test_the_compile_was_sized_by_the_builds_memory_limit(built):
+    line = next(x for x in built.stderr.splitlines() if "compiling flash-attn" in x)
+    sized = re.search(r"MAX_JOBS=(\d+) .*min\((\d+) CPUs / 1, (\d+) GiB", line)
+    assert sized, line
+    jobs, cpus, gib = map(int, sized.groups())
+    assert jobs == 1 and gib <= 4, line  # what the 4 GiB limit leaves, read from the build's cgroup
+    # Without the limit, the same rule on this machine runs more jobs: the limit is what changed it.
+    unlimited = environment.size_parallelism(targets=1, cpus=cpus)
+    assert unlimited.max_jobs > 1, unlimited.reason
 
 
 def test_no_container_is_left_behind(built):
