@@ -25,9 +25,6 @@ STEPS: tuple[StepName, ...] = get_args(StepName)
 # The stages of every rendered Dockerfile, in the order they appear.
 STAGES = (contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.RUNTIME_STAGE)
 
-# The runtime image's own check (its CMD, and a RUN at build time): the import without a GPU.
-IMPORT_CHECK_COMMAND = (*contract.GPU_CHECK_COMMAND, "--import-only")
-
 
 @dataclass(frozen=True, kw_only=True)
 class BuildTarget:
@@ -130,7 +127,7 @@ _GPU_NOTES = {
 
 def checks(gpus: str) -> tuple[CheckCommand, ...]:
     """The checks for ``--gpus`` ``gpus``: with ``none`` the GPU check runs nothing (shown as skipped)."""
-    import_check = CheckCommand(step="check", what="import check", command=IMPORT_CHECK_COMMAND)
+    import_check = CheckCommand(step="check", what="import check", command=contract.IMPORT_CHECK_COMMAND)
     if gpus == "none":
         return (import_check,)
     # Devices passed explicitly that torch cannot see are a failure, not a GPU-less host.

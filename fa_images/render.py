@@ -17,7 +17,6 @@ from . import grammar, wheelhouse
 from .builder import contract
 from .errors import UsageError
 from .matrix import Entry, Matrix
-from .plan import IMPORT_CHECK_COMMAND
 
 TEMPLATES = Path(__file__).with_name("templates")
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
@@ -78,7 +77,7 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             wheel_stage=contract.WHEEL_STAGE,
             runtime_stage=contract.RUNTIME_STAGE,
             wheels_dir=contract.WHEELS_DIR,
-            import_check=IMPORT_CHECK_COMMAND,
+            import_check=contract.IMPORT_CHECK_COMMAND,
             python_mirror=matrix.bases.python_mirror,
             wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,
             # The sdist is always in the context; the index is a fallback that must not carry a token.

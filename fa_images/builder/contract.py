@@ -26,6 +26,8 @@ MILESTONE = "[fa-images] "
 
 # The command that runs the GPU check inside an image.
 GPU_CHECK_COMMAND = ("python", "-m", "fa_images.builder", "check")
+# The runtime image's own check (its CMD, and a RUN at build time): the import, no GPU needed.
+IMPORT_CHECK_COMMAND = (*GPU_CHECK_COMMAND, "--import-only")
 
 
 def cuda_tag(cuda: str) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import context
+from ..builder import contract
 from ..errors import UsageError
 from ..matrix import Entry, Matrix
 from . import compile_group_name, slug
@@ -63,11 +64,17 @@ def bake_file(entries: tuple[Entry, ...], opts: BakeOptions) -> dict:
             cache["cache-from"] = list(opts.cache_from)
         if opts.cache_to:
             cache["cache-to"] = list(opts.cache_to)
-        targets[name] = {**base, "target": "runtime", "tags": [entry.image], "labels": _labels(entry), **cache}
-        targets[f"{name}-builder"] = {**base, "target": "builder", "tags": [entry.builder_image], **cache}
+        targets[name] = {
+            **base,
+            "target": contract.RUNTIME_STAGE,
+            "tags": [entry.image],
+            "labels": _labels(entry),
+            **cache,
+        }
+        targets[f"{name}-builder"] = {**base, "target": contract.BUILDER_STAGE, "tags": [entry.builder_image], **cache}
         targets[f"{name}-wheel"] = {
             **base,
-            "target": "wheel",
+            "target": contract.WHEEL_STAGE,
             "output": [f"type=local,dest={WHEELS}/{name}"],
             **({"cache-from": list(opts.cache_from)} if opts.cache_from else {}),
         }
