@@ -316,7 +316,7 @@ class Executor:
         return StepOutcome(note=", ".join(pushed))
 
 
-# Each step of a plan and the method that carries it out (tests/test_plan.py: one for every step).
+# Each step of a plan and the method that carries it out (tests/unit/test_plan.py: one for every step).
 STEP_TABLE: dict[StepName, Callable[[Executor, _EntryRun], StepOutcome]] = {
     "source": Executor._source,
     "build": Executor._build,

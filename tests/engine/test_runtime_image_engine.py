@@ -33,7 +33,7 @@ from fa_images.builder.source import obtain_sdist, sha256_of
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev0"
 ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 IMAGE = "fa-images-test/runtime-image"

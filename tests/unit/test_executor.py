@@ -22,7 +22,7 @@ from fa_images.builder import contract
 from fa_images.executor import Executor, Options
 from fa_images.logger import Console
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def execute(

@@ -30,7 +30,7 @@ from fa_images.builder.source import sha256_of
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev5"
 BUILD_TOOLS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
 

@@ -3,7 +3,7 @@
 Golden files: tests/golden/*.Dockerfile are the whole expected output for the entries of
 tests/golden/matrix.yaml. After a deliberate template change, regenerate them with
 
-    FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py
+    FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py
 
 and review the diff before committing it.
 """
@@ -26,8 +26,8 @@ from fa_images import matrix as matrix_mod
 from fa_images import render
 from fa_images.matrix import Matrix
 
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "golden"
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE_GOLDEN = os.environ.get("FA_IMAGES_UPDATE_GOLDEN") == "1"
 GOLDEN_IDS = ["fa2.8.3-py3.10-torch2.6.0-cu124", "fa2.8.3-py3.12-torch2.9.1-cu128"]
 HADOLINT_CONFIG = REPO / ".hadolint.yaml"
@@ -43,7 +43,7 @@ def readable_diff(want: str, got: str, name: str) -> str:
     )
     return (
         f"{name} differs from what is rendered; if the change is intended, run "
-        f"FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py\n" + "".join(diff)
+        f"FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py\n" + "".join(diff)
     )
 
 
@@ -88,7 +88,9 @@ def test_golden_dockerfile(golden_matrix: Matrix, entry_id: str) -> None:
     path = GOLDEN / render.dockerfile_name(entry)
     if UPDATE_GOLDEN:
         path.write_text(got)
-    assert path.is_file(), f"{path} is missing: run FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py"
+    assert path.is_file(), (
+        f"{path} is missing: run FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py"
+    )
     want = path.read_text()
     assert got == want, readable_diff(want, got, path.name)
 

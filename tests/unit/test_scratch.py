@@ -13,7 +13,7 @@ import pytest
 
 from fa_images.builder import scratch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _child(parent: Path, body: str) -> subprocess.Popen[str]:

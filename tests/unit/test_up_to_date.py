@@ -1,7 +1,7 @@
 """A second `build` with nothing changed builds nothing; any change to what an entry is made of does.
 
 The engine is the fake one (its build, export and run calls are counted); the real engine's
-no-op re-run is in tests/test_build_engine.py.
+no-op re-run is in tests/engine/test_build_engine.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`fa-images build` against Podman, through its Docker-compatible API.
 
-The same real parts as tests/test_build_engine.py (Debian base images, the CUDA devel stand-in,
+The same real parts as tests/engine/test_build_engine.py (Debian base images, the CUDA devel stand-in,
 torch 2.9.1 from a local wheelhouse, a real registry, the tiny flash-attn-shaped extension), but
 the engine is Debian's podman (`podman system service`), with nothing in fa-images told so.
 """
@@ -23,7 +23,7 @@ from fa_images.builder.source import sha256_of
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev0"
 ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEST_COMMAND = ".ci/setup && python -m pytest"
 MAIN_COMMAND = "pip install . && fa-images build --matrix matrix.yaml"
 

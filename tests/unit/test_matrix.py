@@ -22,7 +22,7 @@ from fa_images.builder.source import SUPPORTED_FLASH_ATTN
 from fa_images.errors import ConfigError, Problem, UsageError
 from fa_images.matrix import Entry, Matrix
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ENTRY = '{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: A100}'
 
 # What the default matrix.yaml must plan, in plan order: the matrix's combinations first

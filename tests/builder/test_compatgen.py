@@ -25,7 +25,7 @@ from fa_images.builder.settings import ARCH_CODES
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
 from fa_images.errors import UsageError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "index"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 FILES_HOST = "https://files.pythonhosted.org"
 TORCH_251 = "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
 

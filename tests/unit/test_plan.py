@@ -23,7 +23,7 @@ from fa_images.executor import Executor, Options
 from fa_images.logger import Console
 from fa_images.report import write_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMPORT_CHECK = ["python", "-m", "fa_images.builder", "check", "--import-only"]
 GPU_CHECK = ["python", "-m", "fa_images.builder", "check"]
 

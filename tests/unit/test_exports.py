@@ -22,7 +22,7 @@ import yaml
 from fa_images import matrix
 from fa_images.exports import bake, github
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BAKE_TARGET_KEYS = {"context", "dockerfile", "target", "tags", "labels", "output", "cache-from", "cache-to"}
 NAME = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -28,7 +28,7 @@ from fa_images.builder.source import sha256_of
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
 REGISTRY_USER, CREDENTIAL_HELPER = "fa-push", "fa-test"

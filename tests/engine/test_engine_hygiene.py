@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from fa_images import cli, render
 from fa_images import matrix as matrix_mod
 from fa_images.errors import FatalError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENTRY = '{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", target: A100}'
 
 

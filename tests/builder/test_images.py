@@ -2,7 +2,7 @@
 real flash-attn setup.py calls, tool pins per Python, and the offline/mirror settings.
 
 The engine side of the same promise (the real 2.5.9.post1 and 2.6.3 setup.py run inside a built
-builder image; the runtime image's contents) is tests/test_runtime_image_engine.py.
+builder image; the runtime image's contents) is tests/engine/test_runtime_image_engine.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from fa_images import grammar
 from fa_images.matrix import load as load_matrix
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
