@@ -1,0 +1,139 @@
+"""A matrix's axes, ``exclude``/``include`` rules and one-off ``entries`` -> combinations.
+
+The rules are GitHub Actions': every combination of the axes, minus the excluded, then the
+included (merged into the combinations they do not contradict, else added), then the entries.
+A combination is still raw YAML values with the place it came from; ``resolve`` checks it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import yamlfile
+from .compat import did_you_mean
+from .errors import Problem
+
+# Far more than any real matrix (the flash-attn project builds 56 wheels a release); it only
+# stops a hostile or mistaken file from expanding into millions of entries.
+MAX_COMBINATIONS = 10_000
+AXES = ("python", "torch", "cuda", "flash_attn", "target", "archs", "ptx")
+MATRIX_RULES = ("include", "exclude")
+AXIS_EXAMPLES = {
+    "python": '"3.12"',
+    "torch": '"2.9.1"',
+    "cuda": '"12.8"',
+    "flash_attn": '"2.8.3"',
+    "target": "aws",
+    "archs": "80",
+    "ptx": "false",
+}
+
+
+@dataclass
+class Combo:
+    values: dict[str, Any]
+    origin: tuple  # path in the YAML, for error lines
+    label: str
+    key_origin: dict[str, tuple] = field(default_factory=dict)  # keys an include rule added
+
+
+def as_written(value: Any) -> str:
+    """A value as the file wrote it (an unquoted 3.10 stays 3.10)."""
+    return str(getattr(value, "text", value))
+
+
+def as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def kind(value: Any) -> str:
+    """How a YAML value reads in an error line: 'a list ([])', 'the string \'false\''."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+    return f"{kind.get(type(value), type(value).__name__)} ({getattr(value, 'text', value)!r})"
+
+
+def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[Combo]:
+    """Axes -> combinations, then exclude, then include (GitHub Actions rules), then entries."""
+    raw = doc.data.get("matrix")
+    if raw is None:
+        raw = {}
+    elif not isinstance(raw, dict):
+        problems.append(doc.problem(("matrix",), f"matrix must be a mapping of axes, not {kind(raw)}"))
+        raw = {}
+    axes = {k: v for k, v in raw.items() if k not in MATRIX_RULES}
+    for key, values in axes.items():
+        if key not in AXES:
+            problems.append(doc.problem(("matrix", key), f"unknown axis {key!r}", hint=did_you_mean(key, AXES)))
+        elif not isinstance(values, list) or not values:
+            problems.append(
+                doc.problem(
+                    ("matrix", key),
+                    f"axis {key!r} must be a non-empty list, not {kind(values)}",
+                    hint=f"e.g. {key}: [{AXIS_EXAMPLES.get(key, '...')}]",
+                )
+            )
+    axes = {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
+    size = math.prod(len(v) for v in axes.values()) if axes else 0
+    if size > MAX_COMBINATIONS:
+        problems.append(
+            doc.problem(
+                ("matrix",), f"the axes expand to {size} combinations; fa-images builds at most {MAX_COMBINATIONS}"
+            )
+        )
+        axes, size = {}, 0
+    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
+
+    for i, rule in enumerate(as_list(raw.get("exclude") or [])):
+        if not isinstance(rule, dict):
+            problems.append(doc.problem(("matrix", "exclude", i), "each exclude rule must be a mapping"))
+            continue
+        bad = [k for k in rule if k not in axes]
+        if bad:
+            problems.append(
+                doc.problem(
+                    ("matrix", "exclude", i),
+                    f"exclude rule names {bad[0]!r}, which is not an axis",
+                    hint=did_you_mean(bad[0], list(axes)),
+                )
+            )
+            continue
+        combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
+
+    out = [
+        Combo(c, ("matrix",), "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]") for c in combos
+    ]
+    for i, rule in enumerate(as_list(raw.get("include") or [])):
+        if not isinstance(rule, dict):
+            problems.append(doc.problem(("matrix", "include", i), "each include rule must be a mapping"))
+            continue
+        merged = False
+        for combo in out[: len(combos)]:
+            # Added only where it overwrites none of the combination's original axis values.
+            if all(combo.values.get(k) == v for k, v in rule.items() if k in axes):
+                for k, v in rule.items():
+                    if k not in axes:
+                        combo.values[k] = v
+                        combo.key_origin[k] = ("matrix", "include", i, k)
+                merged = True
+        if not merged:
+            out.append(Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
+
+    entries = doc.data.get("entries")
+    if entries is None:
+        entries = []
+    elif not isinstance(entries, list):
+        problems.append(doc.problem(("entries",), f"entries must be a list of mappings, not {kind(entries)}"))
+        entries = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            problems.append(doc.problem(("entries", i), "each entry must be a mapping"))
+            continue
+        out.append(Combo(dict(entry), ("entries", i), f"entries[{i}]"))
+    return out

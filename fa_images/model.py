@@ -1,0 +1,128 @@
+"""The frozen, typed objects a matrix becomes: its settings sections, its entries, the matrix.
+
+Code past the loader (``matrix.load``) sees only these, never raw YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import grammar
+from .builder import contract
+from .builder.source import PYPI_SIMPLE
+from .compat import Compat, did_you_mean
+from .errors import ConfigError, Problem
+
+DEFAULT_IMAGE = "fa-images/flash-attn"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bases:
+    """Base images; ``{cuda_release}`` etc. are filled per entry. Point them at a mirror offline."""
+
+    devel: str = "nvidia/cuda:{cuda_release}-devel-ubuntu22.04"
+    runtime: str = "nvidia/cuda:{cuda_release}-base-ubuntu22.04"
+    python: str = "uv"  # "uv": install the exact Python; "system": the base has python3.X already
+    uv_version: str = "0.9.5"
+    # Where uv downloads CPython from (UV_PYTHON_INSTALL_MIRROR): a mirror of
+    # python-build-standalone's releases, for sites that cannot reach GitHub.
+    python_mirror: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Packages:
+    index: str | None = "https://pypi.org/simple"  # None: no index at all (offline)
+    torch_index: str | None = "https://download.pytorch.org/whl/{cuda_tag}"  # None: take torch from `index`
+    find_links: tuple[str, ...] = ()
+    flash_attn_index: str = PYPI_SIMPLE
+    # A directory on the host searched first for flash_attn-VERSION.tar.gz: offline networks
+    # and private sources. Relative to the matrix file.
+    sdists: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    network: str | None = None  # docker build network mode; "host" reaches services on 127.0.0.1
+    ptx: bool = False
+    # The memory the compile may use (e.g. "16g"): a limit on the build's containers, which the
+    # builder reads from its cgroup and sizes its parallel jobs by. None: the engine's whole memory.
+    memory: str | None = None
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return grammar.memory_bytes(self.memory) if self.memory else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    id: str
+    python: str
+    torch: str
+    cuda: str
+    cuda_release: str
+    flash_attn: str
+    archs: tuple[str, ...]
+    ptx: bool
+    gpus: tuple[str, ...]
+    cxx11_abi: bool | None  # None: a torch the compat table does not know (allow_unknown)
+    sdist_sha256: str | None
+    image: str
+    devel_image: str
+    runtime_image: str
+    torch_index: str | None
+
+    @property
+    def cuda_tag(self) -> str:
+        return contract.cuda_tag(self.cuda)
+
+    @property
+    def compile_group(self) -> str:
+        """Entries that differ only in Python share their kernels: no kernel includes Python.h.
+
+        The devel base is a function of the CUDA version within one matrix, so it is covered.
+        """
+        archs = "_".join(self.archs) + ("-ptx" if self.ptx else "")
+        return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
+
+    @property
+    def builder_image(self) -> str:
+        """The builder stage, tagged so `docker image prune` cannot drop the compile's cache."""
+        return f"{self.image}-builder"
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["archs"] = list(self.archs)
+        data["group"] = self.compile_group
+        if self.torch_index:
+            data["torch_index"] = grammar.without_credentials(self.torch_index)
+        data["gpus"] = list(self.gpus)
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    file: str
+    image: str
+    entries: tuple[Entry, ...]
+    bases: Bases
+    packages: Packages
+    build: BuildOptions
+    compat: Compat = field(repr=False)
+
+    def select(self, ids: list[str] | None) -> tuple[Entry, ...]:
+        if not ids:
+            return self.entries
+        known = {e.id for e in self.entries}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ConfigError(
+                [
+                    Problem(
+                        f"--only {unknown[0]!r} is not an entry of this matrix",
+                        file=self.file,
+                        hint=did_you_mean(unknown[0], sorted(known)),
+                    )
+                ]
+            )
+        return tuple(e for e in self.entries if e.id in ids)

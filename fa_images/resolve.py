@@ -1,0 +1,273 @@
+"""One combination of matrix values -> one checked ``Entry``, or problems with file and line.
+
+Versions are checked against their grammar and the compatibility table, the CUDA variant and
+archs are resolved, and placeholders in the base images and indexes are filled per entry.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+
+from packaging.version import Version
+
+from . import grammar, yamlfile
+from .builder import contract
+from .builder.settings import parse_archs
+from .compat import Compat, CudaRelease, TorchRelease, did_you_mean
+from .errors import Problem
+from .expand import AXES, Combo, as_list, as_written
+from .model import Bases, BuildOptions, Entry, Packages
+
+PLACEHOLDERS = {"cuda": "12.8", "cuda_release": "12.8.1", "cuda_tag": "cu128"}  # name -> a sample value
+VERSION_GRAMMAR: dict[str, Callable[[str], str | None]] = {
+    "python": grammar.matches(grammar.PYTHON, "3.12"),
+    "cuda": grammar.matches(grammar.CUDA, "12.8"),
+    "torch": grammar.version,
+    "flash_attn": grammar.version,
+}
+
+
+def fill_placeholders(template: str, values: dict[str, str]) -> str:
+    """``template`` with ``{cuda_release}`` etc. filled; raises ValueError naming a bad placeholder."""
+    known = ", ".join("{" + name + "}" for name in values)
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (write a literal brace as {{{{ or }}}}; placeholders: {known})") from None
+    out = []
+    for literal, name, spec, conversion in fields:
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values or spec or conversion:
+            text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{text} is not one of {known}")
+        out.append(values[name])
+    return "".join(out)
+
+
+class EntryResolver:
+    def __init__(
+        self,
+        doc: yamlfile.YamlDoc,
+        compat: Compat,
+        problems: list[Problem],
+        *,
+        targets: dict[str, list[str]],
+        image: str,
+        bases: Bases,
+        packages: Packages,
+        build: BuildOptions,
+        allow_unknown: bool,
+    ) -> None:
+        self.doc, self.compat, self.problems = doc, compat, problems
+        self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
+        self.build_opts, self.allow_unknown = build, allow_unknown
+
+    def _fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
+        path = combo.key_origin.get(key or "", combo.origin + ((key,) if key else ()))
+        self.problems.append(self.doc.problem(path, message, entry=combo.label, hint=hint))
+
+    def _version(self, combo: Combo, key: str) -> str | None:
+        value = combo.values.get(key)
+        if value is None:
+            self._fail(combo, key, f"{key} is missing")
+            return None
+        if not isinstance(value, str):
+            written = as_written(value)
+            hint = f'write {key}: "{written}"'
+            if isinstance(value, float) and written != str(value):
+                hint += f"; YAML reads an unquoted {written} as the number {value}"
+            self._fail(combo, key, f"{key} {written} must be a quoted string", hint=hint)
+            return None
+        problem = VERSION_GRAMMAR[key](value)
+        if problem:
+            self._fail(combo, key, f"{key} {problem}")
+            return None
+        return value
+
+    def _known(self, combo: Combo, key: str, value: str, known: list[str], what: str) -> bool:
+        if value in known:
+            return True
+        if self.allow_unknown:
+            return True
+        self._fail(
+            combo,
+            key,
+            f"{what} {value} is not in the compat table",
+            hint=f"{did_you_mean(value, known) if value[:1].isalpha() else 'known: ' + ', '.join(known)}; "
+            "add it with --compat FILE, or set allow_unknown: true",
+        )
+        return False
+
+    def archs_for(self, combo: Combo) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(archs, GPU names) from `archs` or from `target` names."""
+        if "archs" in combo.values:
+            try:
+                text = ",".join(map(str, as_list(combo.values["archs"])))
+                return parse_archs(text, known=self.compat.arch_codes), ()
+            except ValueError as exc:
+                self._fail(combo, "archs", str(exc))
+                return None
+        if "target" not in combo.values:
+            self._fail(
+                combo,
+                None,
+                "no target and no archs: name the GPUs it is for",
+                hint="e.g. target: aws (a name under targets:) or archs: [80]",
+            )
+            return None
+        gpus: list[str] = []
+        for name in as_list(combo.values["target"]):
+            if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
+                self._fail(combo, "target", f"target {name!r} must be a name or a compute capability")
+                return None
+            name = as_written(name)
+            gpus += self.targets.get(name, [name])
+        archs: set[str] = set()
+        for gpu in gpus:
+            cc = self.compat.capability_of(gpu)
+            if cc is None:
+                known = list(self.targets) + sorted(self.compat.gpus)
+                self._fail(
+                    combo,
+                    "target",
+                    f"unknown GPU or target {gpu!r}",
+                    hint=f"{did_you_mean(gpu, known)}; or write its compute capability, e.g. sm_86",
+                )
+                return None
+            arch = self.compat.arch_for_capability(cc)
+            if arch is None or Version(cc) < Version("8.0"):
+                self._fail(
+                    combo,
+                    "target",
+                    f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
+                    hint="flash-attn 2 needs Ampere (8.0) or newer",
+                )
+                return None
+            archs.add(arch)
+        return tuple(sorted(archs, key=int)), tuple(gpus)
+
+    def entry(self, combo: Combo) -> Entry | None:
+        """Validates one combination; every problem is recorded, None if there were any."""
+        before = len(self.problems)
+        for key in combo.values:
+            if key not in AXES:
+                self._fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
+        python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
+        cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
+        archs, gpus = self.archs_for(combo) or ((), ())
+        if python is not None and python not in self.compat.pythons:
+            self._fail(
+                combo,
+                "python",
+                f"Python {python} is not supported",
+                hint=f"use one of {', '.join(self.compat.pythons)}",
+            )
+        release, cuda = self._torch(combo, python, torch_v, cuda)
+        cuda_rel = self._cuda(combo, cuda, torch_v)
+        self._flash_attn(combo, fa)
+        self._archs(combo, archs, cuda)
+        ptx = combo.values.get("ptx", self.build_opts.ptx)
+        if not isinstance(ptx, bool):
+            self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
+        if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):
+            return None
+        variant = release.variant(cuda) if release else None
+        fa_rel = self.compat.flash_attn.get(fa)
+        tag = f"fa{fa}-py{python}-torch{torch_v}-{contract.cuda_tag(cuda)}"
+        fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": contract.cuda_tag(cuda)}
+        bad_tag = grammar.image_tag(tag)
+        if bad_tag:  # Docker refuses it at tag time, after the compile: refuse it now
+            self._fail(combo, None, f"the image tag {bad_tag}")
+            return None
+        return Entry(
+            id=tag,
+            python=python,
+            torch=torch_v,
+            cuda=cuda,
+            cuda_release=cuda_rel.release,
+            flash_attn=fa,
+            archs=archs,
+            ptx=bool(ptx),
+            gpus=gpus,
+            cxx11_abi=variant.cxx11_abi if variant else None,
+            sdist_sha256=fa_rel.sha256 if fa_rel else None,
+            image=f"{self.image}:{tag}",
+            devel_image=fill_placeholders(self.bases.devel, fill),
+            runtime_image=fill_placeholders(self.bases.runtime, fill),
+            torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
+        )
+
+    def _torch(
+        self, combo: Combo, python: str | None, torch_v: str | None, cuda: str | None
+    ) -> tuple[TorchRelease | None, str | None]:
+        """The torch release (None if unknown) and the CUDA variant: as given, else its default."""
+        release = self.compat.torch.get(torch_v) if torch_v else None
+        if torch_v and release is None:
+            if self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
+                self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
+            return None, cuda
+        if release is None:
+            return None, cuda
+        if python and python not in release.pythons and not self.allow_unknown:
+            self._fail(
+                combo,
+                "python",
+                f"torch {torch_v} has no wheels for Python {python}",
+                hint=f"torch {torch_v} supports {', '.join(release.pythons)}",
+            )
+        if "cuda" not in combo.values:
+            cuda = release.default_cuda
+        if cuda and release.variant(cuda) is None:
+            self._fail(
+                combo,
+                "cuda",
+                f"torch {torch_v} has no CUDA {cuda} build",
+                hint=f"its variants: {', '.join(v.cuda for v in release.variants)}",
+            )
+        return release, cuda
+
+    def _cuda(self, combo: Combo, cuda: str | None, torch_v: str | None) -> CudaRelease | None:
+        """The CUDA release of the table, checked against the torch it goes with."""
+        if not cuda:
+            return None
+        cuda_ver = Version(cuda)
+        if torch_v and cuda_ver.major >= 13 and Version(torch_v) < Version(self.compat.cuda13_min_torch):
+            self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
+        cuda_rel = self.compat.cuda.get(cuda)
+        if cuda_rel is None:
+            self._fail(
+                combo,
+                "cuda",
+                f"CUDA {cuda} is not in the compat table",
+                hint=f"known: {', '.join(self.compat.cuda)}; add it with --compat FILE",
+            )
+        return cuda_rel
+
+    def _flash_attn(self, combo: Combo, fa: str | None) -> None:
+        if fa is None:
+            return
+        if Version(fa) not in self.compat.flash_attn_range:
+            self._fail(
+                combo,
+                "flash_attn",
+                f"flash-attn {fa} cannot be built by fa-images",
+                hint=f"supported: {self.compat.flash_attn_range}",
+            )
+        else:
+            self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
+
+    def _archs(self, combo: Combo, archs: tuple[str, ...], cuda: str | None) -> None:
+        """Each arch is in the table, and the entry's CUDA compiles for it."""
+        key = "archs" if "archs" in combo.values else "target"
+        for arch in archs:
+            if arch not in self.compat.archs:
+                self._fail(
+                    combo, key, f"arch {arch} is not in the compat table", hint=f"known: {', '.join(self.compat.archs)}"
+                )
+            elif cuda and Version(cuda) < Version(self.compat.archs[arch][0]):
+                self._fail(
+                    combo, key, f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}"
+                )
