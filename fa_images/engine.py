@@ -105,6 +105,7 @@ def _where() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
+_PUSHED_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 _AUTH_REFUSED = re.compile(r"no basic auth credentials|unauthorized|authentication required|denied", re.IGNORECASE)
 
 
@@ -345,9 +346,12 @@ class DockerEngine:
             aux = chunk.get("aux")
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = aux["Digest"]
-            status = chunk.get("status")
+            status = chunk.get("status") or chunk.get("stream")
             if status and chunk.get("id") is None:
-                on_line(status)
+                on_line(status.rstrip())
+                # Podman reports the digest only in the line the docker CLI prints: "TAG: digest: sha256:…"
+                said = _PUSHED_DIGEST.search(status)
+                digest = digest or (said.group(1) if said else "")
         if not digest:
             raise StepFailed(f"push of {ref} ended without a digest from the registry")
         return digest

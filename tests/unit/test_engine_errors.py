@@ -69,3 +69,36 @@ def test_engine_failures_become_one_line(error, said, call, doing) -> None:
         call(DockerEngine(_Refusing(error)))
     assert str(caught.value).startswith(f"{doing}: {said}")
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+class _Pushing:
+    """Stands in for the SDK client's push stream, as Docker and Podman each write it."""
+
+    def __init__(self, chunks: list[dict]) -> None:
+        self.chunks = chunks
+        self.api = self
+
+    def push(self, repository, tag, stream, decode):
+        return iter(self.chunks)
+
+
+DIGEST = "sha256:" + "85" * 32
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        # Docker: the digest in an aux record (and in the status line too).
+        [{"status": "Pushed", "id": "abc"}, {"status": f"x: digest: {DIGEST} size: 902"}, {"aux": {"Digest": DIGEST}}],
+        # Podman: only in the status line the docker CLI prints.
+        [{"status": "The push refers to repository [reg/fa:x]"}, {"status": f"x: digest: {DIGEST} size: 902\n"}],
+    ],
+    ids=["docker", "podman"],
+)
+def test_the_pushed_digest_is_read_from_either_engine(chunks) -> None:
+    assert DockerEngine(_Pushing(chunks)).push("reg/fa:x", on_line=lambda _: None) == DIGEST
+
+
+def test_a_push_with_no_digest_is_a_failure() -> None:
+    with pytest.raises(StepFailed, match="ended without a digest"):
+        DockerEngine(_Pushing([{"status": "Preparing", "id": "abc"}])).push("reg/fa:x", on_line=lambda _: None)
