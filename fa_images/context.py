@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -56,11 +57,26 @@ def inputs_digest(matrix: Matrix, entry: Entry, sdist: Path) -> str:
     def part(name: str, data: bytes) -> None:
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
 
-    part("Dockerfile", render_entry(matrix, entry).encode())
+    part("Dockerfile", _instructions(render_entry(matrix, entry)).encode())
     for path in builder_files():
         part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
     part("sdist", source.sha256_of(sdist).encode())
     return digest.hexdigest()
+
+
+# Parser directives look like comments but change the build; every other comment does not.
+_PARSER_DIRECTIVE = re.compile(r"#\s*(syntax|escape|check)\s*=", re.IGNORECASE)
+
+
+def _instructions(dockerfile: str) -> str:
+    """The Dockerfile less its comments, which change no image: the header names the matrix file
+    as it was spelled on the command line, and a path written another way is no new input."""
+    kept = [
+        line
+        for line in dockerfile.splitlines()
+        if not line.lstrip().startswith("#") or _PARSER_DIRECTIVE.match(line.lstrip())
+    ]
+    return "\n".join(kept)
 
 
 def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path) -> Path:

@@ -167,3 +167,27 @@ def test_a_run_without_checks_does_not_make_an_entry_current(tiny_matrix, tmp_pa
     assert not any(r.up_to_date for r in results)
     recorded = json.loads((tmp_path / "dist" / "manifest.json").read_text())["wheels"]
     assert all(len(r["inputs"]) == 64 for r in recorded.values())
+
+
+def test_how_the_matrix_file_is_named_is_no_input(tiny_matrix, tmp_path: Path) -> None:
+    """The Dockerfile's header names the matrix file as given; comments change no image."""
+    sdist = tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    renamed = tmp_path / "other name.yaml"
+    shutil.copy(tmp_path / "matrix.yaml", renamed)
+    digests = {
+        context.inputs_digest(m, m.entries[0], sdist)
+        for m in (tiny_matrix, load_matrix(Path("matrix.yaml")), load_matrix(renamed.resolve()))
+    }
+    assert len(digests) == 1
+
+
+def test_a_parser_directive_is_an_input(monkeypatch: pytest.MonkeyPatch, tiny_matrix, tmp_path: Path) -> None:
+    """`# syntax=` looks like a comment but changes the build."""
+    sdist = tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    entry = tiny_matrix.entries[0]
+    plain = context.inputs_digest(tiny_matrix, entry, sdist)
+    real = context.render_entry
+    monkeypatch.setattr(context, "render_entry", lambda m, e: "# escape=`\n" + real(m, e))
+    assert context.inputs_digest(tiny_matrix, entry, sdist) != plain
+    monkeypatch.setattr(context, "render_entry", lambda m, e: "# just a remark\n" + real(m, e))
+    assert context.inputs_digest(tiny_matrix, entry, sdist) == plain
