@@ -25,6 +25,8 @@ def _child(parent: Path, body: str) -> subprocess.Popen[str]:
             "from fa_images.builder import scratch",
             "from fa_images.builder.cli import _terminate",
             "signal.signal(signal.SIGTERM, _terminate)  # as run_command installs it",
+            # A suite started in the background hands its children an ignored SIGINT; a shell does not.
+            "signal.signal(signal.SIGINT, signal.default_int_handler)",
             f"with scratch.scratch_dir('test', parent=Path({str(parent)!r})) as path:",
             "    print(path, flush=True)",
             f"    {body}",
