@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from . import grammar, yamlfile
+from .builder import contract
 from .builder.settings import ARCH_CODES
 from .errors import ConfigError, Problem
 
@@ -46,7 +47,7 @@ class CudaVariant:
     @property
     def tag(self) -> str:
         """'cu128': the suffix of torch's variant index and of image tags."""
-        return "cu" + self.cuda.replace(".", "")
+        return contract.cuda_tag(self.cuda)
 
 
 @dataclass(frozen=True, kw_only=True)

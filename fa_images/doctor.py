@@ -23,7 +23,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .builder import elf, environment, verify
+from .builder import contract, elf, environment, verify
 from .builder.errors import EnvironmentProblem
 from .builder.gpucheck import IMPORTED_MODULES
 
@@ -114,7 +114,7 @@ def probe_torch(report: Report, python: str, table) -> environment.TorchInfo | N
     if torch.cuda is None:
         public = torch.version.split("+")[0]
         release = table.torch.get(public) if table else None
-        tag = "cu" + release.default_cuda.replace(".", "") if release else "cuXYZ"
+        tag = contract.cuda_tag(release.default_cuda) if release else "cuXYZ"
         report.add(
             "torch",
             WARN,
