@@ -13,8 +13,8 @@ from pathlib import Path
 
 from . import __version__
 from .builder import cli as builder_cli
-from .gpus import MODES as GPU_MODES
-from .gpus import resolve as resolve_gpus
+from .run.gpus import MODES as GPU_MODES
+from .run.gpus import resolve as resolve_gpus
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -59,7 +59,7 @@ def _matrix_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from . import matrix
+    from .config import matrix
 
     return matrix.load(args.matrix, compat_override=args.compat)
 
@@ -79,7 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from . import render
+    from .outputs import render
 
     m = _load(args)
     result = render.render_all(m, m.entries, args.out, check=args.check)
@@ -112,19 +112,27 @@ examples:
 For each entry: fetch and sha256-check the sdist on the host, build the image (the wheel
 compiles in its builder stage), export and verify the wheel into --dist, run the import
 check in a container (and the GPU check when the engine has a GPU runtime), push.
+Entries that differ only in Python (one `group` in `fa-images plan --json`) share a
+compiler cache: the first compiles the kernels, the others take them from the cache.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
 Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input,
 7 no engine, 130 interrupted. Re-run with --only to build just what is missing.
 """
 
 
+def _default_compiler_cache() -> Path:
+    from .outputs import context, group_cache
+
+    return group_cache.default_root(context.cache_dir())
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    from . import plan as plan_mod
-    from .engine import DockerEngine
     from .errors import EntriesFailed, EnvironmentProblem, UsageError
-    from .executor import Executor, Options
-    from .logger import Console
-    from .report import print_summary, write_report
+    from .run import plan as plan_mod
+    from .run.engine import DockerEngine
+    from .run.executor import Executor, Options
+    from .run.logger import Console
+    from .run.report import print_summary, write_report
 
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run")
@@ -159,6 +167,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         keep_work=args.keep_work,
         force=args.force,
         gpus=gpus,
+        compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
     )
     executor = Executor(engine, m, options, console)
     try:
@@ -208,7 +217,7 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_export_github(args: argparse.Namespace) -> int:
-    from .exports import github
+    from .outputs.exports import github
 
     m = _load(args)
     opts = github.GithubOptions(
@@ -240,7 +249,7 @@ def cmd_export_github(args: argparse.Namespace) -> int:
 
 
 def cmd_export_bake(args: argparse.Namespace) -> int:
-    from .exports import bake
+    from .outputs.exports import bake
 
     m = _load(args)
     opts = bake.BakeOptions(cache_from=tuple(args.cache_from or ()), cache_to=tuple(args.cache_to or ()))
@@ -338,7 +347,7 @@ exit codes: 0 all is well, 1 something is broken (each reason printed with its f
 
 COMPAT_EXAMPLES = """\
 examples:
-  fa-images compat refresh                       rewrite fa_images/compat.yaml from PyPI and the torch index
+  fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
 """
 
@@ -350,7 +359,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_compat_refresh(args: argparse.Namespace) -> int:
-    from . import compat, compatgen, grammar
+    from .config import compat, compatgen, grammar
     from .errors import UsageError
 
     for name in ("pypi", "torch_index"):
@@ -449,6 +458,19 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
     build.add_argument(
         "--keep-work", action="store_true", help="keep each entry's build context for debugging (its path is logged)"
+    )
+    cache = build.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--compiler-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep each compile group's compiler cache under DIR: entries that differ only in Python "
+        "compile their kernels once (default: ~/.cache/fa-images/compiler-cache, or under $XDG_CACHE_HOME)",
+    )
+    cache.add_argument(
+        "--no-compiler-cache",
+        action="store_true",
+        help="keep no compiler cache between builds: every entry compiles all its kernels",
     )
     build.add_argument(
         "--gpus",

@@ -432,7 +432,7 @@ def suggest_entry(
 
 def _validate(entry: dict[str, Any]) -> str | None:
     """Loads the entry as ``plan`` would; the problem, or None."""
-    from . import matrix
+    from .config import matrix
     from .errors import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="fa-doctor-") as tmp:
@@ -448,7 +448,7 @@ def _validate(entry: dict[str, Any]) -> str | None:
 def run(*, python: str = sys.executable) -> Report:
     report = Report()
     try:
-        from . import compat
+        from .config import compat
 
         table = compat.load()
     except ImportError as exc:  # doctor still reports the machine without the table's extras

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import toolchain
 
-from fa_images.matrix import Matrix
-from fa_images.matrix import load as load_matrix
+from fa_images.config.matrix import Matrix
+from fa_images.config.matrix import load as load_matrix
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +47,20 @@ def toolchain_venv() -> Path:
 @pytest.fixture(scope="session")
 def venv_python(toolchain_venv: Path) -> str:
     return str(toolchain_venv / "bin" / "python")
+
+
+@pytest.fixture(scope="session")
+def system_torch() -> dict:
+    """The torch of the interpreter that runs the tests and the CLI (see toolchain.torch_facts)."""
+    return toolchain.torch_facts()
+
+
+@pytest.fixture(scope="session")
+def venv_torch(venv_python: str) -> dict:
+    """The toolchain venv's torch, which must be the one it was made with."""
+    info = toolchain.torch_facts(venv_python)
+    assert info["version"].startswith(toolchain.TORCH_VERSION + "+cu128"), info
+    return info
 
 
 @pytest.fixture(scope="session")
@@ -97,6 +111,38 @@ def run_fa_images() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def prepare_only() -> Callable[..., list[str | Path]]:
+    """The arguments of ``fa-images wheel ... --prepare-only`` (fetch, unpack and settle the
+    settings, no compile): the source is ``sdist=`` a file or ``flash_attn=`` a version, the
+    positional ``options`` go in as they are."""
+
+    def args(
+        *options: str | Path,
+        out: str | Path,
+        sdist: Path | None = None,
+        flash_attn: str | None = None,
+        work: str | Path | None = None,
+        keep_work: bool = False,
+        json: bool = False,
+    ) -> list[str | Path]:
+        assert (sdist is None) != (flash_attn is None), "one source: sdist= or flash_attn="
+        source = ["--sdist", sdist] if sdist is not None else ["--flash-attn", flash_attn]
+        return [
+            "wheel",
+            *source,
+            *options,
+            "--out",
+            out,
+            *(["--work-dir", work] if work is not None else []),
+            *(["--keep-work"] if keep_work else []),
+            "--prepare-only",
+            *(["--json"] if json else []),
+        ]
+
+    return args
 
 
 @pytest.fixture

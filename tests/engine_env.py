@@ -10,7 +10,8 @@ everything an image test needs is made locally:
   the engine is done, and what a killed run left behind (servers, builds,
   registry data, images) is removed when the next run starts.
 * ``base_images()`` makes Debian bookworm base images with ``debootstrap``
-  from the machine's Debian mirror and ``docker import``s them.
+  from the machine's Debian mirror and ``docker import``s them;
+  ``debian_rootfs()`` makes and keeps a rootfs of another suite, for a chroot.
 * ``cuda_devel_standin()`` dresses a base image up as a CUDA devel image.
 * ``local_registry()``, ``unreachable_registry()`` and ``serve_directory()``
   give push targets and a local wheel index.
@@ -688,9 +689,31 @@ def base_images(client: docker.DockerClient) -> BaseImages:
     return BaseImages(runtime=RUNTIME_TAG, devel=DEVEL_TAG)
 
 
-def _rootfs_key(packages: Iterable[str]) -> str:
+def debian_rootfs(suite: str, packages: tuple[str, ...]) -> Path:
+    """A gzipped tarball of Debian ``suite`` with ``packages``, debootstrapped once and cached.
+
+    For tests that enter a rootfs with chroot rather than import it into an engine. Gzipped,
+    since it is kept between runs: bullseye with python3 and git is 270 MB, about 100 MB so.
+    """
+    key = _rootfs_key(packages, suite)
+    tarball = cache_dir() / "rootfs" / f"debian-{suite}-{key}.tar.gz"
+    with _file_lock(cache_dir() / "rootfs.lock"):
+        if tarball.exists():
+            return tarball
+        tarball.parent.mkdir(exist_ok=True)
+        with _rootfs_maker() as make, tempfile.TemporaryDirectory(dir=tarball.parent) as tmp:
+            plain = Path(tmp) / f"debian-{suite}.tar"
+            make(packages, plain, suite)
+            partial = Path(tmp) / "partial.tar.gz"
+            with open(partial, "wb") as out:
+                subprocess.run(["gzip", "-c", str(plain)], stdout=out, check=True)
+            partial.rename(tarball)
+    return tarball
+
+
+def _rootfs_key(packages: Iterable[str], suite: str = SUITE) -> str:
     recipe = {
-        "suite": SUITE,
+        "suite": suite,
         "variant": "minbase",
         "packages": sorted(packages),
         "excludes": _ROOTFS_EXCLUDES,
@@ -726,8 +749,8 @@ def _import_rootfs(client: docker.DockerClient, tarball: Path, tag: str, key: st
 
 
 @contextlib.contextmanager
-def _rootfs_maker() -> Iterator[Callable[[tuple[str, ...], Path], None]]:
-    """Yield ``make(packages, tarball)``: debootstrap a rootfs and tar it.
+def _rootfs_maker() -> Iterator[Callable[..., None]]:
+    """Yield ``make(packages, tarball, suite=SUITE)``: debootstrap a rootfs and tar it.
 
     Safe to call from several threads at once; the rootfs trees live in one
     scratch directory and share one package proxy.
@@ -736,9 +759,9 @@ def _rootfs_maker() -> Iterator[Callable[[tuple[str, ...], Path], None]]:
     mirror = debian_mirror()
     with _scratch_dir() as scratch, _apt_proxy(mirror) as proxy_env:
 
-        def make(packages: tuple[str, ...], tarball: Path) -> None:
+        def make(packages: tuple[str, ...], tarball: Path, suite: str = SUITE) -> None:
             rootfs = scratch / tarball.stem
-            _debootstrap(debootstrap, mirror, packages, rootfs, proxy_env)
+            _debootstrap(debootstrap, mirror, packages, rootfs, proxy_env, suite)
             _tar_rootfs(rootfs, tarball)
 
         yield make
@@ -750,6 +773,7 @@ def _debootstrap(
     packages: tuple[str, ...],
     rootfs: Path,
     env: Mapping[str, str],
+    suite: str = SUITE,
 ) -> None:
     started = time.monotonic()
     log_path = rootfs.with_suffix(".log")
@@ -757,7 +781,7 @@ def _debootstrap(
         debootstrap,
         "--variant=minbase",
         f"--include={','.join(packages)}",
-        SUITE,
+        suite,
         str(rootfs),
         mirror,
     ]
@@ -1238,6 +1262,73 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str) -> None:
 
 
 # --------------------------------------------------------------------------
+# A second Python in an image
+
+
+_PYTHON_DOCKERFILE = """\
+FROM {base}
+COPY local/ /usr/local/
+# libpython is found through ld.so.cache, wherever the interpreter was built to look.
+RUN ldconfig && python{version} -c "import ctypes, ensurepip, ssl, venv"
+"""
+
+
+def find_python(version: str) -> Path | None:
+    """A CPython ``version`` ("3.12") on this machine, laid out as its own prefix (a pyenv
+    build or ``--prefix`` install): ``bin/pythonX.Y``, ``lib/pythonX.Y/``, ``include/pythonX.Y/``."""
+    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"]
+    candidates = sorted((p for root in roots if root.is_dir() for p in root.glob(f"{version}.*")), reverse=True)
+    for prefix in candidates:
+        if (prefix / "bin" / f"python{version}").is_file() and (prefix / "include" / f"python{version}").is_dir():
+            return prefix
+    return None
+
+
+def python_standin(client: docker.DockerClient, base: str, prefix: Path, version: str, tag: str) -> str:
+    """Build ``tag``: ``base`` with the CPython at ``prefix`` under /usr/local, as a base image
+    that ships Python ``version`` beside its own would (bases.python: system).
+
+    Its test suite and site-packages stay behind. Labelled with a hash of base, Dockerfile and
+    interpreter, and not rebuilt while that hash matches.
+    """
+    dockerfile = _PYTHON_DOCKERFILE.format(base=base, version=version)
+    binary = prefix / "bin" / f"python{version}"
+    key = _hash_json(
+        {
+            "base": client.images.get(base).id,
+            "dockerfile": dockerfile,
+            "python": [str(prefix), binary.stat().st_mtime_ns],
+        }
+    )
+    if _image_key(client, tag) == key:
+        return tag
+    left_out = {f"lib/python{version}/test", f"lib/python{version}/site-packages"}
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        inside = info.name.removeprefix("local/")
+        if "__pycache__" in info.name or any(inside == d or inside.startswith(d + "/") for d in left_out):
+            return None
+        info.uid = info.gid = 0
+        return info
+
+    with tempfile.TemporaryFile() as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            data = dockerfile.encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            tar.addfile(info, fileobj=io.BytesIO(data))
+            tar.add(binary, arcname=f"local/bin/python{version}")
+            for lib in sorted((prefix / "lib").glob(f"libpython{version}*.so*")):
+                tar.add(lib, arcname=f"local/lib/{lib.name}")
+            for tree in (f"lib/python{version}", f"include/python{version}"):
+                tar.add(prefix / tree, arcname=f"local/{tree}", filter=keep)
+        context.seek(0)
+        run_build(client, fileobj=context, custom_context=True, tag=tag, labels={KEY_LABEL: key}, network_mode="none")
+    log.info("built %s: %s with Python %s from %s", tag, base, version, prefix)
+    return tag
+
+
+# --------------------------------------------------------------------------
 # Registries and a local file server
 
 
@@ -1404,10 +1495,13 @@ __all__ = [
     "cache_dir",
     "cuda_devel_standin",
     "debian_mirror",
+    "debian_rootfs",
     "docker_engine",
+    "find_python",
     "local_registry",
     "marked_processes",
     "podman_engine",
+    "python_standin",
     "reap_leftovers",
     "remove_test_images",
     "run_build",

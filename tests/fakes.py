@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from fa_images.builder import verify
+from fa_images.builder import contract, verify
 from fa_images.builder.verify import WheelReport
-from fa_images.engine import BuildProgress, ImageInfo, RunResult
 from fa_images.errors import StepFailed
+from fa_images.run.engine import BuildProgress, ImageInfo, RunResult
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -30,6 +30,9 @@ class FakeEngine:
         self.calls: list[tuple] = []
         self.memory_limits: list[int | None] = []  # what each build call was limited to
         self.labels: dict[str, dict[str, str]] = {}  # the labels each tag was built with
+        # Per build of a runtime image: the files of the compiler cache its context carried.
+        self.cache_in_context: dict[str, dict[str, str]] = {}
+        self.fail_cache_export = False
 
     def describe(self) -> str:
         return "fake engine"
@@ -46,6 +49,12 @@ class FakeEngine:
             self.labels[tag] = dict(labels)
         on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
         on_line("compiling")
+        if target == contract.RUNTIME_STAGE:
+            # A compile of 4 kernels: as many from the cache as the context's cache holds objects.
+            cache = context / contract.CACHE_CONTEXT_DIR
+            seen = {p.relative_to(cache).as_posix(): p.read_text() for p in cache.rglob("*") if p.is_file()}
+            self.cache_in_context[tag or ""] = seen
+            on_line(contract.cache_stats_line(min(len(seen), 4), 4))
         if self.interrupt_on and self.interrupt_on in (tag or ""):
             raise KeyboardInterrupt
         if any(f in (tag or "") for f in self.fail_build):
@@ -60,6 +69,16 @@ class FakeEngine:
         (dest / WHEEL).write_bytes(b"not really a wheel")
         (dest / "manifest.json").write_text("{}")
         return [dest / WHEEL, dest / "manifest.json"]
+
+    def export_dir(self, image, path, dest) -> int:
+        self.calls.append(("export_dir", image, path))
+        if self.fail_cache_export:
+            dest.mkdir()
+            (dest / "half-written").write_text("")
+            raise StepFailed(f"exporting a directory of {image} failed: connection reset")
+        (dest / "0").mkdir(parents=True)
+        (dest / "0" / "object").write_text(f"compiled in {image}")
+        return len(f"compiled in {image}")
 
     def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
         self.calls.append(("run", image, tuple(command or ()), gpu))

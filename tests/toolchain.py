@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fa_images import compat
+from fa_images.config import compat
 
 TORCH_VERSION = "2.9.1"
 # Build-time helpers that flash-attn's setup.py imports, plus einops, which
@@ -138,6 +138,7 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
         if _is_ready(dest, spec):
             return dest
         dest.mkdir(parents=True, exist_ok=True)
+        _seed_pure_wheels(dest)
         _log(f"downloading torch {TORCH_VERSION} and dependencies for {tag} into {dest} (~3.5 GB)")
         # pip keeps wheels already in dest, so an interrupted download resumes.
         _run(
@@ -160,6 +161,17 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
         )
         _mark(dest, spec)
     return dest
+
+
+def _seed_pure_wheels(dest: Path) -> None:
+    """Hard-links the wheels that fit every CPython (``py3-none``: the CUDA libraries, most of
+    the 3.5 GB) from the wheelhouses of the same torch for other Pythons; pip skips them."""
+    for other in cache_dir().glob(f"wheelhouse-torch{TORCH_VERSION}-cp*"):
+        if other == dest or not (other / MARKER).is_file():  # a complete download
+            continue
+        for wheel in other.glob("*-py3-none-*.whl"):
+            if not (dest / wheel.name).exists():
+                os.link(wheel, dest / wheel.name)
 
 
 def torch_venv(python: str = sys.executable) -> Path:
@@ -209,6 +221,21 @@ def torch_venv(python: str = sys.executable) -> Path:
         _run([str(dest / "bin" / "python"), "-c", "import torch, ninja, wheel, psutil"])
         _mark(dest, spec)
     return dest
+
+
+# Asked in a child, not through fa_images: the tests compare fa_images' own reading with it.
+_TORCH_PROBE = (
+    "import json, sys, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+    "'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), 'gpu': torch.cuda.is_available(), "
+    "'cp': 'cp%d%d' % sys.version_info[:2]}))"
+)
+
+
+def torch_facts(python: str = sys.executable) -> dict:
+    """The torch ``python`` imports: ``version``, ``cuda`` (None for a CPU build), ``abi`` (its
+    C++11 ABI flag), ``gpu`` (whether it sees one) and ``cp``, the interpreter's wheel tag."""
+    out = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def cuda_home(version: str = "12.4") -> Path:

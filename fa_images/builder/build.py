@@ -14,10 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from . import dist as dist_dir
 from . import environment, source
+from .compiler_cache import CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE
 from .errors import BuildFailed
 from .settings import BuildSettings, local_version_label
@@ -121,8 +123,18 @@ def build_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> di
     return env
 
 
-def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.executable, log=print) -> Path:
-    """Compiles, verifies and moves the wheel into ``out_dir`` with a manifest beside it."""
+def compile_wheel(
+    settings: BuildSettings,
+    out_dir: Path,
+    *,
+    python: str = sys.executable,
+    cache_dir: Path | None = None,
+    log=print,
+) -> Path:
+    """Compiles, verifies and moves the wheel into ``out_dir`` with a manifest beside it.
+
+    With ``cache_dir``, nvcc runs through a compiler cache there (see compiler_cache).
+    """
     torch = environment.probe_torch(python)
     nvcc = environment.probe_nvcc()
     environment.check_toolchain(torch, nvcc)
@@ -147,15 +159,22 @@ def compile_wheel(settings: BuildSettings, out_dir: Path, *, python: str = sys.e
     started = time.monotonic()
     tail: list[str] = []
     compiler_errors: list[str] = []
-    with subprocess.Popen(
-        cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            tail = (tail + [line.rstrip()])[-30:]
-            if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
-                compiler_errors.append(line.strip())
+    cache = CompilerCache(cache_dir, basedirs=(torch.site_packages,)) if cache_dir else None
+    running: AbstractContextManager[dict[str, str]] = cache.running(nvcc.path, log=log) if cache else nullcontext({})
+    with running as cache_env:
+        env.update(cache_env)
+        with subprocess.Popen(
+            cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                tail = (tail + [line.rstrip()])[-30:]
+                if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
+                    compiler_errors.append(line.strip())
+        stats = cache.stats(cache_env) if cache else None
+    if stats is not None:
+        log(stats.line())
     if proc.returncode != 0:
         why = next((t for t in reversed(tail) if f"{MILESTONE}error" in t), None)
         if why is None and compiler_errors:

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import build, gpucheck, scratch, source
+from . import build, compiler_cache, gpucheck, scratch, source
 from .errors import FatalError, UsageError
 from .settings import parse_archs
 from .verify import inspect_wheel
@@ -110,6 +110,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "it is removed when the command ends",
     )
     wheel.add_argument(
+        "--compiler-cache",
+        type=Path,
+        metavar="DIR",
+        help="run nvcc through sccache with its cache in DIR: a build for another Python of the same "
+        "flash-attn, torch, CUDA and archs takes every kernel from there and compiles only the "
+        "Python-specific part (needs sccache on PATH; the scratch dir gets a fixed name)",
+    )
+    wheel.add_argument(
         "--keep-work", action="store_true", help="keep the scratch dir for debugging (its path is printed)"
     )
     wheel.add_argument(
@@ -171,7 +179,9 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr)
 
-    with scratch.scratch_dir("wheel", parent=args.work_dir, keep=args.keep_work, log=say) as work:
+    # A compiler cache keys on the source's path: the same one on every build (compiler_cache).
+    kind, fixed = (compiler_cache.STABLE_WORK_NAME, True) if args.compiler_cache else ("wheel", False)
+    with scratch.scratch_dir(kind, parent=args.work_dir, keep=args.keep_work, fixed_name=fixed, log=say) as work:
         settings = build.prepare(
             version=args.flash_attn,
             sdist=args.sdist,
@@ -193,7 +203,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             where = settings.source_dir if args.keep_work else f"flash-attn {settings.flash_attn} (not kept)"
             print(settings.to_json() if args.json else f"prepared {where}")
             return 0
-        build.compile_wheel(settings, args.out)
+        build.compile_wheel(settings, args.out, cache_dir=args.compiler_cache and args.compiler_cache.resolve())
     return 0
 
 

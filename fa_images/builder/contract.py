@@ -7,11 +7,19 @@ an exit code or a tag format cannot drift between the two sides.
 
 from __future__ import annotations
 
+import re
+
 # The stages of every rendered Dockerfile, in build order.
 BUILDER_STAGE = "builder"  # compiles the wheel; tagged "<image>-builder" to keep its cache
 WHEEL_STAGE = "wheel"  # FROM scratch: only the wheel and its manifest, for export
 RUNTIME_STAGE = "runtime"  # the image users pull
+CACHE_STAGE = "compiler-cache"  # FROM scratch: the compiler cache after the compile, for the host
 WHEELS_DIR = "/wheels"  # where the builder stage leaves its output
+# The build context's compiler cache (the host's copy for the entry's compile group) and where the
+# builder stage keeps it: the next Python of the group takes its kernel objects from there.
+CACHE_CONTEXT_DIR = "compiler-cache"
+CACHE_DIR = "/opt/fa-images/compiler-cache"
+CACHE_EXPORT_DIR = "/compiler-cache"  # in the FROM-scratch cache stage
 
 # Exit codes of the builder's own commands that the host tells apart.
 EXIT_NO_GPU = 3  # `check`: no GPU visible here, so nothing was checked
@@ -33,3 +41,18 @@ IMPORT_CHECK_COMMAND = (*GPU_CHECK_COMMAND, "--import-only")
 def cuda_tag(cuda: str) -> str:
     """'12.8' -> 'cu128': torch's variant index suffix, and the image tags' CUDA part."""
     return "cu" + cuda.replace(".", "")
+
+
+# The builder's milestone line with the compiler cache's counts; the host reads it into the report.
+_CACHE_LINE = "compiler cache: {hits} of {total} kernel compiles taken from the cache"
+_CACHE_PATTERN = re.compile(r"compiler cache: (\d+) of (\d+) kernel compiles taken from the cache")
+
+
+def cache_stats_line(hits: int, total: int) -> str:
+    return MILESTONE + _CACHE_LINE.format(hits=hits, total=total)
+
+
+def parse_cache_stats(line: str) -> tuple[int, int] | None:
+    """(kernels from the cache, kernels in all) from a builder's output line, or None."""
+    match = _CACHE_PATTERN.search(line)
+    return (int(match.group(1)), int(match.group(2))) if match else None

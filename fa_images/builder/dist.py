@@ -42,7 +42,7 @@ class WheelConflict(VerificationFailed):
     """A wheel's sha256 differs from the one dist/ holds under the same file name (exit 6)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class WheelRecord:
     """One wheel in dist/manifest.json: what it is and what it was built for."""
 

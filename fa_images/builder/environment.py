@@ -25,19 +25,20 @@ BYTES_PER_NVCC_THREAD = 5 * GIB
 MAX_NVCC_THREADS = 4  # one per gencode target; flash-attn builds name at most four archs
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class TorchInfo:
     version: str
     cuda: str | None  # None for a CPU build of torch
     cxx11_abi: bool
     python: str  # "3.12"
+    site_packages: str = ""  # the directory that holds torch; its path differs per Python
 
     @property
     def major_minor(self) -> str:
         return ".".join(self.version.split("+")[0].split(".")[:2])
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class NvccInfo:
     path: Path
     version: str  # "12.8"
@@ -48,9 +49,10 @@ class NvccInfo:
 
 
 _TORCH_PROBE = (
-    "import json, sys, torch; print(json.dumps({'version': torch.__version__, "
+    "import json, os, sys, torch; print(json.dumps({'version': torch.__version__, "
     "'cuda': torch.version.cuda, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), "
-    "'python': '%d.%d' % sys.version_info[:2]}))"
+    "'python': '%d.%d' % sys.version_info[:2], "
+    "'site_packages': os.path.dirname(os.path.dirname(torch.__file__))}))"
 )
 
 
@@ -148,7 +150,7 @@ def available_cpus() -> int:
     return cpus
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Parallelism:
     max_jobs: int
     nvcc_threads: int

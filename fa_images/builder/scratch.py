@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import UsageError
+
 PREFIX = "fa-images-"
 OWNER_FILE = ".fa-images-owner"
 
@@ -70,15 +72,28 @@ def scratch_dir(
     *,
     parent: Path | None = None,
     keep: bool = False,
+    fixed_name: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> Iterator[Path]:
     """A new, empty directory ``<parent>/fa-images-<kind>-XXXX``, removed when the block ends.
 
+    ``fixed_name`` makes it ``<parent>/fa-images-<kind>``, for a build whose paths must be the
+    same every time (a compiler cache keys on them); a live run holding that name is an error.
     ``keep`` leaves it in place for debugging and says where it is.
     """
     parent = Path(parent or tempfile.gettempdir())
     reap(parent)
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent))
+    if fixed_name:
+        path = parent / f"{PREFIX}{kind}"
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            raise UsageError(
+                f"{path} exists: another build is using it, or it was kept with --keep-work",
+                hint="wait for that build, remove the kept directory, or pass another --work-dir",
+            ) from None
+    else:
+        path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent))
     (path / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid()) or 0}\n")
     try:
         yield path

@@ -19,7 +19,7 @@ from .contract import SETTINGS_FILE, cuda_tag
 ARCH_CODES = frozenset({"80", "90", "100", "110", "120"})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class BuildSettings:
     flash_attn: str
     python: str

@@ -32,7 +32,7 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 SUPPORTED_FLASH_ATTN = SpecifierSet(">=2.5.0,<=2.8.3.post2")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class SourceTree:
     """An unpacked sdist and what its setup.py is able to take from the environment."""
 

@@ -48,23 +48,6 @@ def assert_one_clear_error(proc: subprocess.CompletedProcess[str], exit_code: in
     return errors[0]
 
 
-@pytest.fixture(scope="module")
-def system_torch() -> dict:
-    """The torch of the interpreter that runs the CLI, asked directly (not via fa_images)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, torch; print(json.dumps({'version': torch.__version__, "
-            "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 # --- the real sdists ---------------------------------------------------------------------
 
 
@@ -81,25 +64,12 @@ class Prepared:
 
 
 @pytest.fixture(scope="module", params=sorted(HONOURS_CUDA_ARCHS_ENV))
-def prepared(request, real_sdist, run_fa_images, tmp_path_factory) -> Prepared:
+def prepared(request, real_sdist, run_fa_images, tmp_path_factory, prepare_only) -> Prepared:
     version = request.param
     sdist = real_sdist(version)
     work = tmp_path_factory.mktemp(f"prepare-{version}")
     proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            sdist,
-            "--archs",
-            "90,8.0",
-            "--out",
-            work / "dist",
-            "--work-dir",
-            work,
-            "--keep-work",
-            "--prepare-only",
-            "--json",
-        ]
+        prepare_only("--archs", "90,8.0", sdist=sdist, out=work / "dist", work=work, keep_work=True, json=True)
     )
     return Prepared(version, sdist, work, proc)
 
@@ -145,13 +115,10 @@ def test_prepare_warns_that_torch_is_a_cpu_build(prepared: Prepared, system_torc
     assert "Traceback" not in prepared.proc.stderr
 
 
-def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
+def test_prepare_takes_overrides(run_fa_images, tmp_path: Path, prepare_only) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            sdist,
+        prepare_only(
             "--archs",
             "sm_90;80",
             "--ptx",
@@ -159,23 +126,21 @@ def test_prepare_takes_overrides(run_fa_images, tmp_path: Path) -> None:
             "3",
             "--nvcc-threads",
             "1",
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-            "--json",
-        ]
+            sdist=sdist,
+            out=tmp_path / "dist",
+            work=tmp_path,
+            json=True,
+        )
     )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert (s["archs"], s["ptx"], s["max_jobs"], s["nvcc_threads"]) == (["80", "90"], True, 3, 1)
 
 
-def test_prepare_without_json_names_the_kept_source_dir(run_fa_images, tmp_path: Path) -> None:
+def test_prepare_without_json_names_the_kept_source_dir(run_fa_images, tmp_path: Path, prepare_only) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     work = tmp_path / "work"
-    args = ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"]
+    args = prepare_only(sdist=sdist, out=tmp_path / "dist", work=work)
     proc = run_fa_images([*args, "--keep-work"])
     assert proc.returncode == 0, proc.stderr
     (scratch,) = work.iterdir()
@@ -189,46 +154,28 @@ def test_prepare_without_json_names_the_kept_source_dir(run_fa_images, tmp_path:
     assert list(work.iterdir()) == [scratch]
 
 
-def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path) -> None:
+def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path, prepare_only) -> None:
     sdist = real_sdist("2.8.3")
     wrong = "0" * 64
-    proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            sdist,
-            "--sha256",
-            wrong,
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
-    )
+    proc = run_fa_images(prepare_only("--sha256", wrong, sdist=sdist, out=tmp_path / "dist", work=tmp_path))
     assert_one_clear_error(proc, 4, "sha256 mismatch", wrong, sha256_file(sdist))
     assert not (tmp_path / "src").exists(), "a mismatched sdist must not be unpacked"
 
 
-def test_sha256_mismatch_of_a_file_in_sources_dir(real_sdist, run_fa_images, tmp_path: Path) -> None:
+def test_sha256_mismatch_of_a_file_in_sources_dir(real_sdist, run_fa_images, tmp_path: Path, prepare_only) -> None:
     sources = real_sdist("2.8.3").parent
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "2.8.3",
+        prepare_only(
             "--sources-dir",
             sources,
             "--sha256",
             "ab" * 32,
             "--index-url",
             "http://127.0.0.1:9/simple",
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
+            flash_attn="2.8.3",
+            out=tmp_path / "dist",
+            work=tmp_path,
+        )
     )
     assert_one_clear_error(proc, 4, "sha256 mismatch", "flash_attn-2.8.3.tar.gz")
 
@@ -237,20 +184,13 @@ def test_sha256_mismatch_of_a_file_in_sources_dir(real_sdist, run_fa_images, tmp
     ("version", "needle"),
     [("2.4.2", "outside the versions"), ("2.9.0", "outside the versions"), ("two.eight", "not a valid")],
 )
-def test_unsupported_version_is_a_usage_error(run_fa_images, tmp_path: Path, version: str, needle: str) -> None:
+def test_unsupported_version_is_a_usage_error(
+    run_fa_images, tmp_path: Path, version: str, needle: str, prepare_only
+) -> None:
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            version,
-            "--index-url",
-            "http://127.0.0.1:9/simple",
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
+        prepare_only(
+            "--index-url", "http://127.0.0.1:9/simple", flash_attn=version, out=tmp_path / "dist", work=tmp_path
+        )
     )
     line = assert_one_clear_error(proc, 2, version, needle)
     if needle.startswith("outside"):
@@ -258,11 +198,9 @@ def test_unsupported_version_is_a_usage_error(run_fa_images, tmp_path: Path, ver
     assert not any(tmp_path.iterdir()), "nothing may be fetched for a refused version"
 
 
-def test_unsupported_version_of_a_local_sdist(run_fa_images, tmp_path: Path) -> None:
+def test_unsupported_version_of_a_local_sdist(run_fa_images, tmp_path: Path, prepare_only) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.4.2")
-    proc = run_fa_images(
-        ["wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w", "--prepare-only"]
-    )
+    proc = run_fa_images(prepare_only(sdist=sdist, out=tmp_path / "dist", work=tmp_path / "w"))
     assert_one_clear_error(proc, 2, "flash-attn 2.4.2 is outside")
 
 
@@ -287,74 +225,37 @@ def test_json_without_prepare_only_is_refused_up_front(run_fa_images, tmp_path: 
 
 
 @pytest.mark.parametrize("archs", ["86", "75", "sm_90a", ",", "8.9"])
-def test_bad_archs_are_refused_by_the_parser(run_fa_images, tmp_path: Path, archs: str) -> None:
-    proc = run_fa_images(["wheel", "--flash-attn", "2.8.3", "--archs", archs, "--out", tmp_path, "--prepare-only"])
+def test_bad_archs_are_refused_by_the_parser(run_fa_images, tmp_path: Path, archs: str, prepare_only) -> None:
+    proc = run_fa_images(prepare_only("--archs", archs, flash_attn="2.8.3", out=tmp_path))
     assert proc.returncode == 2
     assert "--archs" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_expect_cxx11_abi_guards_the_torch_variant(run_fa_images, tmp_path: Path, system_torch: dict) -> None:
+def test_expect_cxx11_abi_guards_the_torch_variant(
+    run_fa_images, tmp_path: Path, system_torch: dict, prepare_only
+) -> None:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     other = str(not system_torch["abi"]).lower()
-    proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            sdist,
-            "--expect-cxx11-abi",
-            other,
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
-    )
+    proc = run_fa_images(prepare_only("--expect-cxx11-abi", other, sdist=sdist, out=tmp_path / "dist", work=tmp_path))
     assert_one_clear_error(proc, 3, f"cxx11_abi={system_torch['abi']}", "wrong torch variant")
     same = str(system_torch["abi"]).lower()
-    proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            sdist,
-            "--expect-cxx11-abi",
-            same,
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
-    )
+    proc = run_fa_images(prepare_only("--expect-cxx11-abi", same, sdist=sdist, out=tmp_path / "dist", work=tmp_path))
     assert proc.returncode == 0, proc.stderr
 
 
-def test_missing_local_sdist(run_fa_images, tmp_path: Path) -> None:
-    proc = run_fa_images(
-        [
-            "wheel",
-            "--sdist",
-            tmp_path / "nope.tar.gz",
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
-    )
+def test_missing_local_sdist(run_fa_images, tmp_path: Path, prepare_only) -> None:
+    proc = run_fa_images(prepare_only(sdist=tmp_path / "nope.tar.gz", out=tmp_path / "dist", work=tmp_path))
     assert_one_clear_error(proc, 2, "does not exist")
 
 
-def test_a_file_that_is_not_an_sdist(run_fa_images, tmp_path: Path) -> None:
+def test_a_file_that_is_not_an_sdist(run_fa_images, tmp_path: Path, prepare_only) -> None:
     bogus = tmp_path / "flash_attn-2.8.3.tar.gz"
     bogus.write_bytes(b"<html>rate limited</html>")
-    proc = run_fa_images(
-        ["wheel", "--sdist", bogus, "--out", tmp_path / "dist", "--work-dir", tmp_path / "w", "--prepare-only"]
-    )
+    proc = run_fa_images(prepare_only(sdist=bogus, out=tmp_path / "dist", work=tmp_path / "w"))
     assert_one_clear_error(proc, 4, "not a readable .tar.gz")
 
 
-def test_an_sdist_that_escapes_its_directory_is_not_unpacked(run_fa_images, tmp_path: Path) -> None:
+def test_an_sdist_that_escapes_its_directory_is_not_unpacked(run_fa_images, tmp_path: Path, prepare_only) -> None:
     evil = tmp_path / "flash_attn-2.8.3.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
         for name, data in [
@@ -365,7 +266,7 @@ def test_an_sdist_that_escapes_its_directory_is_not_unpacked(run_fa_images, tmp_
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     work = tmp_path / "a" / "b"
-    proc = run_fa_images(["wheel", "--sdist", evil, "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"])
+    proc = run_fa_images(prepare_only(sdist=evil, out=tmp_path / "dist", work=work))
     assert proc.returncode == 4, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.rglob("escaped.txt"))
@@ -439,21 +340,18 @@ def fake_index() -> Iterator[FakeIndex]:
         server.server_close()
 
 
-def test_untested_version_missing_from_the_index(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
+def test_untested_version_missing_from_the_index(
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+) -> None:
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "9.9.9",
+        prepare_only(
             "--allow-untested",
             "--index-url",
             fake_index.url(),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
+            flash_attn="9.9.9",
+            out=tmp_path / "dist",
+            work=tmp_path,
+        )
     )
     assert_one_clear_error(proc, 4, "flash-attn 9.9.9", fake_index.url())
     assert "2.8.3" in proc.stderr  # the hint names what the index does have
@@ -462,21 +360,18 @@ def test_untested_version_missing_from_the_index(fake_index: FakeIndex, run_fa_i
     assert "application/vnd.pypi.simple.v1+json" in headers.get("Accept", "")
 
 
-def test_index_credentials_are_sent_but_never_printed(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
+def test_index_credentials_are_sent_but_never_printed(
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+) -> None:
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "9.9.9",
+        prepare_only(
             "--allow-untested",
             "--index-url",
             fake_index.url("alice:s3cr%2Ft"),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
+            flash_attn="9.9.9",
+            out=tmp_path / "dist",
+            work=tmp_path,
+        )
     )
     assert proc.returncode == 4, proc.stderr
     ((_path, headers),) = fake_index.requests
@@ -485,45 +380,37 @@ def test_index_credentials_are_sent_but_never_printed(fake_index: FakeIndex, run
     assert "***@127.0.0.1" in proc.stderr
 
 
-def test_redacted_index_url_keeps_its_port(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
+def test_redacted_index_url_keeps_its_port(fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only) -> None:
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "9.9.9",
+        prepare_only(
             "--allow-untested",
             "--index-url",
             fake_index.url("alice:s3cret"),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-        ]
+            flash_attn="9.9.9",
+            out=tmp_path / "dist",
+            work=tmp_path,
+        )
     )
     assert proc.returncode == 4, proc.stderr
     assert f"***@127.0.0.1:{fake_index.port}/simple" in proc.stderr
 
 
-def test_download_from_the_index_is_checked_and_kept(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
+def test_download_from_the_index_is_checked_and_kept(
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+) -> None:
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist)
     work = tmp_path / "work"
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "2.8.3",
+        prepare_only(
             "--index-url",
             fake_index.url(),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            work,
-            "--keep-work",
-            "--prepare-only",
-            "--json",
-        ]
+            flash_attn="2.8.3",
+            out=tmp_path / "dist",
+            work=work,
+            keep_work=True,
+            json=True,
+        )
     )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
@@ -537,72 +424,53 @@ def test_download_from_the_index_is_checked_and_kept(fake_index: FakeIndex, run_
 
 
 def test_download_with_a_wrong_published_sha256_leaves_nothing(
-    fake_index: FakeIndex, run_fa_images, tmp_path: Path
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
 ) -> None:
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist, published_sha256="cd" * 32)
     work = tmp_path / "work"
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "2.8.3",
-            "--index-url",
-            fake_index.url(),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            work,
-            "--prepare-only",
-        ]
+        prepare_only("--index-url", fake_index.url(), flash_attn="2.8.3", out=tmp_path / "dist", work=work)
     )
     assert_one_clear_error(proc, 4, "sha256 mismatch", "cd" * 32, sha256_file(sdist))
     assert list(work.iterdir()) == [], "a failed download must leave nothing behind"
 
 
-def test_a_pinned_sha256_that_the_index_contradicts(fake_index: FakeIndex, run_fa_images, tmp_path: Path) -> None:
+def test_a_pinned_sha256_that_the_index_contradicts(
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+) -> None:
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist)
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "2.8.3",
+        prepare_only(
             "--sha256",
             "ef" * 32,
             "--index-url",
             fake_index.url(),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path / "work",
-            "--prepare-only",
-        ]
+            flash_attn="2.8.3",
+            out=tmp_path / "dist",
+            work=tmp_path / "work",
+        )
     )
     assert_one_clear_error(proc, 4, "ef" * 32, "pinned")
     assert [p for p, _h in fake_index.requests] == ["/simple/flash-attn/"], "nothing may be downloaded"
 
 
 def test_by_version_uses_sources_dir_before_the_index(
-    fake_index: FakeIndex, real_sdist, run_fa_images, tmp_path: Path
+    fake_index: FakeIndex, real_sdist, run_fa_images, tmp_path: Path, prepare_only
 ) -> None:
     cached = real_sdist("2.8.3")
     proc = run_fa_images(
-        [
-            "wheel",
-            "--flash-attn",
-            "2.8.3",
+        prepare_only(
             "--sources-dir",
             cached.parent,
             "--index-url",
             fake_index.url(),
-            "--out",
-            tmp_path / "dist",
-            "--work-dir",
-            tmp_path,
-            "--prepare-only",
-            "--json",
-        ]
+            flash_attn="2.8.3",
+            out=tmp_path / "dist",
+            work=tmp_path,
+            json=True,
+        )
     )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)

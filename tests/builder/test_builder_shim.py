@@ -226,17 +226,6 @@ print("NVCC-FLAGS", dist.ext_modules[0].extra_compile_args["nvcc"])
 """
 
 
-@pytest.fixture(scope="module")
-def this_torch_abi() -> bool:
-    out = subprocess.run(
-        [sys.executable, "-c", "import torch; print(bool(torch._C._GLIBCXX_USE_CXX11_ABI))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[-1] == "True"
-
-
 def run_shim(
     python: str,
     source_dir: Path,
@@ -258,9 +247,9 @@ def run_shim(
 
 
 @pytest.fixture
-def small_source(tmp_path: Path, this_torch_abi: bool) -> tuple[Path, BuildSettings]:
+def small_source(tmp_path: Path, system_torch: dict) -> tuple[Path, BuildSettings]:
     (tmp_path / "setup.py").write_text(SMALL_SETUP)
-    settings = make_settings(tmp_path, cxx11_abi=this_torch_abi, archs=("90",))
+    settings = make_settings(tmp_path, cxx11_abi=system_torch["abi"], archs=("90",))
     settings.write()
     return tmp_path, settings
 
@@ -324,7 +313,7 @@ ASKED_FOR_WHEN_80 = {
 
 
 @pytest.fixture(scope="module")
-def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory):
+def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory, prepare_only):
     """version -> (source dir, settings): prepared with the venv's torch, as the build would be."""
     cache: dict[str, tuple[Path, BuildSettings]] = {}
 
@@ -332,20 +321,9 @@ def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory)
         if version not in cache:
             work = tmp_path_factory.mktemp(f"shim-{version}")
             proc = run_fa_images(
-                [
-                    "wheel",
-                    "--sdist",
-                    real_sdist(version),
-                    "--archs",
-                    "80",
-                    "--out",
-                    work / "dist",
-                    "--work-dir",
-                    work,
-                    "--keep-work",
-                    "--prepare-only",
-                    "--json",
-                ],
+                prepare_only(
+                    "--archs", "80", sdist=real_sdist(version), out=work / "dist", work=work, keep_work=True, json=True
+                ),
                 python=venv_python,
             )
             assert proc.returncode == 0, proc.stderr

@@ -395,22 +395,10 @@ def cpu_extension_wheels(tmp_path_factory) -> dict[bool, Path]:
 
 
 @pytest.fixture(scope="session")
-def this_torch() -> dict:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, torch; print(json.dumps({'version': torch.__version__, "
-            "'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    info = json.loads(out.strip().splitlines()[-1])
-    if not info["abi"]:
+def this_torch(system_torch: dict) -> dict:
+    if not system_torch["abi"]:
         pytest.skip("these tests assume a new-ABI torch (every pip torch >= 2.7)")
-    return info
+    return system_torch
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import toolchain
 from fixtures.tiny import BROKEN_LINE, DEFAULT_VERSION, make_tiny_sdist
 
 from fa_images.builder.contract import MILESTONE
@@ -30,25 +29,6 @@ class Built:
     sdist: Path
     out: Path
     proc: subprocess.CompletedProcess[str]
-
-
-@pytest.fixture(scope="module")
-def venv_torch(venv_python: str) -> dict:
-    out = subprocess.run(
-        [
-            venv_python,
-            "-c",
-            "import json, sys, torch; print(json.dumps({'version': torch.__version__, "
-            "'cuda': torch.version.cuda, 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), "
-            "'gpu': torch.cuda.is_available(), 'cp': 'cp%d%d' % sys.version_info[:2]}))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    info = json.loads(out.strip().splitlines()[-1])
-    assert info["version"].startswith(toolchain.TORCH_VERSION + "+cu128"), info
-    return info
 
 
 def build_wheel(

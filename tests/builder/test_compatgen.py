@@ -20,9 +20,9 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from fa_images import compat, compatgen
 from fa_images.builder.settings import ARCH_CODES
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
+from fa_images.config import compat, compatgen
 from fa_images.errors import UsageError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"

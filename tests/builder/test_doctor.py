@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_builder_verify import EXT_SETUP, EXT_SOURCE
 
-from fa_images import compat
+from fa_images.config import compat
 
 BERT_PADDING = "from einops import rearrange\n"
 
@@ -41,25 +41,17 @@ def plans(run_fa_images, tmp_path: Path, entry: dict) -> subprocess.CompletedPro
     return run_fa_images(["plan", "--matrix", tmp_path / "matrix.yaml"])
 
 
-def test_doctor_with_the_cpu_torch(run_fa_images, tmp_path: Path) -> None:
-    torch = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+def test_doctor_with_the_cpu_torch(run_fa_images, tmp_path: Path, system_torch: dict) -> None:
     code, report = doctor(run_fa_images)
     assert code == 0 and report["ok"] is True
-    assert report["facts"]["torch"]["version"] == torch[0] and report["facts"]["torch"]["cuda"] is None
+    assert report["facts"]["torch"]["version"] == system_torch["version"] and report["facts"]["torch"]["cuda"] is None
     found = findings(report)
     assert found["torch"]["status"] == "warn" and "CPU build" in found["torch"]["detail"]
     assert found["flash-attn"]["detail"] == "not installed for this Python"
     assert report["facts"]["build"]["max_jobs"] >= 1
     entry = report["entry"]
     assert entry["python"] == "{}.{}".format(*sys.version_info[:2])
-    assert entry["torch"] == torch[0].split("+")[0] and "cuda" not in entry  # its default CUDA
+    assert entry["torch"] == system_torch["version"].split("+")[0] and "cuda" not in entry  # its default CUDA
     assert entry["flash_attn"] == max(compat.load().flash_attn, key=_version)
     proc = plans(run_fa_images, tmp_path, entry)
     assert proc.returncode == 0, proc.stderr

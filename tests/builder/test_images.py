@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from fa_images import compat, render
-from fa_images import matrix as matrix_mod
 from fa_images.builder.source import obtain_sdist
+from fa_images.config import compat
+from fa_images.config import matrix as matrix_mod
 from fa_images.errors import ConfigError
+from fa_images.outputs import render
 
 # Module -> the distribution that provides it, for what setup.py imports beyond the stdlib.
 DISTRIBUTIONS = {"packaging": "packaging", "setuptools": "setuptools", "wheel": "wheel", "psutil": "psutil"}

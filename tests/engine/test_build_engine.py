@@ -107,6 +107,7 @@ def project(tmp_path_factory):
         config.mkdir()
         (config / "config.json").write_text(json.dumps({"credHelpers": {registry: CREDENTIAL_HELPER}}))
         env = engine.env(
+            XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
             PYTHONPATH=str(REPO),
             PYTHONUNBUFFERED="1",
             DOCKER_CONFIG=str(config),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import engine_env
 import pytest
 
-from fa_images.engine import DockerEngine
+from fa_images.run.engine import DockerEngine
 
 pytestmark = pytest.mark.engine
 

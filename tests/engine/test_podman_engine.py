@@ -64,7 +64,7 @@ def built(tmp_path_factory):
                 "report.json",
             ],
             cwd=root,
-            env=engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
+            env=engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache-home")),
             capture_output=True,
             text=True,
             timeout=3000,

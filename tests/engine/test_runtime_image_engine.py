@@ -26,10 +26,10 @@ import toolchain
 import yaml
 from fixtures.tiny import make_tiny_sdist
 
-from fa_images import compat
 from fa_images.builder import environment
 from fa_images.builder.gpucheck import IMPORTED_MODULES
 from fa_images.builder.source import obtain_sdist, sha256_of
+from fa_images.config import compat
 
 pytestmark = pytest.mark.engine
 
@@ -93,7 +93,7 @@ def built(tmp_path_factory):
         }
         (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
         # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be.
-        env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache"))
         proc = subprocess.run(
             [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
             cwd=root,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fa_images import grammar
-from fa_images.matrix import load as load_matrix
+from fa_images.config import grammar
+from fa_images.config.matrix import load as load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -75,9 +75,9 @@ def test_every_build_call_carries_the_limit(tiny_matrix, tmp_path: Path, monkeyp
 
     from fakes import FakeEngine, accept_every_wheel
 
-    from fa_images import plan
-    from fa_images.executor import Executor, Options
-    from fa_images.logger import Console
+    from fa_images.run import plan
+    from fa_images.run.executor import Executor, Options
+    from fa_images.run.logger import Console
 
     accept_every_wheel(monkeypatch)
     limited = replace(tiny_matrix, build=replace(tiny_matrix.build, memory="12g"))

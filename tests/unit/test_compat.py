@@ -1,18 +1,19 @@
-"""The shipped compatibility table (fa_images/compat.yaml): it loads, its facts, its checks."""
+"""The shipped compatibility table (fa_images/config/compat.yaml): it loads, its facts, its checks."""
 
 from __future__ import annotations
 
 import re
 import textwrap
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import yaml
 from packaging.version import Version
 
-from fa_images import compat as compat_mod
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
-from fa_images.compat import Compat, did_you_mean
+from fa_images.config import compat as compat_mod
+from fa_images.config.compat import Compat, did_you_mean
 from fa_images.errors import ConfigError, Problem
 
 SHIPPED = compat_mod.DEFAULT_FILE
@@ -192,16 +193,29 @@ def test_merge() -> None:
     assert base == {"a": {"x": 1, "y": [1]}, "b": 2}  # not modified
 
 
-def test_unknown_section_with_did_you_mean(tmp_path: Path) -> None:
-    (p,) = override_problems(
-        tmp_path,
-        """
-        # new GPUs
-        gpu:
-          GB300: "10.3"
-    """,
-    )
-    assert (p.line, p.message, p.hint) == (2, "unknown section 'gpu'", "did you mean 'gpus'?")
+@pytest.mark.parametrize(
+    ("text", "line", "message", "hint"),
+    [
+        pytest.param(
+            '# new GPUs\ngpu:\n  GB300: "10.3"\n',
+            2,
+            "unknown section 'gpu'",
+            "did you mean 'gpus'?",
+            id="unknown section",
+        ),
+        pytest.param("gpus: [A100]\n", 1, "gpus must be a mapping", ANY, id="section not a mapping"),
+        pytest.param(
+            f'flash_attn:\n  "2.8.3": {{sha256: {"z" * 64}}}\n',
+            2,
+            "flash_attn.2.8.3.sha256 must be 64 hex digits",
+            ANY,
+            id="sha256 not hex",
+        ),
+    ],
+)
+def test_one_bad_override_is_one_problem(tmp_path: Path, text: str, line: int, message: str, hint: object) -> None:
+    (p,) = override_problems(tmp_path, text)
+    assert (p.line, p.message, p.hint) == (line, message, hint)
 
 
 def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
@@ -230,21 +244,11 @@ def test_all_compat_problems_are_reported_together(tmp_path: Path) -> None:
     ]
 
 
-def test_section_must_be_a_mapping(tmp_path: Path) -> None:
-    (p,) = override_problems(tmp_path, "gpus: [A100]\n")
-    assert (p.line, p.message) == (1, "gpus must be a mapping")
-
-
 def test_missing_override_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         compat_mod.load(tmp_path / "nope.yaml")
     (p,) = info.value.problems
     assert (p.file, p.message) == (str(tmp_path / "nope.yaml"), "compat override not found")
-
-
-def test_sha256_must_be_hex(tmp_path: Path) -> None:
-    (p,) = override_problems(tmp_path, f'flash_attn:\n  "2.8.3": {{sha256: {"z" * 64}}}\n')
-    assert (p.line, p.message) == (2, "flash_attn.2.8.3.sha256 must be 64 hex digits")
 
 
 @pytest.mark.parametrize("name", ["RTX PRO 6000", "A100-80GB"])

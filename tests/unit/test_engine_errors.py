@@ -8,7 +8,7 @@ import docker.errors
 import pytest
 import requests
 
-from fa_images.engine import DockerEngine, StepFailed
+from fa_images.run.engine import DockerEngine, StepFailed
 
 REFUSED = docker.errors.APIError(
     "500 Server Error",

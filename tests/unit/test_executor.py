@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from fakes import WHEEL, FakeEngine, accept_every_wheel
 
-from fa_images import executor as executor_mod
-from fa_images import matrix, plan
 from fa_images.builder import contract
-from fa_images.executor import Executor, Options
-from fa_images.logger import Console
+from fa_images.config import matrix
+from fa_images.run import executor as executor_mod
+from fa_images.run import plan
+from fa_images.run.executor import Executor, Options
+from fa_images.run.logger import Console
 
 REPO = Path(__file__).resolve().parents[2]
 

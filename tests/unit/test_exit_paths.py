@@ -15,7 +15,7 @@ import pytest
 from fakes import FakeEngine, accept_every_wheel
 
 from fa_images import cli
-from fa_images.engine import DockerEngine
+from fa_images.run.engine import DockerEngine
 
 
 @pytest.fixture

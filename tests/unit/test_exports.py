@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fa_images import matrix
-from fa_images.exports import bake, github
+from fa_images.config import matrix
+from fa_images.outputs.exports import bake, github
 
 REPO = Path(__file__).resolve().parents[2]
 BAKE_TARGET_KEYS = {"context", "dockerfile", "target", "tags", "labels", "output", "cache-from", "cache-to"}

@@ -16,9 +16,10 @@ import test_executor as tex
 from docker.types import DeviceRequest
 from fakes import FakeEngine, accept_every_wheel
 
-from fa_images import cli, gpus
-from fa_images.engine import DockerEngine
-from fa_images.gpus import GpuAccess, HostGpus, NoHostGpus
+from fa_images import cli
+from fa_images.run import gpus
+from fa_images.run.engine import DockerEngine
+from fa_images.run.gpus import GpuAccess, HostGpus, NoHostGpus
 
 NODES = ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 

@@ -24,9 +24,10 @@ from fixtures.tiny import make_tiny_sdist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fa_images import cli, render
-from fa_images import matrix as matrix_mod
+from fa_images import cli
+from fa_images.config import matrix as matrix_mod
 from fa_images.errors import FatalError
+from fa_images.outputs import render
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = '{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", target: A100}'
@@ -297,7 +298,7 @@ HOSTILE_SDISTS = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_SDISTS))
-def test_hostile_sdist_deletes_and_writes_nothing_outside(case: str, tmp_path: Path, capsys) -> None:
+def test_hostile_sdist_deletes_and_writes_nothing_outside(case: str, tmp_path: Path, capsys, prepare_only) -> None:
     members, data = HOSTILE_SDISTS[case]()
     sdist = _tarball(tmp_path / "flash_attn-2.8.3.tar.gz", members, data)
     work = tmp_path / "work"
@@ -307,9 +308,7 @@ def test_hostile_sdist_deletes_and_writes_nothing_outside(case: str, tmp_path: P
     (work / "flash_attn-2.8.3" / "keep.txt").write_text("also the user's")
     (tmp_path / "victim").write_text("victim")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    code, _out, err = fa_images(
-        capsys, "wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", work, "--prepare-only"
-    )
+    code, _out, err = fa_images(capsys, *prepare_only(sdist=sdist, out=tmp_path / "dist", work=work))
     assert_clear_error(code, err, 4)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert (work / "mine.txt").read_text() == "the user's file"
@@ -317,7 +316,7 @@ def test_hostile_sdist_deletes_and_writes_nothing_outside(case: str, tmp_path: P
     assert not Path("/tmp/fa-images-abs-victim").exists()
 
 
-def test_work_dir_dot_is_never_emptied(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_work_dir_dot_is_never_emptied(tmp_path: Path, capsys, monkeypatch, prepare_only) -> None:
     """The reported disaster: an sdist whose only entry is '..' with --work-dir . emptied the cwd."""
     members, data = HOSTILE_SDISTS["only top-level entry is '..'"]()
     sdist = _tarball(tmp_path / "flash_attn-2.8.3.tar.gz", members, data)
@@ -325,33 +324,29 @@ def test_work_dir_dot_is_never_emptied(tmp_path: Path, capsys, monkeypatch) -> N
     cwd.mkdir()
     (cwd / "matrix.yaml").write_text("precious\n")
     monkeypatch.chdir(cwd)
-    code, _out, err = fa_images(capsys, "wheel", "--sdist", sdist, "--out", "dist", "--work-dir", ".", "--prepare-only")
+    code, _out, err = fa_images(capsys, *prepare_only(sdist=sdist, out="dist", work="."))
     assert_clear_error(code, err, 4)
     assert sorted(p.name for p in cwd.iterdir()) == ["matrix.yaml"]
     assert (cwd / "matrix.yaml").read_text() == "precious\n"
 
 
-def test_an_sdist_made_with_tar_dot_is_accepted(tmp_path: Path, capsys) -> None:
+def test_an_sdist_made_with_tar_dot_is_accepted(tmp_path: Path, capsys, prepare_only) -> None:
     """`tar -C dir -czf x.tgz .` prefixes every member with './'."""
     tree = tmp_path / "tree"
     with tarfile.open(make_tiny_sdist(tmp_path / "in", version="2.8.3")) as tar:
         tar.extractall(tree, filter="data")
     dotted = tmp_path / "flash_attn-2.8.3.tar.gz"
     subprocess.run(["tar", "-C", str(tree), "-czf", str(dotted), "."], check=True)
-    code, out, err = fa_images(
-        capsys, "wheel", "--sdist", dotted, "--out", tmp_path / "dist", "--prepare-only", "--json"
-    )
+    code, out, err = fa_images(capsys, *prepare_only(sdist=dotted, out=tmp_path / "dist", json=True))
     assert code == 0, err
     assert '"flash_attn": "2.8.3"' in out
 
 
-def test_wheel_work_dir_onto_a_file(tmp_path: Path, capsys) -> None:
+def test_wheel_work_dir_onto_a_file(tmp_path: Path, capsys, prepare_only) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("mine")
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
-    code, _out, err = fa_images(
-        capsys, "wheel", "--sdist", sdist, "--out", tmp_path / "dist", "--work-dir", blocker, "--prepare-only"
-    )
+    code, _out, err = fa_images(capsys, *prepare_only(sdist=sdist, out=tmp_path / "dist", work=blocker))
     assert_clear_error(code, err, 2, "--work-dir")
     assert blocker.read_text() == "mine"
 

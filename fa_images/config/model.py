@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..builder import contract
+from ..builder.source import PYPI_SIMPLE
+from ..errors import ConfigError, Problem
 from . import grammar
-from .builder import contract
-from .builder.source import PYPI_SIMPLE
 from .compat import Compat, did_you_mean
-from .errors import ConfigError, Problem
 
 DEFAULT_IMAGE = "fa-images/flash-attn"
 

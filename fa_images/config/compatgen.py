@@ -35,9 +35,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ..errors import UsageError
 from . import compat as compat_mod
 from . import yamlfile
-from .errors import UsageError
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl"

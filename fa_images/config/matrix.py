@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
 from . import grammar, yamlfile
 from .compat import did_you_mean
-from .errors import ConfigError, Problem, dedupe
 from .expand import AXES, MAX_COMBINATIONS, as_list, expand, kind
 from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, Matrix, Packages
 from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders

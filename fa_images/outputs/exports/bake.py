@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...builder import contract
+from ...config.matrix import Entry, Matrix
+from ...errors import UsageError
 from .. import context
-from ..builder import contract
-from ..errors import UsageError
-from ..matrix import Entry, Matrix
 from . import compile_group_name, slug
 
 BAKE_FILE = "docker-bake.json"

@@ -13,12 +13,13 @@ import re
 import shutil
 from pathlib import Path
 
-from . import wheelhouse
-from .builder import source
-from .matrix import Entry, Matrix
+from ..builder import contract, source
+from ..config.matrix import Entry, Matrix
+from . import group_cache, wheelhouse
 from .render import render_entry
 
-PACKAGE = Path(__file__).resolve().parent
+# fa_images/: the build context copies fa_images/__init__.py and builder/ under their own names.
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def cache_dir() -> Path:
@@ -79,8 +80,9 @@ def _instructions(dockerfile: str) -> str:
     return "\n".join(kept)
 
 
-def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path) -> Path:
-    """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small."""
+def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path, *, compiler_cache: Path | None = None) -> Path:
+    """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small, and
+    the compile group's cache from under ``compiler_cache`` (None: an empty one)."""
     (dest / "Dockerfile").write_text(render_entry(matrix, entry))
     for path in builder_files():
         copy = dest / path.relative_to(PACKAGE.parent)
@@ -91,4 +93,5 @@ def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path) -> Path:
     shutil.copy2(sdist, sdists / source.sdist_name(entry.flash_attn))
     if wheelhouse.needs_wheelhouse(matrix, entry):
         wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")
+    group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
     return dest

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import Problem
 from . import yamlfile
 from .compat import did_you_mean
-from .errors import Problem
 
 # Far more than any real matrix (the flash-attn project builds 56 wheels a release); it only
 # stops a hostile or mistaken file from expanding into millions of entries.

@@ -3,9 +3,9 @@
 Each entry's plan names what the executor will do, and nothing it does is decided elsewhere:
 the Dockerfile stages, the build targets in the order they are built and the tags they get,
 the check commands run in the image, and the refs pushed. ``fa-images build --dry-run``
-prints it (``--json`` serializes it). Grouping entries that can share one compile (same
-flash-attn, torch, CUDA and archs, different Python) belongs here too, as a plan
-transformation, when the executor learns to reuse it.
+prints it (``--json`` serializes it). Entries that differ only in Python form a compile group
+(``Entry.compile_group``, the ``group`` key): they run one after the other and share a compiler
+cache, so the kernels compile once per group.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .builder import contract
-from .matrix import Entry
+from ..builder import contract
+from ..config.matrix import Entry
 
 StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
 # In order. "gpu-check" is reported as skipped when the engine has no GPU runtime.
 STEPS: tuple[StepName, ...] = get_args(StepName)
 
 # The stages of every rendered Dockerfile, in the order they appear.
-STAGES = (contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.RUNTIME_STAGE)
+STAGES = (contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.CACHE_STAGE, contract.RUNTIME_STAGE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +115,11 @@ def build_targets(entry: Entry) -> tuple[BuildTarget, ...]:
             purpose="the compile's cache, tagged so `docker image prune` keeps it",
         ),
         BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel alone, exported and verified into dist"),
+        BuildTarget(
+            stage=contract.CACHE_STAGE,
+            tag=None,
+            purpose="the compiler cache, kept on the host for the next Python of the group",
+        ),
     )
 
 

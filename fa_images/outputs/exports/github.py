@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..errors import UsageError
-from ..matrix import Entry
+from ...config.matrix import Entry
+from ...errors import UsageError
 from . import slug
 
 ARTIFACT_PREFIX = "fa-images-"

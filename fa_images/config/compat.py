@@ -17,10 +17,10 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from ..builder import contract
+from ..builder.settings import ARCH_CODES
+from ..errors import ConfigError, Problem
 from . import grammar, yamlfile
-from .builder import contract
-from .builder.settings import ARCH_CODES
-from .errors import ConfigError, Problem
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
 _DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FatalError
+from ..errors import FatalError
 
 MODES = ("runtime", "devices", "none")
 DEV = Path("/dev")

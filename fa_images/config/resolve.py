@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
+from ..builder import contract
+from ..builder.settings import parse_archs
+from ..errors import Problem
 from . import grammar, yamlfile
-from .builder import contract
-from .builder.settings import parse_archs
 from .compat import Compat, CudaRelease, TorchRelease, did_you_mean
-from .errors import Problem
 from .expand import AXES, Combo, as_list, as_written
 from .model import Bases, BuildOptions, Entry, Packages
 

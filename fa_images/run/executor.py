@@ -16,14 +16,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import context
-from .builder import contract, scratch, source, verify
-from .builder import dist as dist_dir
+from ..builder import contract, scratch, source, verify
+from ..builder import dist as dist_dir
+from ..config.matrix import Entry, Matrix
+from ..errors import FatalError, StepFailed
+from ..outputs import context, group_cache
 from .engine import BuildProgress, Engine, RunResult
-from .errors import FatalError, StepFailed
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, EntryLog, duration
-from .matrix import Entry, Matrix
 from .plan import CheckCommand, EntryPlan, StepName
 
 EntryStatus = Literal["ok", "failed", "interrupted", "not run"]
@@ -47,6 +47,8 @@ class Options:
     keep_work: bool = False  # keep each build context (a scratch dir) for debugging
     force: bool = False  # rebuild entries whose image and wheel are up to date
     gpus: GpuAccess = field(default_factory=GpuAccess)  # how the GPU check's container gets the GPUs (--gpus)
+    # Where each compile group's compiler cache is kept between builds (group_cache); None: not kept.
+    compiler_cache: Path | None = None
 
 
 @dataclass
@@ -70,6 +72,9 @@ class EntryResult:
     # Built and checked by an earlier run from the same inputs; this run built nothing.
     up_to_date: bool = False
     image_size: int | None = None  # bytes, as the engine counts them
+    # The compile's kernels (.cu files) and how many of them the group's compiler cache answered.
+    kernels: int | None = None
+    kernels_from_cache: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +103,7 @@ class _EntryRun:
     label: str
     sdist: Path | None = None
     wheel_image: str | None = None
+    cache_image: str | None = None
     inputs: str | None = None  # context.inputs_digest of this entry
 
     @property
@@ -192,6 +198,9 @@ class Executor:
 
         def on_line(line: str) -> None:
             run.log.write(line)
+            counts = contract.parse_cache_stats(line)
+            if counts:
+                run.result.kernels_from_cache, run.result.kernels = counts
             if line.startswith(contract.MILESTONE):  # compiling, wheel built: shown as they come
                 self.console.line(f"    {run.label} · {line.strip()}")
                 return
@@ -209,7 +218,7 @@ class Executor:
             self.console.line(f"    {line}")
 
         with scratch.scratch_dir("context", keep=self.options.keep_work, log=kept) as tmp:
-            ctx = context.assemble(self.matrix, run.entry, run.sdist, tmp)
+            ctx = context.assemble(self.matrix, run.entry, run.sdist, tmp, compiler_cache=self.options.compiler_cache)
             for index, target in enumerate(run.plan.targets):
                 # The first build compiles and is shown live; the next reuse its cached layers: seconds.
                 live = index == 0
@@ -227,11 +236,30 @@ class Executor:
                     run.result.image_id = image_id
                 elif target.stage == contract.WHEEL_STAGE:
                     run.wheel_image = image_id
+                elif target.stage == contract.CACHE_STAGE:
+                    run.cache_image = image_id
         assert run.result.image_id is not None
+        self._save_compiler_cache(run)
         image = self.engine.image_info(run.entry.image)
         run.result.image_size = image.size if image else None
         size = f", {image.size / 1e9:.2f} GB" if image else ""
-        return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size})")
+        kernels = run.result.kernels
+        cached = f"; kernels from the compiler cache: {run.result.kernels_from_cache} of {kernels}" if kernels else ""
+        return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size}){cached}")
+
+    def _save_compiler_cache(self, run: _EntryRun) -> None:
+        """The group's next Python takes its kernels from this build's cache. A cache that cannot
+        be saved costs that Python a full compile, not this entry its result."""
+        root, group = self.options.compiler_cache, run.entry.compile_group
+        if root is None or run.cache_image is None:
+            return
+        try:
+            size = group_cache.save(self.engine, run.cache_image, root, group)
+        except (FatalError, OSError) as exc:
+            self.console.line(f"    compiler cache of {group} not saved: {exc}")
+            run.log.write(f"fa-images: compiler cache of {group} not saved: {exc}")
+            return
+        run.log.write(f"fa-images: compiler cache of {group} saved: {root / group} ({size / 1e6:.0f} MB)")
 
     def _export(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:

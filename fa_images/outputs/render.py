@@ -13,12 +13,14 @@ from pathlib import Path
 
 import jinja2
 
-from . import grammar, wheelhouse
-from .builder import contract
-from .errors import UsageError
-from .matrix import Entry, Matrix
+from ..builder import contract
+from ..config import grammar
+from ..config.matrix import Entry, Matrix
+from ..errors import UsageError
+from . import wheelhouse
 
-TEMPLATES = Path(__file__).with_name("templates")
+# At the top of fa_images/, not in outputs/: the header of every rendered Dockerfile names fa_images/templates/.
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
 BUILD_TOOLS_DIR = "/opt/build-tools"
 
@@ -77,6 +79,10 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             wheel_stage=contract.WHEEL_STAGE,
             runtime_stage=contract.RUNTIME_STAGE,
             wheels_dir=contract.WHEELS_DIR,
+            cache_stage=contract.CACHE_STAGE,
+            cache_context_dir=contract.CACHE_CONTEXT_DIR,
+            cache_dir=contract.CACHE_DIR,
+            cache_export_dir=contract.CACHE_EXPORT_DIR,
             import_check=contract.IMPORT_CHECK_COMMAND,
             python_mirror=matrix.bases.python_mirror,
             wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from .builder.cli import silence
+from ..builder.cli import silence
 
 HEARTBEAT_S = 60.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..matrix import Entry
+from ...config.matrix import Entry
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, Problem
+from ..errors import ConfigError, Problem
 
 Path_ = tuple[str | int, ...]
 

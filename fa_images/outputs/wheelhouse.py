@@ -20,9 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import grammar
-from .builder.errors import SourceError
-from .matrix import Entry, Matrix
+from ..builder.errors import SourceError
+from ..config import grammar
+from ..config.matrix import Entry, Matrix
 
 # Inside the image; the context's inputs/wheels/ is copied here.
 WHEELHOUSE = "/opt/fa-images/wheels"
