@@ -98,6 +98,7 @@ def prepare(
         sdist=str(sdist_path),
         sha256=sha,
         honours_cuda_archs_env=tree.honours_cuda_archs_env,
+        source_date_epoch=tree.source_date_epoch,
         warnings=tuple(warnings),
     )
     settings.write()
@@ -120,6 +121,9 @@ def build_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> di
     )
     if settings.local_version:
         env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
+    if settings.source_date_epoch is not None:
+        # A user's own SOURCE_DATE_EPOCH wins, as the reproducible-builds convention has it.
+        env.setdefault("SOURCE_DATE_EPOCH", str(settings.source_date_epoch))
     return env
 
 

@@ -35,6 +35,7 @@ class BuildSettings:
     sdist: str
     sha256: str
     honours_cuda_archs_env: bool
+    source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH for the wheel (SourceTree)
     parallelism: str = ""  # why MAX_JOBS and NVCC_THREADS are what they are, for the log
     warnings: tuple[str, ...] = field(default=())
 

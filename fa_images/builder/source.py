@@ -28,6 +28,8 @@ from packaging.version import InvalidVersion, Version
 from .errors import SourceError, UsageError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
+# The earliest time a zip entry can hold (1980-01-01); wheel timestamps start no earlier.
+ZIP_EPOCH = 315532800
 # The setup.py shapes the build shim knows how to correct (see setup_shim.py).
 SUPPORTED_FLASH_ATTN = SpecifierSet(">=2.5.0,<=2.8.3.post2")
 
@@ -42,6 +44,9 @@ class SourceTree:
     sha256: str
     honours_cuda_archs_env: bool  # FLASH_ATTN_CUDA_ARCHS: not in 2.6.x and older
     honours_local_version: bool  # FLASH_ATTN_LOCAL_VERSION
+    # The sdist's newest member time: the wheel's timestamps (SOURCE_DATE_EPOCH), so that the
+    # same inputs give the same wheel, byte for byte, when a build runs again.
+    source_date_epoch: int = ZIP_EPOCH
 
 
 def sha256_of(path: Path) -> str:
@@ -213,6 +218,7 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
             else:
                 raise SourceError(f"{sdist.name} is not an sdist: no setup.py at its top or under one directory")
             _safe_extract(tar, dest_dir)
+            newest = max((int(m.mtime) for m in members), default=ZIP_EPOCH)
     except tarfile.TarError as exc:
         raise SourceError(f"{sdist.name} cannot be unpacked safely: {exc}") from None
     except (OSError, EOFError, zlib.error) as exc:
@@ -228,6 +234,7 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
         sha256=sha256,
         honours_cuda_archs_env="FLASH_ATTN_CUDA_ARCHS" in text,
         honours_local_version="FLASH_ATTN_LOCAL_VERSION" in text,
+        source_date_epoch=max(newest, ZIP_EPOCH),
     )
 
 

@@ -199,3 +199,31 @@ def test_a_compile_error_is_a_build_failure(broken: Built) -> None:
 def test_a_compile_error_names_the_compiler_error(broken: Built) -> None:
     assert broken.proc.returncode == 5
     assert "tiny_attn_fwd.cu" in broken.proc.stderr and "deliberately broken" in broken.proc.stderr, broken.proc.stderr
+
+
+def test_the_same_inputs_build_the_same_wheel_byte_for_byte(
+    tmp_path: Path, run_fa_images, venv_python: str, toolchain_venv: Path, cuda_home: Path
+) -> None:
+    """Two builds of one sdist through one compiler cache: the second takes its kernel from the
+    cache, and both wheels are one file (SOURCE_DATE_EPOCH from the sdist). A rebuild with
+    --force, or after the cache grew, must not make a wheel that dist/ refuses as a conflict."""
+    sdist = make_tiny_sdist(tmp_path / "sdist")
+    env = {"CUDA_HOME": str(cuda_home), "PATH": f"{toolchain_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    digests, logs = [], []
+    for run in ("first", "second"):
+        out = tmp_path / run
+        proc = run_fa_images(
+            ["wheel", "--sdist", sdist, "--archs", "80", "--out", out, "--work-dir", tmp_path / "work"]
+            + ["--compiler-cache", tmp_path / "cache"],
+            python=venv_python,
+            env=env,
+            cwd=tmp_path,
+            timeout=1200,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        (wheel,) = out.glob("*.whl")
+        digests.append(hashlib.sha256(wheel.read_bytes()).hexdigest())
+        logs.append(proc.stdout)
+    assert "compiler cache: 0 of 1 kernel compiles taken from the cache" in logs[0], logs[0][-3000:]
+    assert "compiler cache: 1 of 1 kernel compiles taken from the cache" in logs[1], logs[1][-3000:]
+    assert digests[0] == digests[1]

@@ -21,6 +21,7 @@ mount namespace and chroot), debootstrap and PyPI.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -324,11 +325,16 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
         )
 
 
+_PREPARES = itertools.count()
+
+
 def prepare(stage: Stage, version: str) -> dict:
     """The compile RUN as rendered, plus --prepare-only: fetch, check and unpack; settle the settings."""
     entry = stage.enter(version)
     assert entry.compile_run.rstrip().endswith("--out /wheels"), entry.compile_run
-    work = f"/var/tmp/fa-work-{version}"
+    # A work dir per call: with the compiler cache the builder's work dir has a fixed name, and
+    # --keep-work leaves it behind, so a second prepare of the same version needs its own parent.
+    work = f"/var/tmp/fa-work-{version}-{next(_PREPARES)}"
     out = stage.chroot.check(f"{entry.compile_run} --work-dir {work} --keep-work --prepare-only --json", entry.env)
     return json.loads(out)
 

@@ -25,14 +25,17 @@ import pytest
 import toolchain
 import yaml
 from fixtures.tiny import make_tiny_sdist
+from packaging.requirements import Requirement
 
 from fa_images.builder.source import sha256_of
+from fa_images.config import compat
 
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev5"
-BUILD_TOOLS = ("ninja", "packaging", "psutil", "setuptools", "wheel")
+# Every build tool the compat table pins (a wheel's name starts with the distribution's name).
+BUILD_TOOLS = {Requirement(pin).name.replace("-", "_") for pin in compat.load().build_tools}
 
 
 @contextlib.contextmanager
