@@ -272,14 +272,16 @@ def test_an_sdist_that_escapes_its_directory_is_not_unpacked(run_fa_images, tmp_
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
-# --- the index (a local PEP 691 server) --------------------------------------------------
+# --- the index (a local simple index: PEP 691 JSON, or PEP 503 HTML whatever is asked) ------
 
 
 @dataclass
 class FakeIndex:
-    """A PEP 691 JSON simple index for flash-attn, served from this process."""
+    """A simple index for flash-attn, served from this process. ``html``: answer PEP 503 HTML
+    whatever the Accept header asks, as pypiserver and many mirrors do."""
 
     port: int
+    html: bool = False
     versions: list[str] = field(default_factory=list)
     files: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # name -> (bytes, published sha256)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
@@ -300,6 +302,11 @@ class FakeIndex:
             }
         ).encode()
 
+    def html_listing(self) -> bytes:
+        links = [f'<a href="../../files/{n}#sha256={sha}">{n}</a><br/>' for n, (_d, sha) in self.files.items()]
+        links += [f'<a href="../../files/flash_attn-{v}.tar.gz">flash_attn-{v}.tar.gz</a>' for v in self.versions]
+        return ("<!DOCTYPE html><html><body><h1>Links for flash-attn</h1>" + "".join(links) + "</body></html>").encode()
+
     def add_sdist(self, path: Path, published_sha256: str | None = None) -> None:
         data = path.read_bytes()
         self.files[path.name] = (data, published_sha256 or hashlib.sha256(data).hexdigest())
@@ -314,7 +321,10 @@ def fake_index() -> Iterator[FakeIndex]:
             assert index is not None
             index.requests.append((self.path, dict(self.headers)))
             if self.path == "/simple/flash-attn/":
-                body, ctype = index.listing(), "application/vnd.pypi.simple.v1+json"
+                if index.html:
+                    body, ctype = index.html_listing(), "text/html"
+                else:
+                    body, ctype = index.listing(), "application/vnd.pypi.simple.v1+json"
             elif self.path.startswith("/files/") and self.path[len("/files/") :] in index.files:
                 body, ctype = index.files[self.path[len("/files/") :]][0], "application/octet-stream"
             else:
@@ -340,9 +350,11 @@ def fake_index() -> Iterator[FakeIndex]:
         server.server_close()
 
 
+@pytest.mark.parametrize("html", [False, True], ids=["json", "html"])
 def test_untested_version_missing_from_the_index(
-    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only, html: bool
 ) -> None:
+    fake_index.html = html
     proc = run_fa_images(
         prepare_only(
             "--allow-untested",
@@ -395,9 +407,11 @@ def test_redacted_index_url_keeps_its_port(fake_index: FakeIndex, run_fa_images,
     assert f"***@127.0.0.1:{fake_index.port}/simple" in proc.stderr
 
 
+@pytest.mark.parametrize("html", [False, True], ids=["json", "html"])
 def test_download_from_the_index_is_checked_and_kept(
-    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only
+    fake_index: FakeIndex, run_fa_images, tmp_path: Path, prepare_only, html: bool
 ) -> None:
+    fake_index.html = html
     sdist = make_tiny_sdist(tmp_path / "published", version="2.8.3")
     fake_index.add_sdist(sdist)
     work = tmp_path / "work"
