@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html.parser
-import json
 import os
 import re
 import shutil
@@ -26,6 +24,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from . import simple_index
 from .errors import SourceError, UsageError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -96,79 +95,23 @@ def _redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
-# PEP 691 JSON where the index has it; PEP 503 HTML is the format every index serves (pypiserver,
-# many mirrors and proxies answer HTML whatever is asked for).
-ACCEPT_LISTING = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-
-
-@dataclass(frozen=True)
-class Listed:
-    """One file of a project page: its name, its URL as written, its sha256 if published."""
-
-    filename: str
-    url: str
-    sha256: str | None
-
-
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href, self._text = dict(attrs).get("href"), []
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.found.append((self._href, "".join(self._text).strip()))
-            self._href = None
-
-
-def parse_listing(body: bytes, content_type: str) -> tuple[list[Listed], list[str]]:
-    """A project page in either format: its files and its versions. ValueError if it is neither."""
-    if "json" in content_type:
-        page = json.loads(body)
-        files = [Listed(f["filename"], f["url"], f.get("hashes", {}).get("sha256")) for f in page.get("files", [])]
-        return files, [str(v) for v in page.get("versions", [])]
-    parser = _Anchors()
-    parser.feed(body.decode("utf-8", errors="replace"))
-    listed = []
-    for href, text in parser.found:
-        url, _, fragment = href.partition("#")
-        name = text or urllib.parse.unquote(url.rstrip("/").rpartition("/")[2])
-        digest = fragment.partition("=")[2] if fragment.startswith("sha256=") else None
-        listed.append(Listed(name, url, digest))
-    if not listed and b"<" not in body:
-        raise ValueError(f"neither a PEP 691 JSON nor a PEP 503 HTML page (Content-Type {content_type or 'none'})")
-    prefix, suffix = "flash_attn-", ".tar.gz"  # PEP 503 lists files only: the versions of the sdists
-    names = [e.filename for e in listed]
-    return listed, [n[len(prefix) : -len(suffix)] for n in names if n.startswith(prefix) and n.endswith(suffix)]
-
-
 def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]:
     """(download URL, sha256) of flash-attn's sdist for ``version`` on a simple index (PEP 691 or 503)."""
     project_url = index_url.rstrip("/") + "/flash-attn/"
     try:
-        with _open(project_url, accept=ACCEPT_LISTING) as resp:
-            listing, versions = parse_listing(resp.read(), resp.headers.get("Content-Type", ""))
+        with _open(project_url, accept=simple_index.ACCEPT) as resp:
+            page = simple_index.parse(resp.read(), resp.headers.get("Content-Type", ""))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise SourceError(f"cannot read {_redact(project_url)}: {exc}") from None
     wanted = sdist_name(version)
-    for entry in listing:
+    for entry in page.files:
         if entry.filename == wanted:
             if not entry.sha256:
                 raise SourceError(f"{_redact(project_url)} publishes no sha256 for {wanted}")
             return urllib.parse.urljoin(project_url, entry.url), entry.sha256
     raise SourceError(
         f"flash-attn {version} has no sdist on {_redact(index_url)}",
-        hint=f"newest versions there: {', '.join(versions[-8:]) or 'none'}",
+        hint=f"newest versions there: {', '.join((page.versions or page.sdist_versions('flash-attn'))[-8:]) or 'none'}",
     )
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ..builder import simple_index
 from ..errors import UsageError
 from . import compat as compat_mod
 from . import yamlfile
@@ -42,7 +43,6 @@ from . import yamlfile
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl"
 MIN_TORCH = "2.4.0"
-ACCEPT_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = 60
 _WHEEL = re.compile(r"torch-(?P<version>[^-]+)-cp(?P<py>\d+)-cp\d+-(?P<platform>[^-]+)\.whl$")
 _CUDA_PIN = re.compile(
@@ -140,17 +140,16 @@ def wheel_metadata(fetch: Fetch, url: str) -> str:
 def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]:
     """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
     page = f"{pypi.rstrip('/')}/torch/"
-    data = json.loads(fetch(page, {"Accept": ACCEPT_JSON}))
     wheels: dict[str, dict[str, str]] = {}  # version -> cp tag -> wheel URL
-    for f in data["files"]:
-        match = _WHEEL.match(f["filename"])
+    for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT})).files:
+        match = _WHEEL.match(f.filename)
         if not match or not match["platform"].startswith("manylinux") or not match["platform"].endswith("x86_64"):
             continue
         version = match["version"]
         parsed = _final(version)
-        if parsed is None or parsed < Version(min_torch) or f.get("yanked"):
+        if parsed is None or parsed < Version(min_torch) or f.yanked:
             continue
-        wheels.setdefault(version, {})[match["py"]] = urllib.parse.urljoin(page, f["url"])
+        wheels.setdefault(version, {})[match["py"]] = urllib.parse.urljoin(page, f.url)
     out = {}
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
@@ -179,12 +178,11 @@ def abi_rule(torch: str, cuda: str) -> bool:
 
 
 def flash_attn_sdists(fetch: Fetch, pypi: str) -> dict[str, str]:
-    data = json.loads(fetch(f"{pypi.rstrip('/')}/flash-attn/", {"Accept": ACCEPT_JSON}))
     out = {}
-    for f in data["files"]:
-        match = re.fullmatch(r"flash_attn-(.+)\.tar\.gz", f["filename"])
-        if match and not f.get("yanked") and "sha256" in f.get("hashes", {}):
-            out[match.group(1)] = f["hashes"]["sha256"]
+    for f in simple_index.parse(fetch(f"{pypi.rstrip('/')}/flash-attn/", {"Accept": simple_index.ACCEPT})).files:
+        match = re.fullmatch(r"flash_attn-(.+)\.tar\.gz", f.filename)
+        if match and not f.yanked and f.sha256:
+            out[match.group(1)] = f.sha256
     return out
 
 
