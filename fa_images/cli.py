@@ -398,7 +398,9 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     )
     refresh.add_argument("--table", type=Path, metavar="FILE", help="the table to refresh (default: the built-in)")
     refresh.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: over --table)")
-    refresh.add_argument("--pypi", default="https://pypi.org/simple", metavar="URL", help="a PEP 691 index")
+    refresh.add_argument(
+        "--pypi", default="https://pypi.org/simple", metavar="URL", help="a simple index (PEP 691 JSON or PEP 503 HTML)"
+    )
     refresh.add_argument(
         "--torch-index", default="https://download.pytorch.org/whl", metavar="URL", help="torch's variant index"
     )
