@@ -38,7 +38,7 @@ def cost_model(steps: list[tuple[float, float, str]], source: str) -> dict:
     }
 
 
-def _steps(log: Path) -> list[tuple[float, float, str]]:
+def read_steps(log: Path) -> list[tuple[float, float, str]]:
     steps = []
     for line in log.read_text().splitlines():
         if line.startswith("#"):
@@ -46,6 +46,11 @@ def _steps(log: Path) -> list[tuple[float, float, str]]:
         start, end, _mtime, output, *_ = line.split("\t")
         steps.append((int(start) / 1000, int(end) / 1000, Path(output).name))
     return steps
+
+
+def floor(durations: list[float], cpus: int) -> float:
+    """max(longest step, sum of steps / cpus): no schedule of these steps on ``cpus`` beats it."""
+    return max(max(durations, default=0.0), sum(durations) / cpus)
 
 
 def simulate(durations: list[float], cpus: int) -> float:
@@ -58,17 +63,17 @@ def simulate(durations: list[float], cpus: int) -> float:
 
 
 def main(log: Path, cpus: int) -> None:
-    steps = _steps(log)
+    steps = read_steps(log)
     durations = [end - start for start, end, _ in steps]
     wall = max(end for _, end, _ in steps) - min(start for start, _, _ in steps)
-    floor = max(max(durations), sum(durations) / cpus)
+    bound = floor(durations, cpus)
     print(f"steps {len(steps)}  sum {sum(durations):.0f} s  median {statistics.median(durations):.0f} s")
-    print(f"longest {max(durations):.0f} s  wall {wall:.0f} s  floor max(longest, sum/{cpus}) {floor:.0f} s")
-    print(f"wall / floor = {wall / floor:.2f}")
+    print(f"longest {max(durations):.0f} s  wall {wall:.0f} s  floor max(longest, sum/{cpus}) {bound:.0f} s")
+    print(f"wall / floor = {wall / bound:.2f}")
     as_run = simulate([end - start for start, end, _ in sorted(steps)], cpus)
     longest = simulate(sorted(durations, reverse=True), cpus)
-    print(f"simulated from these step times: order as run {as_run:.0f} s ({as_run / floor:.2f}x floor), ")
-    print(f"  longest first {longest:.0f} s ({longest / floor:.2f}x floor)")
+    print(f"simulated from these step times: order as run {as_run:.0f} s ({as_run / bound:.2f}x floor), ")
+    print(f"  longest first {longest:.0f} s ({longest / bound:.2f}x floor)")
     print("slowest steps (start s, seconds, output):")
     for start, end, name in sorted(steps, key=lambda s: s[0] - s[1])[:12]:
         print(f"  {start:7.0f} {end - start:6.0f}  {name}")
@@ -85,5 +90,5 @@ if __name__ == "__main__":
     if "--write-costs" in sys.argv:
         target = Path(sys.argv[sys.argv.index("--write-costs") + 1])
         about = "flash-attn 2.8.3, sm_90, 16 jobs x 1 nvcc thread, 16-core H100 machine (bench/gpu_build.md)"
-        data = cost_model(_steps(Path(sys.argv[1])), about)
+        data = cost_model(read_steps(Path(sys.argv[1])), about)
         target.write_text(json.dumps(data, indent=1) + "\n")

@@ -37,6 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ninja_costs import floor, read_steps  # noqa: E402  (beside this script)
+
 from fa_images.builder.contract import parse_cache_stats  # noqa: E402
 
 
@@ -105,20 +107,13 @@ def _measure(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple
 
 
 def _ninja_steps(under: Path) -> list[float]:
+    """Each step's seconds, from the newest .ninja_log under ``under``."""
     logs = sorted(under.rglob(".ninja_log"), key=lambda p: p.stat().st_mtime)
-    if not logs:
-        return []
-    steps = []
-    for line in logs[-1].read_text().splitlines():
-        if not line.startswith("#"):
-            start, end, *_ = line.split("\t")
-            steps.append((int(end) - int(start)) / 1000)
-    return steps
+    return [end - start for start, end, _ in read_steps(logs[-1])] if logs else []
 
 
 def _result(name: str, rc: int, wall: float, peak: float, steps: list[float], log: Path) -> Run:
-    cpus = os.cpu_count() or 1
-    bound = max(max(steps, default=0.0), sum(steps) / cpus)
+    bound = floor(steps, os.cpu_count() or 1)
     cache = None
     for line in log.read_text(errors="replace").splitlines():
         cache = parse_cache_stats(line) or cache

@@ -1132,24 +1132,7 @@ def cuda_devel_standin(
     if _image_key(client, tag) == key:
         return tag
     started = time.monotonic()
-    with tempfile.TemporaryFile() as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            data = dockerfile.encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(data)
-            tar.addfile(info, fileobj=io.BytesIO(data))
-            _add_tree(tar, cuda_home, "cuda")
-        size = context.tell()
-        context.seek(0)
-        run_build(
-            client,
-            fileobj=context,
-            custom_context=True,
-            tag=tag,
-            labels={KEY_LABEL: key},
-            # Nothing in it needs the network, and "none" works on any engine.
-            network_mode="none",
-        )
+    size = _build_from_tar(client, tag, key, dockerfile, lambda tar: _add_tree(tar, cuda_home, "cuda"))
     log.info(
         "built %s from %s (context %.0f MB) in %.1f s",
         tag,
@@ -1158,6 +1141,25 @@ def cuda_devel_standin(
         time.monotonic() - started,
     )
     return tag
+
+
+def _build_from_tar(
+    client: docker.DockerClient, tag: str, key: str, dockerfile: str, add: Callable[[tarfile.TarFile], None]
+) -> int:
+    """Builds ``tag`` from a context of ``dockerfile`` and what ``add`` puts beside it, labelled
+    with ``key``; returns the context's bytes."""
+    with tempfile.TemporaryFile() as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            data = dockerfile.encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            tar.addfile(info, fileobj=io.BytesIO(data))
+            add(tar)
+        size = context.tell()
+        context.seek(0)
+        # Nothing in these images needs the network, and "none" works on any engine.
+        run_build(client, fileobj=context, custom_context=True, tag=tag, labels={KEY_LABEL: key}, network_mode="none")
+    return size
 
 
 def run_build(client: docker.DockerClient, **build_kwargs: Any) -> str:
@@ -1311,19 +1313,14 @@ def python_standin(client: docker.DockerClient, base: str, prefix: Path, version
         info.uid = info.gid = 0
         return info
 
-    with tempfile.TemporaryFile() as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            data = dockerfile.encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(data)
-            tar.addfile(info, fileobj=io.BytesIO(data))
-            tar.add(binary, arcname=f"local/bin/python{version}")
-            for lib in sorted((prefix / "lib").glob(f"libpython{version}*.so*")):
-                tar.add(lib, arcname=f"local/lib/{lib.name}")
-            for tree in (f"lib/python{version}", f"include/python{version}"):
-                tar.add(prefix / tree, arcname=f"local/{tree}", filter=keep)
-        context.seek(0)
-        run_build(client, fileobj=context, custom_context=True, tag=tag, labels={KEY_LABEL: key}, network_mode="none")
+    def add(tar: tarfile.TarFile) -> None:
+        tar.add(binary, arcname=f"local/bin/python{version}")
+        for lib in sorted((prefix / "lib").glob(f"libpython{version}*.so*")):
+            tar.add(lib, arcname=f"local/lib/{lib.name}")
+        for tree in (f"lib/python{version}", f"include/python{version}"):
+            tar.add(prefix / tree, arcname=f"local/{tree}", filter=keep)
+
+    _build_from_tar(client, tag, key, dockerfile, add)
     log.info("built %s: %s with Python %s from %s", tag, base, version, prefix)
     return tag
 
