@@ -63,9 +63,13 @@ def parse(body: bytes, content_type: str = "") -> Page:
     ValueError when it is neither format."""
     if "json" in content_type or (not content_type and body.lstrip()[:1] == b"{"):
         data = json.loads(body)
+        if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
+            raise ValueError("a PEP 691 page must be an object with a list of files")
         files = [
-            File(f["filename"], f["url"], f.get("hashes", {}).get("sha256"), bool(f.get("yanked")))
+            File(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), bool(f.get("yanked")))
             for f in data.get("files", [])
+            # An entry without a name or URL names no file anyone could fetch.
+            if isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("url"), str)
         ]
         return Page(files, [str(v) for v in data.get("versions", [])])
     if b"<" not in body:

@@ -66,3 +66,13 @@ def test_neither_format_is_one_value_error() -> None:
         simple_index.parse(b"plain words", "text/plain")
     with pytest.raises(json.JSONDecodeError):
         simple_index.parse(b"{not json", "application/json")  # a ValueError too: callers catch that
+    with pytest.raises(ValueError, match="an object with a list of files"):
+        simple_index.parse(b'["flash_attn-2.8.3.tar.gz"]', "application/vnd.pypi.simple.v1+json")
+    with pytest.raises(ValueError, match="an object with a list of files"):
+        simple_index.parse(b'{"files": {"a": 1}}', "application/vnd.pypi.simple.v1+json")
+
+
+def test_json_entries_that_name_no_file_are_left_out() -> None:
+    body = json.dumps({"files": [{"url": "../x"}, "text", {"filename": "a.tar.gz", "url": "../a", "hashes": None}]})
+    page = simple_index.parse(body.encode(), "application/json")
+    assert page.files == [simple_index.File("a.tar.gz", "../a", None)]
