@@ -106,12 +106,16 @@ examples:
   fa-images build                             every entry of ./matrix.yaml; wheels in dist/
   fa-images build --only fa2.8.3-py3.12-torch2.9.1-cu128 --push
   fa-images build --dry-run                   print the plan, build nothing
-  fa-images build --dry-run --json            the plan as JSON: steps, stages, targets, tags, checks, pushes
+  fa-images build --dry-run --json            the plan as JSON: steps, stages, the build, tags, checks, pushes
   fa-images build --report build.json --fail-fast
+  fa-images build --wheels dist/ --push       images around the wheels in dist/ (built natively,
+                                              on Slurm, by another job): no compile
 
-For each entry: fetch and sha256-check the sdist on the host, build the image (the wheel
-compiles in its builder stage), export and verify the wheel into --dist, run the import
-check in a container (and the GPU check when the engine has a GPU runtime), push.
+For each entry: fetch and sha256-check the sdist on the host, build the image in one build
+(the wheel compiles in its builder stage, against the torch stage's venv), export and verify
+the wheel into --dist, run the import check in a container (and the GPU check when the engine
+has a GPU runtime), push. The runtime image is the torch stage (base, Python, torch: shared by
+every entry with the same three) plus one layer with flash-attn, so an update pulls that layer.
 Entries that differ only in Python (one `group` in `fa-images plan --json`) share a
 compiler cache: the first compiles the kernels, the others take them from the cache.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
@@ -129,6 +133,7 @@ def _default_compiler_cache() -> Path:
 def cmd_build(args: argparse.Namespace) -> int:
     from .errors import EntriesFailed, EnvironmentProblem, UsageError
     from .run import plan as plan_mod
+    from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
     from .run.executor import Executor, Options
     from .run.logger import Console
@@ -137,7 +142,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run")
     m = _load(args)
-    plans = plan_mod.make_plan(m.select(args.only), check=args.check, push=args.push, gpus=args.gpus)
+    entries = m.select(args.only)
+    prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
+    plans = plan_mod.make_plan(
+        entries, check=args.check, push=args.push, gpus=args.gpus, prebuilt=prebuilt, python_from=m.bases.python
+    )
     if args.dry_run:
         if args.json:
             print(plan_mod.to_json(plans))
@@ -150,7 +159,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     engine = DockerEngine.from_env()
     description = engine.describe()
     console.line(f"engine: {description}")
-    bases = sorted({ref for p in plans for ref in (p.entry.devel_image, p.entry.runtime_image)})
+    bases = sorted({ref for p in plans for ref in p.bases})
     missing = engine.missing_images(bases)
     if missing:
         raise EnvironmentProblem(
@@ -449,6 +458,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="full build log of each entry (default: logs/)",
     )
     build.add_argument("--push", action="store_true", help="push each image after its checks pass")
+    build.add_argument(
+        "--wheels",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="make each image around a wheel that exists instead of compiling: wheel files, or directories "
+        "of them such as dist/; each entry takes the one wheel for its version, Python, torch, CUDA and ABI, "
+        "verified as a compiled one would be (exit 2 when an entry has none)",
+    )
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
     build.add_argument(
@@ -486,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--json",
         action="store_true",
-        help="with --dry-run: the plan as JSON (per entry: steps, stages, build targets, tags, check commands, push)",
+        help="with --dry-run: the plan as JSON (per entry: steps, stages, the build, what is taken from its "
+        "stages, tags, check commands, push)",
     )
     build.set_defaults(func=cmd_build)
 

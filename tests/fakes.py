@@ -9,7 +9,7 @@ import pytest
 from fa_images.builder import contract, verify
 from fa_images.builder.verify import WheelReport
 from fa_images.errors import StepFailed
-from fa_images.run.engine import BuildProgress, ImageInfo, RunResult
+from fa_images.run.engine import BuildProgress, BuildResult, ImageInfo, RunResult
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -33,6 +33,8 @@ class FakeEngine:
         # Per build of a runtime image: the files of the compiler cache its context carried.
         self.cache_in_context: dict[str, dict[str, str]] = {}
         self.fail_cache_export = False
+        # Images the engine holds that no build made (the bases): ref -> image id.
+        self.held: dict[str, str] = {}
 
     def describe(self) -> str:
         return "fake engine"
@@ -40,7 +42,7 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return self.gpu
 
-    def build(self, *, context, target, tag, network, memory, labels, on_line, on_progress) -> str:
+    def build(self, *, context, target, tag, network, memory, labels, on_line, on_progress) -> BuildResult:
         assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
         entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
         self.calls.append(("build", target, tag))
@@ -62,7 +64,13 @@ class FakeEngine:
                 "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
                 lines=["x.cu:1:2: error: boom"],
             )
-        return f"sha256:{entry}-{target}"
+        # The one build makes every stage of the Dockerfile; the stream names each one's image.
+        stages = [line.split()[3] for line in (context / "Dockerfile").read_text().splitlines() if " AS " in line]
+        return BuildResult(f"sha256:{entry}-{target}", {stage: f"sha256:{entry}-{stage}" for stage in stages})
+
+    def tag(self, image: str, ref: str) -> None:
+        self.calls.append(("tag", image, ref))
+        self.labels[ref] = {}
 
     def export(self, image, dest):
         self.calls.append(("export", image))
@@ -93,7 +101,9 @@ class FakeEngine:
 
     def image_info(self, ref: str) -> ImageInfo | None:
         self.calls.append(("image_info", ref))
-        return ImageInfo(labels=self.labels[ref], size=7_000_000_000) if ref in self.labels else None
+        if ref in self.labels:
+            return ImageInfo(labels=self.labels[ref], size=7_000_000_000, id=f"sha256:id-of-{ref}")
+        return ImageInfo(labels={}, size=1, id=self.held[ref]) if ref in self.held else None
 
     def missing_images(self, refs: list[str]) -> list[str]:
         self.calls.append(("missing_images", tuple(refs)))

@@ -10,10 +10,16 @@ from __future__ import annotations
 import re
 
 # The stages of every rendered Dockerfile, in build order.
+PYTHON_STAGE = "python"  # the runtime base, the exact Python, an empty venv and the image's user
+TORCH_STAGE = "torch"  # that venv with the exact torch: shared by every entry of the same base, Python and torch
 BUILDER_STAGE = "builder"  # compiles the wheel; tagged "<image>-builder" to keep its cache
 WHEEL_STAGE = "wheel"  # FROM scratch: only the wheel and its manifest, for export
-RUNTIME_STAGE = "runtime"  # the image users pull
 CACHE_STAGE = "compiler-cache"  # FROM scratch: the compiler cache after the compile, for the host
+INSTALL_STAGE = "install"  # the wheel installed on the torch stage and checked, under LAYER_ROOT too
+RUNTIME_STAGE = "runtime"  # the image users pull: the torch stage and one layer
+# Where the install stage stages what it adds to the torch stage, laid out as in the image: the
+# runtime stage copies this tree, so its one layer on top of torch is exactly what passed the checks.
+LAYER_ROOT = "/opt/fa-layer"
 WHEELS_DIR = "/wheels"  # where the builder stage leaves its output
 # The build context's compiler cache (the host's copy for the entry's compile group) and where the
 # builder stage keeps it: the next Python of the group takes its kernel objects from there.

@@ -49,19 +49,25 @@ def builder_files() -> list[Path]:
     return [PACKAGE / "__init__.py", *sorted(p for p in builder if p.suffix != ".pyc")]
 
 
-def inputs_digest(matrix: Matrix, entry: Entry, sdist: Path) -> str:
+def inputs_digest(
+    matrix: Matrix, entry: Entry, source_file: Path, *, base_ids: dict[str, str], prebuilt: bool = False
+) -> str:
     """A digest of everything the entry's image and wheel are made of: the Dockerfile (every
-    setting that reaches the build, pins included), the builder code, and the sdist. A build with
-    the same digest makes the same image, so a later run can tell it has nothing to do."""
+    setting that reaches the build, pins included), the builder code, the sdist (or the prebuilt
+    wheel), and the base images the engine holds (``base_ids``: ref -> image id; a re-pulled base
+    is a new input). A build with the same digest makes the same image, so a later run can tell it
+    has nothing to do."""
     digest = hashlib.sha256()
 
     def part(name: str, data: bytes) -> None:
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
 
-    part("Dockerfile", _instructions(render_entry(matrix, entry)).encode())
+    part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt)).encode())
     for path in builder_files():
         part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
-    part("sdist", source.sha256_of(sdist).encode())
+    part("wheel" if prebuilt else "sdist", source.sha256_of(source_file).encode())
+    for ref in sorted(base_ids):
+        part(f"base {ref}", base_ids[ref].encode())
     return digest.hexdigest()
 
 
@@ -80,18 +86,32 @@ def _instructions(dockerfile: str) -> str:
     return "\n".join(kept)
 
 
-def assemble(matrix: Matrix, entry: Entry, sdist: Path, dest: Path, *, compiler_cache: Path | None = None) -> Path:
-    """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small, and
-    the compile group's cache from under ``compiler_cache`` (None: an empty one)."""
-    (dest / "Dockerfile").write_text(render_entry(matrix, entry))
+def assemble(
+    matrix: Matrix,
+    entry: Entry,
+    source_file: Path,
+    dest: Path,
+    *,
+    compiler_cache: Path | None = None,
+    prebuilt: bool = False,
+) -> Path:
+    """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small. The
+    sdist and the compile group's cache from under ``compiler_cache`` (None: an empty one); or,
+    ``prebuilt``, the wheel ``source_file`` and no compiler cache."""
+    (dest / "Dockerfile").write_text(render_entry(matrix, entry, prebuilt=prebuilt))
     for path in builder_files():
         copy = dest / path.relative_to(PACKAGE.parent)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, copy)
-    sdists = dest / "inputs" / "sdists"
-    sdists.mkdir(parents=True)
-    shutil.copy2(sdist, sdists / source.sdist_name(entry.flash_attn))
-    if wheelhouse.needs_wheelhouse(matrix, entry):
+    if prebuilt:
+        wheels = dest / "inputs" / "prebuilt"
+        wheels.mkdir(parents=True)
+        shutil.copy2(source_file, wheels / source_file.name)
+    else:
+        sdists = dest / "inputs" / "sdists"
+        sdists.mkdir(parents=True)
+        shutil.copy2(source_file, sdists / source.sdist_name(entry.flash_attn))
+        group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
+    if wheelhouse.private_kinds(matrix, entry):
         wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")
-    group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
     return dest

@@ -57,9 +57,12 @@ def pip_args(install: wheelhouse.Install) -> str:
     return " ".join(shlex.quote(a) for a in install.source.flags() + list(install.requirements))
 
 
-def render_entry(matrix: Matrix, entry: Entry) -> str:
+def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False) -> str:
+    """The entry's Dockerfile; ``prebuilt``: the runtime image around a wheel the context carries
+    (``inputs/prebuilt/``), with no compile."""
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
     installs = {i.name: i for i in wheelhouse.installs(matrix, entry)}
+    private = wheelhouse.private_kinds(matrix, entry)
     return (
         _environment()
         .get_template("Dockerfile.j2")
@@ -74,10 +77,17 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             tools_install=pip_args(installs["build tools"]),
             runtime_install=pip_args(installs["runtime deps"]),
             build_tools=BUILD_TOOLS_DIR,
+            prebuilt=prebuilt,
+            # One base for both: the compile runs on the torch stage instead of a copy of its venv.
+            same_base=entry.devel_image == entry.runtime_image,
             # Names the host and the builder share (builder/contract.py), and the image's own check.
+            python_stage=contract.PYTHON_STAGE,
+            torch_stage=contract.TORCH_STAGE,
             builder_stage=contract.BUILDER_STAGE,
             wheel_stage=contract.WHEEL_STAGE,
+            install_stage=contract.INSTALL_STAGE,
             runtime_stage=contract.RUNTIME_STAGE,
+            layer_root=contract.LAYER_ROOT,
             wheels_dir=contract.WHEELS_DIR,
             cache_stage=contract.CACHE_STAGE,
             cache_context_dir=contract.CACHE_CONTEXT_DIR,
@@ -85,7 +95,9 @@ def render_entry(matrix: Matrix, entry: Entry) -> str:
             cache_export_dir=contract.CACHE_EXPORT_DIR,
             import_check=contract.IMPORT_CHECK_COMMAND,
             python_mirror=matrix.bases.python_mirror,
-            wheelhouse=wheelhouse.WHEELHOUSE if wheelhouse.needs_wheelhouse(matrix, entry) else None,
+            # Private installs, fetched on the host: torch apart, so its wheels reach no image.
+            torch_wheelhouse=wheelhouse.dir_in_image("torch") if "torch" in private else None,
+            tools_wheelhouse=wheelhouse.dir_in_image("tools") if "tools" in private else None,
             # The sdist is always in the context; the index is a fallback that must not carry a token.
             flash_attn_index=grammar.without_credentials(matrix.packages.flash_attn_index),
         )

@@ -7,6 +7,9 @@ Dockerfile: the host downloads that install's packages with the credentials, int
 wheelhouse inside the build context, and the Dockerfile installs them with ``--no-index``.
 So a private index works, and its token reaches no file, build arg, layer or log. The
 same path serves air-gapped sites that want no index at all inside the build.
+
+The wheelhouse has two parts: ``torch/`` for the torch stage, which installs it in a stage of
+its own so that no image carries the wheels, and ``tools/`` for everything else.
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..builder.errors import SourceError
 from ..config import grammar
 from ..config.matrix import Entry, Matrix
 
-# Inside the image; the context's inputs/wheels/ is copied here.
+# Inside the image; the context's inputs/wheels/<kind>/ is copied to WHEELHOUSE/<kind>.
 WHEELHOUSE = "/opt/fa-images/wheels"
+Kind = Literal["torch", "tools"]
+
+
+def dir_in_image(kind: Kind) -> str:
+    return f"{WHEELHOUSE}/{kind}"
+
+
 # Binary wheels for the image's platform: glibc x86_64, as manylinux tags name it.
 PLATFORMS = ["linux_x86_64", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"] + [
     f"manylinux_2_{minor}_x86_64" for minor in range(5, 40)
@@ -38,6 +49,7 @@ class PipSource:
 
     index: str | None
     find_links: tuple[str, ...]
+    kind: Kind = "tools"  # which part of the wheelhouse holds it when private
 
     @property
     def private(self) -> bool:
@@ -47,7 +59,7 @@ class PipSource:
     def flags(self) -> list[str]:
         """pip's flags inside the image: never a credential."""
         if self.private:
-            return ["--no-index", "--find-links", WHEELHOUSE]
+            return ["--no-index", "--find-links", dir_in_image(self.kind)]
         out = ["--index-url", self.index] if self.index else ["--no-index"]
         for link in self.find_links:
             out += ["--find-links", link]
@@ -74,7 +86,7 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
     """The builder stage's installs, in Dockerfile order."""
     links = matrix.packages.find_links
     tools = PipSource(matrix.packages.index, links)
-    torch = PipSource(entry.torch_index or matrix.packages.index, links)
+    torch = PipSource(entry.torch_index or matrix.packages.index, links, kind="torch")
     uv = (f"uv=={matrix.bases.uv_version}",) if matrix.bases.python == "uv" else ()
     return (
         Install("uv", uv, tools),
@@ -84,8 +96,9 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
     )
 
 
-def needs_wheelhouse(matrix: Matrix, entry: Entry) -> bool:
-    return any(i.source.private and i.requirements for i in installs(matrix, entry))
+def private_kinds(matrix: Matrix, entry: Entry) -> frozenset[Kind]:
+    """The parts of the wheelhouse this entry's build needs: those with a private install."""
+    return frozenset(i.source.kind for i in installs(matrix, entry) if i.source.private and i.requirements)
 
 
 def _cache_key(entry: Entry, install: Install) -> str:
@@ -119,12 +132,13 @@ def download(install: Install, python: str, dest: Path) -> None:
 
 
 def fill(matrix: Matrix, entry: Entry, dest: Path, cache: Path) -> int:
-    """Puts the wheels of every private install into ``dest``; returns how many files."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Puts the wheels of every private install into ``dest/<kind>``; returns how many files."""
     count = 0
     for install in installs(matrix, entry):
         if not (install.source.private and install.requirements):
             continue
+        part = dest / install.source.kind
+        part.mkdir(parents=True, exist_ok=True)
         cached = cache / _cache_key(entry, install)
         if not (cached / ".complete").is_file():
             staging = cached.with_name(cached.name + ".partial")
@@ -135,7 +149,7 @@ def fill(matrix: Matrix, entry: Entry, dest: Path, cache: Path) -> int:
             shutil.rmtree(cached, ignore_errors=True)
             staging.rename(cached)
         for wheel in cached.glob("*.whl"):
-            target = dest / wheel.name
+            target = part / wheel.name
             if not target.exists():
                 try:
                     os.link(wheel, target)  # same filesystem: no copy of gigabytes

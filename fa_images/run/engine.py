@@ -28,6 +28,8 @@ from .gpus import HostGpus
 OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+# The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
+_STEP_IMAGE = re.compile(r"^ ?--?-> ([0-9a-f]{12,64})$")
 _ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -50,9 +52,18 @@ class BuildProgress:
 
 
 @dataclass(frozen=True)
+class BuildResult:
+    image_id: str  # the target's
+    # Each stage the build made (by the name after AS) -> its image id, as the stream said; the
+    # executor takes the wheel and the compiler cache from these instead of building again.
+    stages: dict[str, str]
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     labels: dict[str, str]
     size: int  # bytes, as the engine counts them (all layers, the base's included)
+    id: str = ""
 
 
 @dataclass
@@ -80,7 +91,11 @@ class Engine(Protocol):
         labels: dict[str, str],
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
-    ) -> str: ...
+    ) -> BuildResult: ...
+
+    def tag(self, image: str, ref: str) -> None:
+        """Tags an image the engine holds (an id) as ``ref``."""
+        ...
 
     def image_info(self, ref: str) -> ImageInfo | None:
         """What the engine knows of an image it holds, or None when it holds none by that name."""
@@ -197,7 +212,7 @@ class DockerEngine:
         labels: dict[str, str],
         on_line: OnLine,
         on_progress: Callable[[BuildProgress], None],
-    ) -> str:
+    ) -> BuildResult:
         # The limit holds for every RUN container; the builder reads it from its cgroup and
         # sizes its jobs by it. Swap is no way out: memswap equal to memory means none.
         limits = {"memory": memory, "memswap": memory} if memory else None
@@ -216,6 +231,7 @@ class DockerEngine:
         )
         image_id: str | None = None
         stage: str | None = None
+        stages: dict[str, str] = {}
         step: BuildProgress | None = None
         tail: list[str] = []
         errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
@@ -246,6 +262,9 @@ class DockerEngine:
                     step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
                     errors = []
                     on_progress(step)
+                made = _STEP_IMAGE.match(line)
+                if made and stage is not None:
+                    stages[stage] = made.group(1)
                 built = re.match(r"Successfully built ([0-9a-f]+)", line)
                 if built and image_id is None:
                     image_id = built.group(1)
@@ -255,7 +274,13 @@ class DockerEngine:
                 on_line(line)
         if image_id is None:
             raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
-        return image_id
+        return BuildResult(image_id, stages)
+
+    @_engine_call("tagging")
+    def tag(self, image: str, ref: str) -> None:
+        repository, tag = ref.rsplit(":", 1)
+        if not self.api.tag(image, repository, tag=tag, force=True):
+            raise StepFailed(f"tagging {image} as {ref}: the engine refused")
 
     @_engine_call("looking up")
     def image_info(self, ref: str) -> ImageInfo | None:
@@ -265,7 +290,7 @@ class DockerEngine:
             image = self.client.images.get(ref)
         except docker.errors.ImageNotFound:
             return None
-        return ImageInfo(labels=dict(image.labels or {}), size=int(image.attrs.get("Size") or 0))
+        return ImageInfo(labels=dict(image.labels or {}), size=int(image.attrs.get("Size") or 0), id=image.id)
 
     @_engine_call("looking up base images")
     def missing_images(self, refs: list[str]) -> list[str]:

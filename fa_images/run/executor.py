@@ -1,5 +1,6 @@
-"""Carries out a build plan through an ``Engine``: for each entry, fetch the source,
-build and tag the image, export and verify the wheel, check the image, push.
+"""Carries out a build plan through an ``Engine``: for each entry, fetch the source (or take
+and verify a wheel that exists), build the image in one build, tag the builder stage, export
+and verify the wheel from its stage, check the image, push.
 
 One entry's failure does not stop the others (unless fail-fast). Wheels reach ``dist/``
 only after verification, by an atomic rename, so an interrupted or failed run never leaves
@@ -21,7 +22,7 @@ from ..builder import dist as dist_dir
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
 from ..outputs import context, group_cache
-from .engine import BuildProgress, Engine, RunResult
+from .engine import BuildProgress, BuildResult, Engine, RunResult
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, EntryLog, duration
 from .plan import CheckCommand, EntryPlan, StepName
@@ -66,6 +67,9 @@ class EntryResult:
     check: CheckStatus = "not run"
     gpu_check: GpuCheckStatus = "not run"
     pushed: str | None = None  # the digest
+    # The torch stage's image: every entry of the same base, Python and torch has this one.
+    torch_stage: str | None = None
+    prebuilt: bool = False  # the image was made around a wheel that existed: no compile
     kept_container: str | None = None
     log: str | None = None
     seconds: dict[StepName, float] = field(default_factory=dict)
@@ -101,9 +105,8 @@ class _EntryRun:
     result: EntryResult
     log: EntryLog
     label: str
-    sdist: Path | None = None
-    wheel_image: str | None = None
-    cache_image: str | None = None
+    source: Path | None = None  # the checked sdist, or the verified prebuilt wheel
+    build: BuildResult | None = None
     inputs: str | None = None  # context.inputs_digest of this entry
 
     @property
@@ -159,11 +162,34 @@ class Executor:
     # The steps, one method each; STEP_TABLE below maps the plan's step names to them.
 
     def _source(self, run: _EntryRun) -> StepOutcome:
-        run.sdist = context.fetch_sdist(self.matrix, run.entry)
-        run.inputs = context.inputs_digest(self.matrix, run.entry, run.sdist)
+        entry, prebuilt = run.entry, run.plan.prebuilt
+        if prebuilt is not None:
+            run.result.prebuilt = True
+            report = self._verify(run, prebuilt)
+            run.source, note = prebuilt, f"{prebuilt.name} (verified, sha256 {report.sha256[:12]}…): no compile"
+        else:
+            run.source = context.fetch_sdist(self.matrix, entry)
+            note = run.source.name
+        base_ids = {ref: info.id for ref in run.plan.bases if (info := self.engine.image_info(ref))}
+        run.inputs = context.inputs_digest(
+            self.matrix, entry, run.source, base_ids=base_ids, prebuilt=prebuilt is not None
+        )
         if not self.options.force and self._up_to_date(run):
-            return StepOutcome(note=f"{run.sdist.name}; image and wheel up to date (--force rebuilds)")
-        return StepOutcome(note=run.sdist.name)
+            return StepOutcome(note=f"{note}; image and wheel up to date (--force rebuilds)")
+        return StepOutcome(note=note)
+
+    def _verify(self, run: _EntryRun, wheel: Path) -> verify.WheelReport:
+        """The gate of every wheel: a compiled one as it leaves its stage, a prebuilt one before
+        the build. The import waits for the image's own check, next to the image's torch."""
+        entry = run.entry
+        return verify.accept_wheel(
+            [wheel],
+            expect_python=entry.python,
+            expect_cxx11_abi=entry.cxx11_abi,
+            expect_archs=entry.archs,
+            log=run.log.write,
+            import_check=False,
+        )
 
     def _up_to_date(self, run: _EntryRun) -> bool:
         """Whether an earlier run built, exported and checked this entry from the same inputs: the
@@ -210,34 +236,47 @@ class Executor:
                 key=(progress.step if progress else 0,),
             )
 
-        assert run.sdist is not None
+        assert run.source is not None
         network = self.matrix.build.network
 
         def kept(line: str) -> None:
             run.log.write(line)
             self.console.line(f"    {line}")
 
+        prebuilt = run.plan.prebuilt is not None
         with scratch.scratch_dir("context", keep=self.options.keep_work, log=kept) as tmp:
-            ctx = context.assemble(self.matrix, run.entry, run.sdist, tmp, compiler_cache=self.options.compiler_cache)
-            for index, target in enumerate(run.plan.targets):
-                # The first build compiles and is shown live; the next reuse its cached layers: seconds.
-                live = index == 0
-                image_id = self.engine.build(
+            ctx = context.assemble(
+                self.matrix,
+                run.entry,
+                run.source,
+                tmp,
+                compiler_cache=None if prebuilt else self.options.compiler_cache,
+                prebuilt=prebuilt,
+            )
+
+            def build(target: str, tag: str | None, *, live: bool) -> BuildResult:
+                return self.engine.build(
                     context=ctx,
-                    target=target.stage,
-                    tag=target.tag,
+                    target=target,
+                    tag=tag,
                     network=network,
                     memory=self.matrix.build.memory_bytes,
                     labels={INPUTS_LABEL: run.inputs} if run.inputs else {},
                     on_line=on_line if live else run.log.write,
                     on_progress=on_progress if live else lambda _: None,
                 )
-                if target.stage == contract.RUNTIME_STAGE:
-                    run.result.image_id = image_id
-                elif target.stage == contract.WHEEL_STAGE:
-                    run.wheel_image = image_id
-                elif target.stage == contract.CACHE_STAGE:
-                    run.cache_image = image_id
+
+            # One build makes every stage; the stages the executor reads come from it by id. An
+            # engine whose output names no stage ids gets one more build per stage, from its cache.
+            run.build = build(run.plan.build.stage, run.plan.build.tag, live=True)
+            run.result.image_id = run.build.image_id
+            run.result.torch_stage = run.build.stages.get(contract.TORCH_STAGE)
+            for target in run.plan.from_stages:
+                stage_image = run.build.stages.get(target.stage)
+                if stage_image is None:
+                    stage_image = run.build.stages[target.stage] = build(target.stage, None, live=False).image_id
+                if target.tag:
+                    self.engine.tag(stage_image, target.tag)
         assert run.result.image_id is not None
         self._save_compiler_cache(run)
         image = self.engine.image_info(run.entry.image)
@@ -251,10 +290,11 @@ class Executor:
         """The group's next Python takes its kernels from this build's cache. A cache that cannot
         be saved costs that Python a full compile, not this entry its result."""
         root, group = self.options.compiler_cache, run.entry.compile_group
-        if root is None or run.cache_image is None:
+        cache_image = run.build.stages.get(contract.CACHE_STAGE) if run.build else None
+        if root is None or cache_image is None or run.plan.prebuilt is not None:
             return
         try:
-            size = group_cache.save(self.engine, run.cache_image, root, group)
+            size = group_cache.save(self.engine, cache_image, root, group)
         except (FatalError, OSError) as exc:
             self.console.line(f"    compiler cache of {group} not saved: {exc}")
             run.log.write(f"fa-images: compiler cache of {group} not saved: {exc}")
@@ -265,21 +305,19 @@ class Executor:
         if run.result.up_to_date:
             return StepOutcome(note=f"{run.result.wheel} (up to date)", skipped=True)
         entry, dist = run.entry, self.options.dist
-        assert run.wheel_image is not None
+        assert run.build is not None
+        wheel_image = run.build.stages[contract.WHEEL_STAGE]
         dist.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.id}-", dir=dist))
         try:
-            files = self.engine.export(run.wheel_image, staging)
+            files = self.engine.export(wheel_image, staging)
             wheels = [f for f in files if f.suffix == ".whl"]
-            report = verify.accept_wheel(
-                wheels,
-                expect_python=entry.python,
-                expect_cxx11_abi=entry.cxx11_abi,
-                expect_archs=entry.archs,
-                log=run.log.write,
-                import_check=False,  # no torch for it here: the image's own check imports it
-            )
-            record = manifest_record(staging, wheels[0], report.sha256, entry)
+            if len(wheels) != 1:
+                raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, not one: {[w.name for w in wheels]}")
+            report = self._verify(run, wheels[0])
+            # A prebuilt wheel keeps the record of the dist/ it came from, where it has one.
+            origin = run.plan.prebuilt.parent if run.plan.prebuilt else staging
+            record = manifest_record(origin, wheels[0], report.sha256, entry)
             (final,) = dist_dir.add_wheels(dist, [dist_dir.Incoming(wheels[0], record, entry.id)], move=True)
             run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256
             return StepOutcome(note=f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)")

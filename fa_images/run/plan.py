@@ -1,8 +1,9 @@
 """The plan: which steps run for which entry, computed before anything runs.
 
 Each entry's plan names what the executor will do, and nothing it does is decided elsewhere:
-the Dockerfile stages, the build targets in the order they are built and the tags they get,
-the check commands run in the image, and the refs pushed. ``fa-images build --dry-run``
+the Dockerfile stages, the one build that makes them all and the tag it gets, what is taken
+from the stages it built (a tag, the wheel, the compiler cache), the check commands run in the
+image, and the refs pushed. ``fa-images build --dry-run``
 prints it (``--json`` serializes it). Entries that differ only in Python form a compile group
 (``Entry.compile_group``, the ``group`` key): they run one after the other and share a compiler
 cache, so the kernels compile once per group.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..builder import contract
@@ -22,13 +24,24 @@ StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
 # In order. "gpu-check" is reported as skipped when the engine has no GPU runtime.
 STEPS: tuple[StepName, ...] = get_args(StepName)
 
-# The stages of every rendered Dockerfile, in the order they appear.
-STAGES = (contract.BUILDER_STAGE, contract.WHEEL_STAGE, contract.CACHE_STAGE, contract.RUNTIME_STAGE)
+# The stages of every rendered Dockerfile, in the order they appear (uv-python too with bases.python: uv).
+STAGES = (
+    contract.PYTHON_STAGE,
+    contract.TORCH_STAGE,
+    contract.BUILDER_STAGE,
+    contract.WHEEL_STAGE,
+    contract.CACHE_STAGE,
+    contract.INSTALL_STAGE,
+    contract.RUNTIME_STAGE,
+)
+# Those of a runtime image made around a wheel that already exists: nothing compiles.
+PREBUILT_STAGES = tuple(s for s in STAGES if s not in (contract.BUILDER_STAGE, contract.CACHE_STAGE))
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildTarget:
-    """One build of the entry's Dockerfile up to ``stage``, tagged ``tag`` (None: untagged)."""
+    """A stage of the entry's Dockerfile and what becomes of it: the build's target, tagged
+    ``tag``, or a stage that build made on its way, tagged or read (``tag`` None)."""
 
     stage: str
     tag: str | None
@@ -62,17 +75,20 @@ class CheckCommand:
 class EntryPlan:
     entry: Entry
     steps: tuple[StepName, ...]
-    targets: tuple[BuildTarget, ...]  # built in this order by the "build" step
+    build: BuildTarget  # the one build of the "build" step: every stage, up to the runtime image
+    from_stages: tuple[BuildTarget, ...]  # what is then taken from the stages that build made
     checks: tuple[CheckCommand, ...]  # one per check step that runs
     push: tuple[str, ...]  # the refs the "push" step pushes
+    bases: tuple[str, ...]  # the base images the build starts from
+    prebuilt: Path | None = None  # a verified wheel the image is made around, instead of a compile
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return STAGES
+        return PREBUILT_STAGES if self.prebuilt else STAGES
 
     @property
     def tags(self) -> tuple[str, ...]:
-        return tuple(t.tag for t in self.targets if t.tag)
+        return tuple(t.tag for t in (self.build, *self.from_stages) if t.tag)
 
     def check(self, step: StepName) -> CheckCommand | None:
         """The command of check step ``step``; None where it runs none (the GPU check with --gpus none)."""
@@ -83,7 +99,10 @@ class EntryPlan:
             **self.entry.summary(),
             "steps": list(self.steps),
             "stages": list(self.stages),
-            "targets": [t.to_dict() for t in self.targets],
+            "prebuilt": str(self.prebuilt) if self.prebuilt else None,
+            "bases": list(self.bases),
+            "build": self.build.to_dict(),
+            "from_stages": [t.to_dict() for t in self.from_stages],
             "tags": list(self.tags),
             "checks": [c.to_dict() for c in self.checks],
             "push": list(self.push),
@@ -92,9 +111,13 @@ class EntryPlan:
     def describe(self) -> list[str]:
         """The plan as a person reads it: one line per build, check and push."""
         lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
-        width = max(len(t.stage) for t in self.targets)
-        for t in self.targets:
-            lines.append(f"  build      --target {t.stage:<{width}}  {t.tag or '(untagged: ' + t.purpose + ')'}")
+        if self.prebuilt:
+            lines.append(f"  wheel      {self.prebuilt}  (made around it: no compile)")
+        width = max(len(t.stage) for t in (self.build, *self.from_stages))
+        build = f"--target {self.build.stage:<{width}}"
+        lines.append(f"  build      {build}  {self.build.tag}  (every stage, in one build)")
+        for t in self.from_stages:
+            lines.append(f"  stage      {t.stage:<{width + 9}}  {'tagged ' + t.tag if t.tag else t.purpose}")
         for c in self.checks:
             note = _GPU_NOTES[c.gpus] if c.gpus else ""
             lines.append(f"  {c.step:<9}  {shlex.join(c.command)}{note}")
@@ -105,16 +128,23 @@ class EntryPlan:
         return lines
 
 
-def build_targets(entry: Entry) -> tuple[BuildTarget, ...]:
-    """The runtime image first, with the live output; the other two reuse its cached layers."""
+def runtime_build(entry: Entry) -> BuildTarget:
+    """The one build: the legacy builder makes every stage on its way to the runtime image."""
+    return BuildTarget(stage=contract.RUNTIME_STAGE, tag=entry.image, purpose="the image users pull")
+
+
+def from_stages(entry: Entry, *, prebuilt: bool = False) -> tuple[BuildTarget, ...]:
+    """What the executor takes from the stages the build made, by their image ids."""
+    wheel = BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel, exported and verified into dist")
+    if prebuilt:
+        return (wheel,)
     return (
-        BuildTarget(stage=contract.RUNTIME_STAGE, tag=entry.image, purpose="the image users pull"),
         BuildTarget(
             stage=contract.BUILDER_STAGE,
             tag=entry.builder_image,
             purpose="the compile's cache, tagged so `docker image prune` keeps it",
         ),
-        BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel alone, exported and verified into dist"),
+        wheel,
         BuildTarget(
             stage=contract.CACHE_STAGE,
             tag=None,
@@ -144,8 +174,17 @@ def checks(gpus: str) -> tuple[CheckCommand, ...]:
 
 
 def make_plan(
-    entries: tuple[Entry, ...], *, check: bool = True, push: bool = False, gpus: str = "runtime"
+    entries: tuple[Entry, ...],
+    *,
+    check: bool = True,
+    push: bool = False,
+    gpus: str = "runtime",
+    prebuilt: dict[str, Path] | None = None,
+    python_from: str = "system",
 ) -> list[EntryPlan]:
+    """``prebuilt``: entry id -> a verified wheel to make that entry's image around.
+    ``python_from``: the matrix's ``bases.python``; uv makes the Python on the devel base."""
+    prebuilt = prebuilt or {}
     skip: set[StepName] = set()
     if not check:
         skip |= {"check", "gpu-check"}
@@ -156,9 +195,17 @@ def make_plan(
         EntryPlan(
             entry=e,
             steps=steps,
-            targets=build_targets(e),
+            build=runtime_build(e),
+            from_stages=from_stages(e, prebuilt=e.id in prebuilt),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=(e.image,) if "push" in steps else (),
+            # No compile, no devel base: unless uv makes the Python there.
+            bases=tuple(
+                dict.fromkeys(
+                    [e.runtime_image] if e.id in prebuilt and python_from != "uv" else [e.devel_image, e.runtime_image]
+                )
+            ),
+            prebuilt=prebuilt.get(e.id),
         )
         for e in entries
     ]

@@ -520,4 +520,4 @@ def test_a_token_is_never_printed(tmp_path: Path, capsys) -> None:
     (dockerfile,) = (tmp_path / "out").iterdir()
     text = dockerfile.read_text()
     assert "tok-SECRET" not in text and "fa:" not in text
-    assert "pip install --no-index --find-links /opt/fa-images/wheels torch==2.9.1" in text
+    assert "pip install --no-index --find-links /opt/fa-images/wheels/torch torch==2.9.1" in text

@@ -1031,7 +1031,7 @@ def test_bases_devel_points_at_a_registry_mirror(tmp_path: Path) -> None:
     assert e.runtime_image == "mirror.local/nvidia/cuda:12.8-base"
     text = render.render_entry(m, e)
     assert "FROM mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04 AS builder\n" in text
-    assert "FROM mirror.local/nvidia/cuda:12.8-base AS runtime\n" in text
+    assert "FROM mirror.local/nvidia/cuda:12.8-base AS python\n" in text
 
 
 def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None:
@@ -1052,9 +1052,9 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
     text = render.render_entry(m, e)
     source = "--no-index --find-links /wheels --find-links http://127.0.0.1:8000/links/ "
     assert f"python3 -m pip install {source}uv==" in text
-    assert f"RUN pip install {source}torch==2.9.1 \\\n" in text
+    assert f"RUN pip install {source}torch==2.9.1\n" in text
     assert f"pip install --target /opt/build-tools {source}ninja==" in text
-    assert f"pip install --no-deps {source}einops==" in text
+    assert f"pip install --no-deps --no-compile --root /opt/fa-layer {source}einops==" in text
     assert "pip install --index-url" not in text
     assert "download.pytorch.org" not in text
 
@@ -1062,7 +1062,7 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
 def test_torch_index_null_takes_torch_from_the_main_index(tmp_path: Path) -> None:
     m = load(tmp_path, f'packages:\n  index: "http://pypi.mirror/simple"\n  torch_index: null\nentries:\n  - {ENTRY}\n')
     text = render.render_entry(m, m.entries[0])
-    assert "RUN pip install --index-url http://pypi.mirror/simple torch==2.9.1 \\\n" in text
+    assert "RUN pip install --index-url http://pypi.mirror/simple torch==2.9.1\n" in text
 
 
 def test_torch_index_template_is_filled_per_entry(tmp_path: Path) -> None:

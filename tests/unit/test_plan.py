@@ -50,29 +50,49 @@ def test_make_plan_steps_checks_and_pushes(tiny_matrix, check, push, steps, chec
         assert p.push == ((p.entry.image,) if push else ())
 
 
-def test_build_targets_are_the_dockerfile_stages_with_their_tags(tiny_matrix) -> None:
-    (p, _) = plan.make_plan(tiny_matrix.entries)
-    # The runtime image first (its build compiles and is shown live), then the cached others.
-    assert [(t.stage, t.tag) for t in p.targets] == [
-        ("runtime", p.entry.image),
+def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_matrix) -> None:
+    (p, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python)
+    assert (p.build.stage, p.build.tag) == ("runtime", p.entry.image)
+    assert [(t.stage, t.tag) for t in p.from_stages] == [
         ("builder", p.entry.image + "-builder"),
         ("wheel", None),
         ("compiler-cache", None),
     ]
     assert p.tags == (p.entry.image, p.entry.image + "-builder")
-    # Every target is a stage of the rendered Dockerfile, and the stages are in its order.
+    # Every stage named is a stage of the rendered Dockerfile, in its order (uv makes the Python
+    # on the devel base first), and the runtime image is the last: one build makes them all.
     rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry), flags=re.M)
-    assert (
-        list(p.stages)
-        == rendered
-        == [
-            contract.BUILDER_STAGE,
-            contract.WHEEL_STAGE,
-            contract.CACHE_STAGE,
-            contract.RUNTIME_STAGE,
-        ]
+    assert rendered == ["uv-python", *p.stages]
+    assert list(p.stages) == [
+        contract.PYTHON_STAGE,
+        contract.TORCH_STAGE,
+        contract.BUILDER_STAGE,
+        contract.WHEEL_STAGE,
+        contract.CACHE_STAGE,
+        contract.INSTALL_STAGE,
+        contract.RUNTIME_STAGE,
+    ]
+    assert rendered[-1] == p.build.stage and {t.stage for t in p.from_stages} <= set(rendered)
+    assert p.bases == (p.entry.devel_image, p.entry.runtime_image)
+
+
+def test_a_prebuilt_wheel_plans_no_compile(tiny_matrix, tmp_path) -> None:
+    wheel = tmp_path / "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp311-cp311-linux_x86_64.whl"
+    first, second = plan.make_plan(
+        tiny_matrix.entries, prebuilt={tiny_matrix.entries[0].id: wheel}, python_from=tiny_matrix.bases.python
     )
-    assert {t.stage for t in p.targets} == set(rendered)
+    assert first.prebuilt == wheel and second.prebuilt is None
+    assert [(t.stage, t.tag) for t in first.from_stages] == [("wheel", None)]
+    assert first.tags == (first.entry.image,)
+    rendered = re.findall(
+        r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, first.entry, prebuilt=True), flags=re.M
+    )
+    assert rendered == ["uv-python", *first.stages] and "builder" not in rendered
+    assert f"  wheel      {wheel}  (made around it: no compile)" in first.describe()
+    # The devel base still makes uv's Python; with the system Python only the runtime base is used.
+    assert first.bases == (first.entry.devel_image, first.entry.runtime_image)
+    (system,) = plan.make_plan(tiny_matrix.entries[:1], prebuilt={first.entry.id: wheel}, python_from="system")
+    assert system.bases == (system.entry.runtime_image,)
 
 
 def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
@@ -85,7 +105,7 @@ def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
     assert gpu_check.no_gpu_exit == contract.EXIT_NO_GPU  # the builder's `check` exits with it
     # The image's CMD and its build-time check are the plan's import check.
     assert f"\nCMD {json.dumps(IMPORT_CHECK)}\n" in text
-    assert f"\nRUN {' '.join(IMPORT_CHECK)} \\\n" in text
+    assert f"\n && {' '.join(IMPORT_CHECK)}\n" in text
 
 
 @pytest.mark.parametrize(
@@ -130,7 +150,10 @@ def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch
     plans = plan.make_plan(tiny_matrix.entries[:1], push=push)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
     ((p, r),) = zip(plans, Executor(engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
-    assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(t.stage, t.tag) for t in p.targets]
+    assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(p.build.stage, p.build.tag)]
+    assert [c[1:] for c in engine.calls if c[0] == "tag"] == [
+        (f"sha256:{p.entry.id}-{t.stage}", t.tag) for t in p.from_stages if t.tag
+    ]
     ran = [c.command for c in p.checks if not c.gpus or gpu]  # without a GPU runtime the GPU check is skipped
     assert [(c[1], c[2]) for c in engine.calls if c[0] == "run"] == [(p.entry.image, command) for command in ran]
     assert [c[1] for c in engine.calls if c[0] == "push"] == list(p.push)
@@ -165,13 +188,14 @@ def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
     assert [p["id"] for p in plan_json] == [e["id"] for e in matrix_entries]
     for p, e in zip(plan_json, matrix_entries):
         assert {k: p[k] for k in e} == e  # the entry's own facts, as `plan --json` prints them
-        assert p["stages"] == ["builder", "wheel", "compiler-cache", "runtime"]
-        assert [(t["stage"], t["tag"]) for t in p["targets"]] == [
-            ("runtime", e["image"]),
+        assert p["stages"] == ["python", "torch", "builder", "wheel", "compiler-cache", "install", "runtime"]
+        assert (p["build"]["stage"], p["build"]["tag"]) == ("runtime", e["image"])
+        assert [(t["stage"], t["tag"]) for t in p["from_stages"]] == [
             ("builder", e["image"] + "-builder"),
             ("wheel", None),
             ("compiler-cache", None),
         ]
+        assert p["prebuilt"] is None and p["bases"] == [e["devel_image"], e["runtime_image"]]
         assert p["tags"] == [e["image"], e["image"] + "-builder"]
 
 
@@ -225,10 +249,10 @@ def test_dry_run_text_names_targets_tags_and_commands(tiny_matrix, capsys) -> No
     for e in tiny_matrix.entries:
         block = out[out.index(f"{e.id}: ") :].split("\n\n")[0]
         assert f"{e.id}: source -> build -> export -> check -> gpu-check -> push" in block
-        assert f"--target runtime         {e.image}\n" in block
-        assert f"--target builder         {e.image}-builder\n" in block
-        assert "--target wheel           (untagged" in block
-        assert "--target compiler-cache  (untagged: the compiler cache" in block
+        assert f"  build      --target runtime         {e.image}  (every stage, in one build)\n" in block
+        assert f"  stage      builder                  tagged {e.image}-builder\n" in block
+        assert "  stage      wheel                    the wheel, exported and verified into dist\n" in block
+        assert "  stage      compiler-cache           the compiler cache, kept on the host" in block
         assert f"  check      {' '.join(IMPORT_CHECK)}\n" in block
         assert f"  gpu-check  {' '.join(GPU_CHECK)}  (GPUs from the engine's NVIDIA runtime;" in block
         assert f"  push       {e.image}\n" in block

@@ -106,7 +106,7 @@ def test_old_abi_golden_tells_the_builder_to_expect_the_old_abi() -> None:
     assert "      --expect-cxx11-abi false \\\n" in text
     assert "      --expect-cuda 12.4 \\\n" in text
     assert "      --archs 80 \\\n" in text
-    assert "RUN pip install --index-url https://download.pytorch.org/whl/cu124 torch==2.6.0 \\\n" in text
+    assert "RUN pip install --index-url https://download.pytorch.org/whl/cu124 torch==2.6.0\n" in text
     assert 'fa-images.cxx11-abi="false"' in text
     assert "(CUDA 12.4, old C++ ABI)" in text.splitlines()[0]
 
@@ -130,26 +130,50 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     entry_id = path.name.removesuffix(".Dockerfile")
     fa, py, torch, cu = re.fullmatch(r"fa(.+)-py(.+)-torch(.+)-cu(\d+)", entry_id).groups()
     cuda = f"{cu[:-1]}.{cu[-1]}"
-    # Four stages: builder on the devel image, wheel and compiler cache from scratch, runtime on
-    # the small base.
-    (builder_base, builder), (wheel_base, wheel), (cache_base, cache), (runtime_base, runtime) = stages(text)
-    assert (builder, wheel, cache, runtime) == ("builder", "wheel", "compiler-cache", "runtime")
+    # The stages: the exact Python made with uv on the devel image, then on the small base the
+    # Python, torch on it, the builder on the devel image, wheel and compiler cache from scratch,
+    # the install and the runtime image on the torch stage.
+    assert stages(text) == [
+        (stages(text)[0][0], "uv-python"),
+        (stages(text)[1][0], "python"),
+        ("python", "torch"),
+        (stages(text)[3][0], "builder"),
+        ("scratch", "wheel"),
+        ("scratch", "compiler-cache"),
+        ("torch", "install"),
+        ("torch", "runtime"),
+    ]
+    devel, python_base, builder_base = stages(text)[0][0], stages(text)[1][0], stages(text)[3][0]
+    assert devel == builder_base
     assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-devel-ubuntu22\.04", builder_base)
-    assert wheel_base == cache_base == "scratch"
-    assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-base-ubuntu22\.04", runtime_base)
-    assert "devel" not in runtime_base
-    assert text.count("\nFROM ") == 4
+    assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-base-ubuntu22\.04", python_base)
+    assert text.count("\nFROM ") == 8
     # Legacy-builder compatible: no BuildKit syntax.
     assert "RUN --mount" not in text
     assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
     assert "--chmod" not in text and "--link" not in text and "<<" not in text
+    # torch is nothing entry-specific: the torch stage names no flash-attn, arch or sdist.
+    torch_part = text.split(" AS torch\n")[1].split("\nFROM ")[0]
+    assert torch_part.strip().splitlines() == [
+        f"RUN pip install --index-url https://download.pytorch.org/whl/cu{cu} torch=={torch}"
+    ]
+    python_part = text.split(" AS python\n")[1].split("\nFROM ")[0]
+    assert fa not in python_part and "arch" not in python_part
+    # The builder compiles against the torch stage's venv, copied as it is.
+    builder_part = text.split(" AS builder\n")[1].split("\nFROM ")[0]
+    assert "COPY --from=torch /opt/venv /opt/venv\n" in builder_part
+    # The install stage installs the wheel without touching torch and checks it; the runtime
+    # stage is torch plus what the install stage added, one COPY, and holds no wheel file.
+    install_part = text.split(" AS install\n")[1].split("\nFROM ")[0]
+    assert (
+        "RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-images/dist/*.whl \\\n"
+        in install_part
+    )
+    assert " && pip check \\\n && python -m fa_images.builder check --import-only\n" in install_part
     runtime_part = text.split(" AS runtime\n")[1]
-    # The wheel goes into the builder's venv without touching torch; the runtime stage copies
-    # that venv and holds no wheel file; the image runs as a non-root user.
-    builder_tail = text.split(" AS wheel\n")[0].split("--out /wheels\n")[1]
-    assert "RUN pip install --no-deps --no-index /wheels/*.whl \\\n" in builder_tail
-    assert " && pip check\n" in builder_tail
-    assert "COPY --from=builder /opt/venv /opt/venv\n" in runtime_part
+    assert [line for line in runtime_part.splitlines() if line.startswith(("COPY", "RUN", "ADD"))] == [
+        "COPY --from=install /opt/fa-layer/ /"
+    ]
     assert ".whl" not in runtime_part and "build-tools" not in runtime_part
     users = re.findall(r"^USER (\S+)$", runtime_part, flags=re.M)
     assert users and users[-1] not in ("root", "0", "0:0")
@@ -169,7 +193,7 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     assert re.search(r'fa-images\.cxx11-abi="(true|false)"', runtime_part)
     # The builder stage pins what decides the wheel: torch, the sdist's sha256, CUDA, ABI.
     builder_part = text.split(" AS wheel\n")[0]
-    assert f"torch=={torch} " in builder_part
+    assert f"torch=={torch}\n" in builder_part
     assert f"      --flash-attn {fa} \\\n" in builder_part
     assert re.search(r"      --sha256 [0-9a-f]{64} \\\n", builder_part)
     assert f"      --expect-cuda {cuda} \\\n" in builder_part
@@ -224,12 +248,15 @@ entries:
     text = render.render_entry(m, m.entries[0])
     assert "RUN python3.12 -m venv /opt/venv \\\n" in text
     assert "uv python install" not in text
-    assert "COPY --from=builder /opt/python" not in text
+    assert "/opt/python" not in text
     assert stages(text) == [
+        ("mirror.local/py312-cuda:12.8.1", "python"),
+        ("python", "torch"),
         ("mirror.local/py312-cuda:12.8.1-devel", "builder"),
         ("scratch", "wheel"),
         ("scratch", "compiler-cache"),
-        ("mirror.local/py312-cuda:12.8.1", "runtime"),
+        ("torch", "install"),
+        ("torch", "runtime"),
     ]
 
 
@@ -247,9 +274,12 @@ entries:
     )
     text = render.render_entry(m, m.entries[0])
     assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
-    assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1 \\\n" in text
+    assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1\n" in text
     assert " && pip install --target /opt/build-tools --index-url http://pypi.local/simple ninja==" in text
-    assert " && pip install --no-deps --index-url http://pypi.local/simple einops==" in text
+    assert (
+        " && pip install --no-deps --no-compile --root /opt/fa-layer --index-url http://pypi.local/simple einops=="
+        in text
+    )
     assert "      --index-url http://pypi.local/fa/simple \\\n" in text
     assert "pypi.org" not in text and "pytorch.org" not in text
 

@@ -59,8 +59,17 @@ def _wheels_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
 def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, **options):
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    results = Executor(engine, matrix, opts, Console(out)).run(plan.make_plan(matrix.entries, check=check))
+    plans = plan.make_plan(matrix.entries, check=check, python_from=matrix.bases.python)
+    results = Executor(engine, matrix, opts, Console(out)).run(plans)
     return results, out.getvalue()
+
+
+def holding_the_bases(matrix) -> FakeEngine:
+    """An engine that holds every base image of the matrix, as a build needs."""
+    engine = FakeEngine()
+    for entry in matrix.entries:
+        engine.held |= {entry.devel_image: "sha256:devel-1", entry.runtime_image: "sha256:runtime-1"}
+    return engine
 
 
 def builds(engine: FakeEngine) -> list[tuple]:
@@ -68,12 +77,15 @@ def builds(engine: FakeEngine) -> list[tuple]:
 
 
 def test_a_second_run_with_nothing_changed_builds_nothing(tiny_matrix, tmp_path: Path) -> None:
-    engine = FakeEngine()
+    engine = holding_the_bases(tiny_matrix)
     first, _ = build(tiny_matrix, engine, tmp_path)
     assert [r.status for r in first] == ["ok", "ok"] and not any(r.up_to_date for r in first)
-    image = tiny_matrix.entries[0].image
-    assert engine.labels[image][INPUTS_LABEL] == context.inputs_digest(
-        tiny_matrix, tiny_matrix.entries[0], tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    entry = tiny_matrix.entries[0]
+    assert engine.labels[entry.image][INPUTS_LABEL] == context.inputs_digest(
+        tiny_matrix,
+        entry,
+        tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz",
+        base_ids={entry.devel_image: "sha256:devel-1", entry.runtime_image: "sha256:runtime-1"},
     )
     engine.calls.clear()
 
@@ -103,7 +115,9 @@ def test_force_rebuilds(tiny_matrix, tmp_path: Path) -> None:
     engine.calls.clear()
     results, _ = build(tiny_matrix, engine, tmp_path, force=True)
     assert not any(r.up_to_date for r in results)
-    assert [c[1] for c in builds(engine) if c[0] == "build"] == ["runtime", "builder", "wheel", "compiler-cache"] * 2
+    # One build per entry: the builder stage is tagged and the wheel exported by the ids it reported.
+    assert [c[1] for c in builds(engine) if c[0] == "build"] == ["runtime"] * 2
+    assert [c[2] for c in engine.calls if c[0] == "tag"] == [e.builder_image for e in tiny_matrix.entries]
 
 
 def _change_setting(matrix, tmp_path):
@@ -133,29 +147,35 @@ def _change_the_builder(matrix, tmp_path):
     return matrix, "builder"
 
 
+def _repull_a_base(matrix, tmp_path):
+    return matrix, "repull"
+
+
 @pytest.mark.parametrize(
     "change",
-    [_change_setting, _change_sdist, _lose_the_wheel, _lose_the_image, _change_the_builder],
-    ids=["a setting", "the sdist", "the wheel is gone", "the image is gone", "the builder code"],
+    [_change_setting, _change_sdist, _lose_the_wheel, _lose_the_image, _change_the_builder, _repull_a_base],
+    ids=["a setting", "the sdist", "the wheel is gone", "the image is gone", "the builder code", "a re-pulled base"],
 )
 def test_a_change_rebuilds(change, tiny_matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The builder code comes from a copy of the package, which the "builder code" case edits.
     package = tmp_path / "package" / "fa_images"
     shutil.copytree(context.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(context, "PACKAGE", package)
-    engine = FakeEngine()
+    engine = holding_the_bases(tiny_matrix)
     build(tiny_matrix, engine, tmp_path)
     engine.calls.clear()
     matrix, what = change(tiny_matrix, tmp_path)
     if what == "forget":
         engine.labels.clear()
+    if what == "repull":  # `docker pull` brought a newer nvidia/cuda under the same tag
+        engine.held[matrix.entries[0].runtime_image] = "sha256:runtime-2"
     if what == "builder":
         build_py = package / "builder" / "build.py"
         build_py.write_text(build_py.read_text() + "\n# a change to the builder\n")
     results, _ = build(matrix, engine, tmp_path)
     assert [r.status for r in results] == ["ok", "ok"]
     assert not any(r.up_to_date for r in results)
-    assert len([c for c in builds(engine) if c[0] == "build"]) == 8
+    assert len([c for c in builds(engine) if c[0] == "build"]) == 2
 
 
 def test_an_entry_whose_check_failed_is_not_current(tiny_matrix, tmp_path: Path) -> None:
@@ -186,7 +206,7 @@ def test_how_the_matrix_file_is_named_is_no_input(tiny_matrix, tmp_path: Path) -
     renamed = tmp_path / "other name.yaml"
     shutil.copy(tmp_path / "matrix.yaml", renamed)
     digests = {
-        context.inputs_digest(m, m.entries[0], sdist)
+        context.inputs_digest(m, m.entries[0], sdist, base_ids={})
         for m in (tiny_matrix, load_matrix(Path("matrix.yaml")), load_matrix(renamed.resolve()))
     }
     assert len(digests) == 1
@@ -196,9 +216,9 @@ def test_a_parser_directive_is_an_input(monkeypatch: pytest.MonkeyPatch, tiny_ma
     """`# syntax=` looks like a comment but changes the build."""
     sdist = tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
     entry = tiny_matrix.entries[0]
-    plain = context.inputs_digest(tiny_matrix, entry, sdist)
+    plain = context.inputs_digest(tiny_matrix, entry, sdist, base_ids={})
     real = context.render_entry
-    monkeypatch.setattr(context, "render_entry", lambda m, e: "# escape=`\n" + real(m, e))
-    assert context.inputs_digest(tiny_matrix, entry, sdist) != plain
-    monkeypatch.setattr(context, "render_entry", lambda m, e: "# just a remark\n" + real(m, e))
-    assert context.inputs_digest(tiny_matrix, entry, sdist) == plain
+    monkeypatch.setattr(context, "render_entry", lambda m, e, **kw: "# escape=`\n" + real(m, e, **kw))
+    assert context.inputs_digest(tiny_matrix, entry, sdist, base_ids={}) != plain
+    monkeypatch.setattr(context, "render_entry", lambda m, e, **kw: "# just a remark\n" + real(m, e, **kw))
+    assert context.inputs_digest(tiny_matrix, entry, sdist, base_ids={}) == plain

@@ -1,0 +1,84 @@
+"""Wheels that already exist, for ``build --wheels``: the runtime image made around a wheel built
+natively, on a Slurm node or by another job, with no compile.
+
+Each entry takes the one wheel, among those given, that is for it: flash-attn of the entry's
+version, for its Python, labelled for its torch, CUDA and C++ ABI (``+cu128torch2.9cxx11abitrue``,
+as the builder labels every wheel), or recorded for the entry in a ``dist/`` manifest beside it.
+Finding is all this does: the executor verifies the wheel as it verifies a compiled one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..builder import dist as dist_dir
+from ..builder.settings import local_version_label
+from ..config.matrix import Entry
+from ..errors import UsageError
+
+PROJECT = canonicalize_name("flash-attn")
+
+
+def _wheels_under(paths: Iterable[Path]) -> list[Path]:
+    """The wheel files named, and those directly inside the directories named (a dist/)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.glob("*.whl") if p.is_file() and not p.is_symlink())
+        elif path.is_file() and path.suffix == ".whl":
+            found.append(path)
+        else:
+            raise UsageError(f"--wheels {path}: not a wheel file or a directory of wheels")
+    return found
+
+
+def _recorded_for(wheel: Path) -> str | None:
+    """The entry a dist/ manifest beside the wheel records it for, if there is one."""
+    if not (wheel.parent / dist_dir.MANIFEST).is_file():
+        return None
+    record = dist_dir.read_manifest(wheel.parent).wheels.get(wheel.name)
+    return record.entry if record else None
+
+
+def _is_for(wheel: Path, entry: Entry) -> bool:
+    try:
+        name, version, _build, tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename:
+        return False
+    python = "cp" + entry.python.replace(".", "")
+    if name != PROJECT or version.public != Version(entry.flash_attn).public:
+        return False
+    if not any(t.interpreter == python and t.platform.endswith("x86_64") for t in tags):
+        return False
+    if _recorded_for(wheel) == entry.id:
+        return True
+    abis = (True, False) if entry.cxx11_abi is None else (entry.cxx11_abi,)
+    labels = {local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=abi) for abi in abis}
+    return version.local in labels
+
+
+def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
+    """entry id -> the one wheel for it among ``paths``; every entry must have exactly one."""
+    wheels = _wheels_under(paths)
+    chosen: dict[str, Path] = {}
+    problems = []
+    for entry in entries:
+        matches = [w for w in wheels if _is_for(w, entry)]
+        if len(matches) == 1:
+            chosen[entry.id] = matches[0].resolve()
+        elif not matches:
+            problems.append(f"no wheel for {entry.id}")
+        else:
+            problems.append(f"{len(matches)} wheels for {entry.id}: {', '.join(w.name for w in matches)}")
+    if problems:
+        names = ", ".join(str(p) for p in paths)
+        raise UsageError(
+            f"--wheels {names}: " + "; ".join(problems),
+            hint="a wheel is for an entry when its version, Python tag and +label (cuDDDtorchX.Ycxx11abiBOOL) "
+            "match it, or a dist/ manifest beside it records it for the entry; pick entries with --only",
+        )
+    return chosen
