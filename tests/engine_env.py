@@ -47,6 +47,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -77,6 +78,11 @@ DEVEL_PACKAGES: tuple[str, ...] = (*RUNTIME_PACKAGES, "g++", "python3-dev")
 RUNTIME_TAG = f"fa-images-test/debian:{SUITE}-runtime"
 DEVEL_TAG = f"fa-images-test/debian:{SUITE}-devel"
 CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
+# The bases every engine module's matrix builds on (tests/engine/conftest.py): the above with a
+# second CPython (3.12) where the machine has one, and the runtime base with uid 1000 taken.
+STOCK_DEVEL_TAG = f"{CUDA_STANDIN_TAG}-stock"
+STOCK_RUNTIME_PYTHON_TAG = f"{RUNTIME_TAG}-py3.12"
+STOCK_RUNTIME_TAG = f"{RUNTIME_TAG}-stock"
 
 # Every image a test makes is named in this namespace, behind a registry host or not.
 TEST_NAMESPACE = "fa-images-test/"
@@ -540,7 +546,7 @@ def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]
     """
     if os.environ.get("FA_IMAGES_TEST_KEEP_IMAGES") == "1":
         return []
-    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG}
+    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG, STOCK_DEVEL_TAG, STOCK_RUNTIME_PYTHON_TAG, STOCK_RUNTIME_TAG}
     removed = []
     try:
         for image in client.images.list():
@@ -1325,8 +1331,82 @@ def python_standin(client: docker.DockerClient, base: str, prefix: Path, version
     return tag
 
 
+@dataclasses.dataclass(frozen=True)
+class Stock:
+    """The shared engine and what every module's matrix builds on."""
+
+    engine: EngineHandle
+    devel: str  # the CUDA devel stand-in, with Python 3.11 and (where this machine has one) 3.12
+    runtime: str  # the runtime base: the same Pythons, uid 1000 taken as on Ubuntu 24.04's images
+    index: str  # the simple index with torch and everything the builds install
+    second_python: str | None  # 3.12 where the bases have it
+
+    def packages(self, **overrides: object) -> dict[str, object]:
+        """The matrix's `packages`: everything from the shared index, the sdists from sdists/."""
+        return {"index": self.index, "torch_index": self.index, "sdists": "sdists", **overrides}
+
+    def bases(self, **overrides: object) -> dict[str, object]:
+        return {"devel": self.devel, "runtime": self.runtime, "python": "system", **overrides}
+
+
+_UID_TAKEN_DOCKERFILE = """\
+FROM {base}
+RUN useradd --create-home --uid 1000 ubuntu
+"""
+
+
+def uid_taken(client: docker.DockerClient, base: str, tag: str) -> str:
+    """Build ``tag``: ``base`` with uid 1000 taken by a user ``ubuntu``, as on Ubuntu 24.04's CUDA
+    images. Labelled with a hash of base and Dockerfile, and not rebuilt while that hash matches."""
+    dockerfile = _UID_TAKEN_DOCKERFILE.format(base=base)
+    key = _hash_json({"base": client.images.get(base).id, "dockerfile": dockerfile})
+    if _image_key(client, tag) != key:
+        _build_from_tar(client, tag, key, dockerfile, lambda tar: None)
+    return tag
+
+
 # --------------------------------------------------------------------------
-# Registries and a local file server
+# Registries, package indexes and a local file server
+
+
+@contextlib.contextmanager
+def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> Iterator[str]:
+    """A pypiserver on 127.0.0.1 over the wheels in ``packages``; yield its simple index URL.
+    With ``htpasswd`` every download and listing needs a login."""
+    port = _free_port()
+    auth = ["-P", str(htpasswd), "-a", "download,list,update"] if htpasswd else ["-P", ".", "-a", "."]
+    cmd = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), *auth]
+    proc = subprocess.Popen(
+        [*cmd, "--disable-fallback", *map(str, packages)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),  # marked: a killed run's server is stopped by the next run
+    )
+    _CHILDREN[proc.pid] = proc
+    url = f"http://127.0.0.1:{port}/simple/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            # Ours answers, not a stranger on the port: our process is alive and the answer is its kind.
+            if proc.poll() is not None:
+                assert proc.stderr is not None
+                raise RuntimeError(f"pypiserver exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    break
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("pypiserver did not answer within 30 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -1488,6 +1568,7 @@ __all__ = [
     "RUNTIME_TAG",
     "BaseImages",
     "EngineHandle",
+    "Stock",
     "base_images",
     "cache_dir",
     "cuda_devel_standin",
@@ -1498,10 +1579,12 @@ __all__ = [
     "local_registry",
     "marked_processes",
     "podman_engine",
+    "pypi_server",
     "python_standin",
     "reap_leftovers",
     "remove_test_images",
     "run_build",
     "serve_directory",
+    "uid_taken",
     "unreachable_registry",
 ]

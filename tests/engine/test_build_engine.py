@@ -1,7 +1,7 @@
 """`fa-images build` on a real Docker Engine, end to end.
 
 Real parts throughout: a dockerd, Debian base images, a CUDA devel stand-in made of NVIDIA's
-toolkit, torch 2.9.1 (CUDA 12.8) from a local wheelhouse served over http, a real registry,
+toolkit, torch 2.9.1 (CUDA 12.8) from a local index served over http, a real registry,
 the real templates, builder script and SDK calls. Only flash-attn itself is replaced by a
 tiny extension of the same shape, whose build fits on two cores.
 """
@@ -33,6 +33,8 @@ pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
+# A second good build, whose image differs from GOOD's only in flash-attn: an update of an image.
+UPDATE = "2.8.3.dev3"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
 REGISTRY_USER, CREDENTIAL_HELPER = "fa-push", "fa-test"
 
@@ -43,17 +45,14 @@ class Project:
     env: dict[str, str]
     registry: str
     client: object
+    stock: engine_env.Stock
     password: str = ""
 
     def matrix(self, name: str, *, image: str, versions: list[str]) -> Path:
         data = {
             "image": image,
-            "bases": {
-                "devel": engine_env.CUDA_STANDIN_TAG,
-                "runtime": engine_env.RUNTIME_TAG,
-                "python": "system",  # Debian bookworm ships Python 3.11
-            },
-            "packages": {"index": None, "torch_index": None, "find_links": [self.wheelhouse], "sdists": "sdists"},
+            "bases": self.stock.bases(),  # Debian bookworm ships Python 3.11
+            "packages": self.stock.packages(),
             "build": {"network": "host"},
             "compat": "compat.yaml",
             "entries": [
@@ -74,20 +73,18 @@ class Project:
             timeout=timeout,
         )
 
-    wheelhouse: str = ""
-
 
 def entry_id(version: str) -> str:
     return f"fa{version}-py3.11-torch2.9.1-cu128"
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(tmp_path_factory, stock: engine_env.Stock):
     root = tmp_path_factory.mktemp("build-engine")
     sdists = root / "sdists"
     sdists.mkdir()
     shas = {}
-    for version, broken in ((GOOD, False), (BROKEN, True), (INTERRUPTED, False)):
+    for version, broken in ((GOOD, False), (BROKEN, True), (INTERRUPTED, False), (UPDATE, False)):
         sdist = make_tiny_sdist(sdists, version=version, broken=broken)
         shas[version] = sha256_of(sdist)
     # The tiny versions are not on PyPI: a compat override pins their sha256, as a user would.
@@ -95,13 +92,8 @@ def project(tmp_path_factory):
         yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
     )
     password = secrets.token_urlsafe(24)
-    with (
-        engine_env.docker_engine() as engine,
-        engine_env.local_registry(users={REGISTRY_USER: password}) as registry,
-        engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
-    ):
-        bases = engine_env.base_images(engine.client)
-        engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
+    engine = stock.engine
+    with engine_env.local_registry(users={REGISTRY_USER: password}) as registry:
         helper_dir = write_credential_helper(root, password)
         config = root / "docker-config"
         config.mkdir()
@@ -113,9 +105,7 @@ def project(tmp_path_factory):
             DOCKER_CONFIG=str(config),
             PATH=os.pathsep.join([str(helper_dir), os.environ["PATH"]]),
         )
-        proj = Project(dir=root, env=env, registry=registry, client=engine.client, password=password)
-        proj.wheelhouse = wheelhouse
-        yield proj
+        yield Project(dir=root, env=env, registry=registry, client=engine.client, stock=stock, password=password)
 
 
 def write_credential_helper(root: Path, password: str) -> Path:
@@ -139,9 +129,9 @@ def write_credential_helper(root: Path, password: str) -> Path:
 
 @pytest.fixture(scope="module")
 def first_build(project):
-    """One build of two entries: one good, one whose compile fails."""
+    """One build of three entries: two good ones of one torch, one whose compile fails."""
     matrix = project.matrix(
-        "matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN]
+        "matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN, UPDATE]
     )
     started = time.monotonic()
     proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "report.json")
@@ -158,7 +148,7 @@ def test_one_entry_fails_the_other_succeeds(first_build):
     assert bad["status"] == "failed" and bad["failed_step"] == "build"
     assert "deliberately broken" in bad["error"]  # the compiler's own error line, not just an exit code
     assert "deliberately broken" in Path(bad["log"]).read_text()
-    assert "1 of 2 entries succeeded" in proc.stderr
+    assert "2 of 3 entries succeeded" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -171,7 +161,10 @@ def test_wheel_is_exported_verified_and_recorded(project, first_build):
     assert sha256_of(wheel) == good["wheel_sha256"]
     manifest = json.loads((project.dir / "dist" / "manifest.json").read_text())["wheels"][wheel.name]
     assert manifest["sha256"] == good["wheel_sha256"] and manifest["entry"] == entry_id(GOOD)
-    assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted([wheel.name, "manifest.json", "simple"])
+    update = Path(entries[entry_id(UPDATE)]["wheel"]).name
+    assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted(
+        [wheel.name, update, "manifest.json", "simple"]
+    )
     # The same verifier a user runs: with the torch it was built for, it must also import.
     venv_python = toolchain.torch_venv() / "bin" / "python"
     inspect = project.run("inspect", str(wheel), "--python", str(venv_python), "--archs", "80")
@@ -224,6 +217,64 @@ def registry_get(project: Project, path: str, *, method: str = "GET") -> bytes:
     with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 200
         return answer.read()
+
+
+def layers(project: Project, ref: str) -> list[str]:
+    return project.client.images.get(ref).attrs["RootFS"]["Layers"]
+
+
+def test_an_update_shares_every_layer_but_the_top_one(project, first_build):
+    """Two images that differ only in their flash-attn build, as the registry holds them: a node
+    that has the first pulls only the second's top layer (a pull fetches the layers it lacks)."""
+    _, entries = first_build
+    pushed = []
+    for version in (GOOD, UPDATE):
+        image = entries[entry_id(version)]["image"]
+        repository, tag = image.removeprefix(project.registry + "/").rsplit(":", 1)
+        pushed.append(json.loads(registry_get(project, f"/v2/{repository}/manifests/{tag}"))["layers"])
+    first, second = pushed
+    assert [layer["digest"] for layer in first[:-1]] == [layer["digest"] for layer in second[:-1]]
+    assert first[-1]["digest"] != second[-1]["digest"]
+    held = {layer["digest"] for layer in first}
+    to_pull = sum(layer["size"] for layer in second if layer["digest"] not in held)
+    image = sum(layer["size"] for layer in second)
+    print(
+        f"image {image / 1e6:.1f} MB in {len(second)} layers (compressed, as pushed); top layer "
+        f"{second[-1]['size'] / 1e6:.2f} MB; an update pulls {to_pull / 1e6:.2f} MB, "
+        f"{to_pull / image:.2%} of the image"
+    )
+    assert to_pull == second[-1]["size"] and to_pull <= 0.05 * image
+    # And in the engine: one torch stage under both.
+    good, update = (entries[entry_id(v)] for v in (GOOD, UPDATE))
+    assert good["torch_stage"] and good["torch_stage"] == update["torch_stage"]
+    assert layers(project, good["image"])[:-1] == layers(project, update["image"])[:-1]
+
+
+def test_an_image_around_a_wheel_that_exists_compiles_nothing(project, first_build):
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    matrix = project.matrix("prebuilt.yaml", image="fa-images-test/prebuilt", versions=[GOOD])
+    started = time.monotonic()
+    proc = project.run(
+        "build", "--matrix", str(matrix), "--wheels", "dist", "--report", "prebuilt.json", "--dist", "dist-prebuilt"
+    )
+    print(f"an image around a wheel in dist/: {time.monotonic() - started:.1f} s\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads((project.dir / "prebuilt.json").read_text())["entries"][0]
+    assert entry["prebuilt"] is True and entry["check"] == "passed", entry
+    assert entry["wheel_sha256"] == good["wheel_sha256"]  # the very wheel, verified and kept in --dist
+    log = Path(entry["log"]).read_text()
+    assert "AS builder" not in log and "compiling flash-attn" not in log
+    assert "Step 1/" in log and " AS install" in log
+    # The torch stage the compiled image stands on, and one layer above it.
+    assert entry["torch_stage"] == good["torch_stage"]
+    assert layers(project, entry["image"])[:-1] == layers(project, good["image"])[:-1]
+    # A wheel for no entry of the matrix is refused before anything runs.
+    other = project.matrix("other.yaml", image="fa-images-test/prebuilt", versions=[INTERRUPTED])
+    refused = project.run("build", "--matrix", str(other), "--wheels", "dist")
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        f"error: --wheels dist: no wheel for {entry_id(INTERRUPTED)}"
+    ), refused.stderr
 
 
 def test_push_without_a_login_fails_the_entry_and_says_how_to_log_in(project, first_build):

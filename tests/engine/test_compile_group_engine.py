@@ -2,7 +2,7 @@
 the compiler cache the first left.
 
 Real parts throughout: a dockerd, the CUDA devel stand-in with a second CPython (3.12) beside
-Debian's 3.11, torch 2.9.1 (CUDA 12.8) for both from local wheelhouses, the rendered Dockerfiles,
+Debian's 3.11, torch 2.9.1 (CUDA 12.8) for both from the tests' local index, the rendered Dockerfiles,
 the builder and the pinned sccache in the builder stage. flash-attn is the tiny extension of
 the same shape: one CUDA kernel (no Python.h) and one C++ file that binds it to Python.
 """
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import engine_env
 import pytest
-import toolchain
 import yaml
 from fixtures.tiny import make_tiny_sdist
 
@@ -29,8 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev5"
 PYTHONS = ("3.11", "3.12")
 SECOND = PYTHONS[1]
-DEVEL_TAG = f"{engine_env.CUDA_STANDIN_TAG}-py{SECOND}"
-RUNTIME_TAG = f"{engine_env.RUNTIME_TAG}-py{SECOND}"
 
 
 def entry_id(python: str) -> str:
@@ -38,10 +35,9 @@ def entry_id(python: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def group_build(tmp_path_factory):
+def group_build(tmp_path_factory, stock: engine_env.Stock):
     """`fa-images build` of one group, the two Pythons in one run, with a fresh compiler cache."""
-    prefix = engine_env.find_python(SECOND)
-    if prefix is None:
+    if stock.second_python != SECOND:
         pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
     root = tmp_path_factory.mktemp("compile-group")
     (root / "sdists").mkdir()
@@ -49,43 +45,35 @@ def group_build(tmp_path_factory):
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
     )
-    with (
-        engine_env.docker_engine() as engine,
-        engine_env.serve_directory(toolchain.torch_wheelhouse("3.11")) as wheels311,
-        engine_env.serve_directory(toolchain.torch_wheelhouse(SECOND)) as wheels312,
-    ):
-        bases = engine_env.base_images(engine.client)
-        engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
-        engine_env.python_standin(engine.client, engine_env.CUDA_STANDIN_TAG, prefix, SECOND, DEVEL_TAG)
-        engine_env.python_standin(engine.client, bases.runtime, prefix, SECOND, RUNTIME_TAG)
-        matrix = {
-            "image": "fa-images-test/flash-attn-group",
-            "bases": {"devel": DEVEL_TAG, "runtime": RUNTIME_TAG, "python": "system"},
-            "packages": {"index": None, "torch_index": None, "find_links": [wheels311, wheels312], "sdists": "sdists"},
-            "build": {"network": "host"},
-            "compat": "compat.yaml",
-            "entries": [
-                {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}
-                for py in PYTHONS
-            ],
-        }
-        (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-        env = engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache-home"))
-        plan = subprocess.run(
-            [sys.executable, "-m", "fa_images", "plan", "--json"], cwd=root, env=env, capture_output=True, text=True
-        )
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "fa_images", "build", "--gpus", "none", "--report", "report.json"],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3000,
-        )
-        print(f"group build: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
-        report = json.loads((root / "report.json").read_text())
-        yield root, json.loads(plan.stdout), proc, {e["id"]: e for e in report["entries"]}
+    engine = stock.engine
+    # The shared engine, bases and index (tests/engine/conftest.py).
+    matrix = {
+        "image": "fa-images-test/flash-attn-group",
+        "bases": stock.bases(),
+        "packages": stock.packages(),
+        "build": {"network": "host"},
+        "compat": "compat.yaml",
+        "entries": [
+            {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]} for py in PYTHONS
+        ],
+    }
+    (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    env = engine.env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache-home"))
+    plan = subprocess.run(
+        [sys.executable, "-m", "fa_images", "plan", "--json"], cwd=root, env=env, capture_output=True, text=True
+    )
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--gpus", "none", "--report", "report.json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    print(f"group build: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
+    report = json.loads((root / "report.json").read_text())
+    yield root, json.loads(plan.stdout), proc, {e["id"]: e for e in report["entries"]}
 
 
 def test_the_two_pythons_are_one_group(group_build) -> None:

@@ -1,8 +1,9 @@
 """`fa-images build` against Podman, through its Docker-compatible API.
 
 The same real parts as tests/engine/test_build_engine.py (Debian base images, the CUDA devel stand-in,
-torch 2.9.1 from a local wheelhouse, a real registry, the tiny flash-attn-shaped extension), but
-the engine is Debian's podman (`podman system service`), with nothing in fa-images told so.
+torch 2.9.1 from the tests' local index, a real registry, the tiny flash-attn-shaped extension), but
+the engine is Debian's podman (`podman system service`), with nothing in fa-images told so. The
+stand-in is both bases here, so the compile runs on the torch stage itself (the one-base shape).
 """
 
 from __future__ import annotations
@@ -29,23 +30,19 @@ ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, stock: engine_env.Stock):
     root = tmp_path_factory.mktemp("podman")
     sha = sha256_of(make_tiny_sdist(root / "sdists", version=VERSION))
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
     )
-    with (
-        engine_env.podman_engine() as engine,
-        engine_env.local_registry() as registry,
-        engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
-    ):
+    with engine_env.podman_engine() as engine, engine_env.local_registry() as registry:
         bases = engine_env.base_images(engine.client)
-        engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
+        devel = engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
         matrix = {
             "image": f"{registry}/fa-images-test/podman",
-            "bases": {"devel": engine_env.CUDA_STANDIN_TAG, "runtime": bases.runtime, "python": "system"},
-            "packages": {"index": None, "torch_index": None, "find_links": [wheelhouse], "sdists": "sdists"},
+            "bases": {"devel": devel, "runtime": devel, "python": "system"},
+            "packages": stock.packages(),
             "build": {"network": "host"},
             "compat": "compat.yaml",
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],

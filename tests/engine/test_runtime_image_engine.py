@@ -1,9 +1,10 @@
 """The runtime image and the builder stage, built for real on a Docker Engine.
 
 What a user gets: one clean venv (torch, flash-attn and its runtime dependencies) on the
-runtime base; `pip check` passes; flash-attn's common modules import (they need einops);
-no compiler and no build tools ride along; the image is no larger than its parts; it runs as
-uid 1000 even where the base already has a user with that uid (Ubuntu 24.04's `ubuntu`).
+runtime base, flash-attn in one layer above the torch stage; `pip check` passes; flash-attn's
+common modules import (they need einops); no compiler and no build tools ride along; the image
+is no larger than its parts; it runs as uid 1000 even where the base already has a user with
+that uid (Ubuntu 24.04's `ubuntu`, as in the tests' stock runtime base).
 
 And what the builder stage can run: the real setup.py of flash-attn 2.5.9.post1 and 2.6.3,
 which call `git submodule` unconditionally, run inside the builder image itself.
@@ -11,7 +12,6 @@ which call `git submodule` unconditionally, run inside the builder image itself.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
@@ -22,7 +22,6 @@ from pathlib import Path
 import docker.errors
 import engine_env
 import pytest
-import toolchain
 import yaml
 from fixtures.tiny import make_tiny_sdist
 
@@ -34,11 +33,9 @@ from fa_images.config import compat
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
-VERSION = "2.8.3.dev0"
+VERSION = "2.8.3.dev4"
 ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 IMAGE = "fa-images-test/runtime-image"
-# A runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images.
-UID_TAKEN_TAG = "fa-images-test/debian:bookworm-uid1000"
 # flash-attn versions whose setup.py runs `git submodule` whatever the environment.
 GIT_CALLING = ("2.5.9.post1", "2.6.3")
 MAX_OVERHEAD = 1.02
@@ -63,50 +60,43 @@ class Built:
     root: Path  # the project directory, on the host only
     stderr: str
     private_engine: bool  # the tests' own dockerd, which listens on TCP too
+    base: str  # the runtime base
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, stock: engine_env.Stock):
     root = tmp_path_factory.mktemp("runtime-image")
     sdists = root / "sdists"
     sha = sha256_of(make_tiny_sdist(sdists, version=VERSION))
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
     )
-    with (
-        engine_env.docker_engine() as engine,
-        engine_env.serve_directory(toolchain.torch_wheelhouse()) as wheelhouse,
-    ):
-        client = engine.client
-        bases = engine_env.base_images(client)
-        engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
-        dockerfile = f"FROM {bases.runtime}\nRUN useradd --create-home --uid 1000 ubuntu\n"
-        engine_env.run_build(client, fileobj=io.BytesIO(dockerfile.encode()), tag=UID_TAKEN_TAG)
-        matrix = {
-            "image": IMAGE,
-            "bases": {"devel": engine_env.CUDA_STANDIN_TAG, "runtime": UID_TAKEN_TAG, "python": "system"},
-            "packages": {"index": None, "torch_index": None, "find_links": [wheelhouse], "sdists": "sdists"},
-            # A limit below one nvcc job's 5 GiB: the compile must size itself to one job.
-            "build": {"network": "host", "memory": BUILD_MEMORY},
-            "compat": "compat.yaml",
-            "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
-        }
-        (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-        # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be.
-        env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache"))
-        proc = subprocess.run(
-            [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3000,
-        )
-        print(proc.stderr[-6000:])
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        report = json.loads((root / "report.json").read_text())
-        (entry,) = report["entries"]
-        yield Built(client, entry, root, proc.stderr, private_engine=engine.managed)
+    engine, client = stock.engine, stock.engine.client
+    matrix = {
+        "image": IMAGE,
+        "bases": stock.bases(),  # a runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images
+        "packages": stock.packages(),
+        # A limit below one nvcc job's 5 GiB: the compile must size itself to one job.
+        "build": {"network": "host", "memory": BUILD_MEMORY},
+        "compat": "compat.yaml",
+        "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
+    }
+    (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be.
+    env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    print(proc.stderr[-6000:])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((root / "report.json").read_text())
+    (entry,) = report["entries"]
+    yield Built(client, entry, root, proc.stderr, private_engine=engine.managed, base=stock.runtime)
 
 
 def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
@@ -139,7 +129,7 @@ def test_runtime_image_is_no_larger_than_its_parts(built):
     client, entry = built.client, built.entry
     image = client.images.get(entry["image"])
     assert entry["image_size"] == image.attrs["Size"]  # what the summary and the report say
-    base = client.images.get(UID_TAKEN_TAG)
+    base = client.images.get(built.base)
     code, out = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
     assert code == 0, out
     parts = {Path(line.split()[1]).name: int(line.split()[0]) for line in out.strip().splitlines()}

@@ -1,0 +1,71 @@
+"""What the engine tests share for the whole run: one Docker Engine, the base images, and one
+package index, so that the torch stage every entry stands on is built once and its layers are
+reused by every module, as they are for a user's entries of the same base, Python and torch.
+
+The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
+flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
+from it by the same URL, so the torch stage's RUN line, and with it the layer cache's key, is
+the same everywhere. The engine's test images are removed when the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import engine_env
+import pytest
+import toolchain
+
+# The hygiene tests watch the engine start and stop with its users: they run before any
+# module takes the shared engine, which holds it to the end of the run.
+FIRST = "test_engine_hygiene.py"
+SECOND_PYTHON = "3.12"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    engine = [item for item in items if item.path.parent.name == "engine"]
+    first = [item for item in engine if item.path.name == FIRST]
+    if not first or engine[0] in first:
+        return
+    start = items.index(engine[0])
+    rest = [item for item in items if item not in first]
+    items[:] = rest[:start] + first + rest[start:]
+
+
+def _index_dir(second: bool) -> Path:
+    """One directory of hard links: the cp311 wheelhouse, and the cp312-only wheels beside it
+    (one version of every pure wheel, so both Pythons resolve alike)."""
+    root = engine_env.cache_dir() / "index-torch"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    sources = [toolchain.torch_wheelhouse("3.11")]
+    if second:
+        sources.append(toolchain.torch_wheelhouse(SECOND_PYTHON))
+    for source in sources:
+        for wheel in source.glob("*.whl"):
+            name = wheel.name.split("-")[0]
+            if any(p.name.split("-")[0] == name and "cp312" not in wheel.name for p in root.iterdir()):
+                continue
+            os.link(wheel, root / wheel.name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def stock() -> Iterator[engine_env.Stock]:
+    with engine_env.docker_engine() as engine:
+        client = engine.client
+        bases = engine_env.base_images(client)
+        devel = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
+        runtime = bases.runtime
+        prefix = engine_env.find_python(SECOND_PYTHON)
+        if prefix is not None:
+            devel = engine_env.python_standin(client, devel, prefix, SECOND_PYTHON, engine_env.STOCK_DEVEL_TAG)
+            runtime = engine_env.python_standin(
+                client, runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_PYTHON_TAG
+            )
+        runtime = engine_env.uid_taken(client, runtime, engine_env.STOCK_RUNTIME_TAG)
+        with engine_env.pypi_server([_index_dir(prefix is not None)]) as index:
+            yield engine_env.Stock(engine, devel, runtime, index, SECOND_PYTHON if prefix else None)
