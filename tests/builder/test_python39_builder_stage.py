@@ -2,12 +2,14 @@
 
 No test builds a Python 3.9 image, so here, for every flash-attn version of the compat table,
 the builder stage of the Dockerfile rendered for Python 3.9 (with the newest torch that ships
-cp39 wheels, 2.8.0, and ``bases.python: system``) is carried out instruction by instruction in
-a chroot of Debian bullseye, whose python3.9 is CPython 3.9: its ENV, its RUNs as written
-(the venv, torch by pip, the build tools at their 3.9 pins by pip from PyPI into
-/opt/build-tools; git comes with the base, as the stage allows) and its COPYs from the entry's
-real build context (``fa_images.outputs.context.assemble``). The CUDA 12.4 toolkit of tests/toolchain.py
-stands in for the CUDA devel base at /usr/local/cuda, as in the engine tests.
+cp39 wheels, 2.8.0, ``bases.python: system`` and one base for devel and runtime, so that the
+builder stands on the torch stage) is carried out, with the python and torch stages under it,
+instruction by instruction in a chroot of Debian bullseye, whose python3.9 is CPython 3.9: their
+ENV, their RUNs as written (the venv and the image's user, torch by pip, the build tools at
+their 3.9 pins by pip from PyPI into /opt/build-tools; git comes with the base, as the stage
+allows) and the builder's COPYs from the entry's real build context
+(``fa_images.outputs.context.assemble``). The CUDA 12.4 toolkit of tests/toolchain.py stands in
+for the CUDA devel base at /usr/local/cuda, as in the engine tests.
 
 The compile RUN runs as rendered plus ``--prepare-only``; then flash-attn's setup.py runs through
 the shim, in the environment ``compile_wheel`` gives it, with ``--version`` where the build says
@@ -187,8 +189,20 @@ def cp39_wheelhouse(root: Path, torch: str, shared: Path) -> Path:
 # --- the rendered stage, instruction by instruction --------------------------------------
 
 
+# The stages the builder stands on, in the order they build: with one base for devel and
+# runtime, FROM base AS python, FROM python AS torch, FROM torch AS builder.
+CHAIN = ("python", "torch", "builder")
+
+
 def builder_stage(dockerfile: str) -> str:
-    return dockerfile.split(" AS builder\n")[1].split("\nFROM ")[0]
+    """The builder stage with the stages under it, as one run of instructions."""
+    parts = {}
+    for stage in CHAIN:
+        header = re.search(rf"^FROM (\S+) AS {stage}$", dockerfile, flags=re.M)
+        assert header, stage
+        parts[stage] = dockerfile[header.end() :].split("\nFROM ")[0]
+    assert re.search(r"^FROM torch AS builder$", dockerfile, flags=re.M), "the builder stands on the torch stage"
+    return "\n".join(parts[stage] for stage in CHAIN)
 
 
 def instructions(stage: str) -> list[tuple[str, str]]:
@@ -245,7 +259,8 @@ def render_entries(project: Path, torch: str) -> tuple[matrix_mod.Matrix, list[m
     (project / "matrix.yaml").write_text(
         yaml.safe_dump(
             {
-                "bases": {"python": "system"},
+                # One base for both: the builder is the torch stage's own chain, with nothing copied.
+                "bases": {"python": "system", "runtime": "nvidia/cuda:{cuda_release}-devel-ubuntu22.04"},
                 "packages": {"torch_index": None, "find_links": [WHEELS_CP39, WHEELS_SHARED]},
                 "entries": [{"python": PYTHON, "torch": torch, "flash_attn": v, "archs": ["80"]} for v in VERSIONS],
             },
@@ -304,7 +319,7 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
             )
         # One environment serves every version: the stages differ from the first COPY on only.
         (setup,) = setups
-        assert [k for k, _ in setup] == ["ENV", "RUN", "ENV", "RUN"], setup
+        assert [k for k, _ in setup] == ["ENV", "RUN", "ENV", "RUN", "RUN"], setup
 
         started = time.monotonic()
         env = chroot_env()
