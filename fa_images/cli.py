@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import __version__
 from .builder import cli as builder_cli
+from .builder import safe_io
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 
@@ -208,10 +209,11 @@ examples:
 
 def cmd_dist_merge(args: argparse.Namespace) -> int:
     from .builder import dist
+    from .builder.untrusted import shown
 
-    placed = dist.merge(args.sources, args.dist, log=lambda line: print(line, file=sys.stderr))
+    placed = dist.merge(args.sources, args.dist, log=lambda line: print(shown(line), file=sys.stderr))
     for path in placed:
-        print(f"merged {path}")
+        print(f"merged {shown(str(path))}")
     print(f"{args.dist}: {len(dist.read_manifest(args.dist).wheels)} wheels; index {args.dist / dist.SIMPLE}/")
     return 0
 
@@ -237,15 +239,26 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     if args.check:
-        if not args.out.is_file() or args.out.read_text() != text:
+        if _current_text(args.out) != text:
             print(f"{args.out} is out of date: run `fa-images export github` with the same flags", file=sys.stderr)
             return 1
         print(f"{args.out}: up to date")
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    safe_io.write_file(args.out, text, what="--out")
     print(f"wrote {args.out}")
     return 0
+
+
+def _current_text(path: Path) -> str | None:
+    """A generated file as it is now; None when missing, a link, or not a small regular UTF-8 file."""
+    from .builder import untrusted
+
+    if path.is_symlink():
+        return None
+    try:
+        return untrusted.read_file(path, limit=1 << 20).decode("utf-8")
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_export_bake(args: argparse.Namespace) -> int:
@@ -367,10 +380,16 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         if problem:
             raise UsageError(f"--{name.replace('_', '-')} {problem}")
     table = args.table or compat.DEFAULT_FILE
-    result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     out = args.out or table
-    out.write_text(result.text)
-    compat.load(out) if out != compat.DEFAULT_FILE else compat.load()  # what was written must validate
+    # The output's folder is checked before any index is asked; the text is validated in full
+    # (compatgen.refresh) before it replaces the file, by a rename: a refusal leaves it as it was.
+    target = safe_io.OutputDir(out.parent, what="--out's folder")
+    if target.kind(out.name) not in (None, "file"):
+        raise UsageError(
+            f"{out} must be a file; it is a {target.kind(out.name)} (fa-images does not write through links)"
+        )
+    result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
+    target.write_text(out.name, result.text)
     for note in result.notes:
         print(note)
     print(f"wrote {out}")

@@ -7,15 +7,18 @@ on the host (which mounts them with ``add_commands``), so the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from . import build, compiler_cache, gpucheck, scratch, source
-from .errors import FatalError, UsageError
+from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
+from .untrusted import shown
 from .verify import inspect_wheel
 
 WHEEL_EXAMPLES = """\
@@ -222,8 +225,23 @@ def _terminate(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+# Input fa-images refuses without a FatalError of its own: a path of the wrong kind (OSError),
+# a value no parser accepts, JSON nested past the stack (RecursionError).
+INPUT_ERRORS = (OSError, ValueError, RecursionError)
+# Any other exception is a bug in fa-images: shown with its traceback, and this exit code.
+INTERNAL_ERROR = 70
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO}
+REPORT_BUG = "this is a bug in fa-images, not in your input: please report it with the command line and the traceback"
+
+
 def run_command(args: argparse.Namespace) -> int:
-    """Runs a parsed command; user errors become one line and their exit code."""
+    """Runs a parsed command: the one boundary between fa-images and its user.
+
+    A FatalError is one ``error:`` line and its exit code. An OSError, ValueError or
+    RecursionError that no check turned into one is still a problem with the input (a path that
+    is a directory, a file that cannot be read, a value no parser takes): one ``error:`` line,
+    exit 2 (3 when the machine ran out of room). Anything else is a bug: its traceback, a
+    request to report it, exit 70. Every line is escaped: messages quote untrusted text."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -231,13 +249,33 @@ def run_command(args: argparse.Namespace) -> int:
     except FatalError as exc:
         _say(f"error: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        _say("interrupted")
-        return 130
     except BrokenPipeError:  # our reader went away (`| head`): end quietly, as Unix tools do
         for stream in (sys.stdout, sys.stderr):
             silence(stream)
         return 128 + signal.SIGPIPE
+    except RecursionError:
+        _say("error: the input nests too deeply to be read")
+        return UsageError.exit_code
+    except OSError as exc:
+        _say(f"error: {_os_error(exc)}")
+        return EnvironmentProblem.exit_code if exc.errno in _NO_SPACE else UsageError.exit_code
+    except ValueError as exc:
+        _say(f"error: {exc or type(exc).__name__}")
+        return UsageError.exit_code
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except Exception:
+        _say(traceback.format_exc().rstrip())
+        _say(f"internal error: {REPORT_BUG}")
+        return INTERNAL_ERROR
+
+
+def _os_error(exc: OSError) -> str:
+    """'cannot use PATH: Is a directory', from an OSError that names its file."""
+    if exc.filename is not None and exc.strerror:
+        return f"cannot use {exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
 
 
 def silence(stream: object) -> None:
@@ -252,7 +290,7 @@ def silence(stream: object) -> None:
 
 def _say(line: str) -> None:
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(shown(line, keep_newlines=True), file=sys.stderr, flush=True)
     except BrokenPipeError:
         silence(sys.stderr)
 
