@@ -32,6 +32,11 @@ examples:
 The ABI define comes from the torch installed here (torch._C._GLIBCXX_USE_CXX11_ABI);
 MAX_JOBS/NVCC_THREADS are sized from the memory this process may really use (~5 GB per
 nvcc thread), so an OOM kill does not waste the build.
+
+protected: the sdist is read as a regular file and sha256-checked; an index page is read with
+a size and time cap and its links must keep its scheme and host (never file://); the sdist
+unpacks into a fresh directory, regular files only; --out gets the wheel, manifest.json and
+simple/ atomically, never through a symlink.
 """
 
 INSPECT_EXAMPLES = """\
@@ -45,6 +50,10 @@ archs are read from the files without running anything), or in a throwaway conta
 
 Exit status: 0 when the wheel is sound, 1 with every reason when it is not, 2 when the
 file is not a readable wheel.
+
+protected: the wheel is read as a regular file only (never a FIFO or device); the extension
+is extracted bounded by its declared and its real size; its name, METADATA and symbols are
+printed escaped. A --python that is missing or lies is a finding, not a crash.
 """
 
 
