@@ -25,7 +25,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Union
+from typing import TextIO, Union
 
 from .errors import UsageError
 
@@ -205,6 +205,22 @@ class OutputDir:
                 raise UnsafeOutput(f"{self._shown(new_parts)} is in the way")
             os.rename(old_parts[-1], new_parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
         return self.path.joinpath(*new_parts)
+
+    def open_text(self, rel: Rel) -> TextIO:
+        """``rel`` opened for writing a stream (a log), truncated: never through a symlink, and
+        only a regular file (O_NOFOLLOW, then fstat)."""
+        parts = _parts(rel)
+        with self._dir_fd(parts[:-1], create=True) as fd:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+            try:
+                out = os.open(parts[-1], flags, 0o644, dir_fd=fd)
+            except OSError as exc:
+                raise self._refusal(parts, exc) from None
+        if not stat.S_ISREG(os.fstat(out).st_mode):
+            os.close(out)
+            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
+        os.set_blocking(out, True)
+        return os.fdopen(out, "w", encoding="utf-8")
 
     def remove_file(self, rel: Rel) -> bool:
         """Removes ``rel`` if it is a regular file (a link or directory there is left alone)."""

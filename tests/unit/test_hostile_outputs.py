@@ -769,3 +769,16 @@ def test_every_command_help_says_what_is_protected(capsys) -> None:
     for command in [*commands, ["export", "github"], ["export", "bake"], ["compat", "refresh"]]:
         code, out, _err = fa_images(capsys, *command, "--help")
         assert code == 0 and "protected:" in " ".join(out.split()), command
+
+
+def test_an_entry_log_is_never_written_through_a_link(tmp_path: Path, victim: Path) -> None:
+    from fa_images.run.logger import EntryLog
+
+    _plant(tmp_path / "logs" / "e.log", victim / "index.html")
+    with pytest.raises(UsageError, match="symlink"):
+        EntryLog(tmp_path / "logs" / "e.log")
+    assert (victim / "index.html").read_text() == "the user's"
+    log = EntryLog(tmp_path / "logs" / "f.log")
+    log.write("line")
+    log.close()
+    assert (tmp_path / "logs" / "f.log").read_text() == "line\n"
