@@ -275,9 +275,9 @@ def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, project: str, vers
     match = re.search(r"^Name: (.+)$", text, re.MULTILINE)
     meta_name = match.group(1).strip() if match else None
     if meta_version != version:
-        report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version!r}")
+        report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
     elif meta_name is not None and canonicalize_name(meta_name) != canonicalize_name(project):
-        report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name!r}")
+        report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name}")
     elif canonicalize_name(project) != "flash-attn":
         report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn")
     else:

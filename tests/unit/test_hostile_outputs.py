@@ -367,8 +367,8 @@ def _wheel(path: Path, metadata: str) -> Path:
 @pytest.mark.parametrize(
     ("metadata", "says"),
     [
-        ("Name: torch\nVersion: 2.8.3+cu128torch2.9cxx11abitrue\n", "METADATA says 'torch'"),
-        ("Name: flash-attn\nVersion: 2.8.4\n", "METADATA says '2.8.4'"),
+        ("Name: torch\nVersion: 2.8.3+cu128torch2.9cxx11abitrue\n", "METADATA says torch"),
+        ("Name: flash-attn\nVersion: 2.8.4\n", "METADATA says 2.8.4"),
         ("Name: flash-attn\n", "METADATA says None"),
     ],
     ids=["another project", "another version", "no version"],
