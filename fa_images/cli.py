@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import __version__
 from .builder import cli as builder_cli
+from .builder import safe_io
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 
@@ -32,6 +33,9 @@ PLAN_EXAMPLES = """\
 examples:
   fa-images plan                         the entries of ./matrix.yaml, one line each
   fa-images plan --matrix ci.yaml --json a JSON array: id, python, torch, cuda, flash_attn, archs, image, ...
+
+protected: the matrix and compat files are read as regular files, bounded (1 MiB, 64 levels,
+100,000 values, UTF-8), and every value is checked against its grammar; nothing is written.
 """
 
 RENDER_EXAMPLES = """\
@@ -39,6 +43,10 @@ examples:
   fa-images render                       write dockerfiles/<id>.Dockerfile for ./matrix.yaml
   fa-images render --out build/df       somewhere else
   fa-images render --check               exit 1 and name the files that are stale (for CI)
+
+protected: every value is checked against its grammar before a file is written; DIR and each
+<id>.Dockerfile are written atomically and never through a symlink (a planted link is an
+error, not followed); nothing is ever deleted.
 """
 
 
@@ -121,6 +129,9 @@ compiler cache: the first compiles the kernels, the others take them from the ca
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
 Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input,
 7 no engine, 130 interrupted. Re-run with --only to build just what is missing.
+
+protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
+through a symlink; sources are fetched bounded and sha256-checked on the host.
 """
 
 
@@ -205,6 +216,12 @@ Each wheel is verified without an import (tag, metadata, ABI, archs) against the
 manifest.json beside it, then all are added to dist/ atomically, or none. dist/simple/ is a
 PEP 503 index of dist/. Exit status: 2 bad input, 6 a wheel fails verification or its sha256
 conflicts with the wheel dist/ already records under that name.
+
+protected: a wheel's file name must parse as a flash-attn wheel with a linux platform tag and
+no shell or control characters, and agree with its METADATA (name, version) and its record;
+manifests and wheels are read as regular files only (no FIFO or device), bounded, and wrongly
+typed or too deep JSON is one error. dist/, simple/ and simple/<project> are never followed
+through a symlink, and a stale simple/<project> loses only the page fa-images wrote there.
 """
 
 EXPORT_EXAMPLES = """\
@@ -212,15 +229,23 @@ examples:
   fa-images export github --out .github/workflows/fa-images.yml --runs-on self-hosted --runs-on docker
   fa-images export github --push --registry-username-secret GHCR_USER --registry-password-secret GHCR_TOKEN
   fa-images export bake --out-dir bake && cd bake && docker buildx bake
+
+protected: every flag, path and matrix value that reaches the workflow or the bake file is
+checked against its grammar first: no newline, no ${{ }} or ${ }, runner labels and secret
+names, --python a version, --install a plain pip target, --release a git tag that cannot be
+read as an option. The only expressions in the workflow are the ones fa-images writes
+(secrets references, !cancelled()). Files are written atomically, never through a symlink;
+bake replaces or removes only the contexts it made itself (named in .fa-images-contexts).
 """
 
 
 def cmd_dist_merge(args: argparse.Namespace) -> int:
     from .builder import dist
+    from .builder.untrusted import shown
 
-    placed = dist.merge(args.sources, args.dist, log=lambda line: print(line, file=sys.stderr))
+    placed = dist.merge(args.sources, args.dist, log=lambda line: print(shown(line), file=sys.stderr))
     for path in placed:
-        print(f"merged {path}")
+        print(f"merged {shown(str(path))}")
     print(f"{args.dist}: {len(dist.read_manifest(args.dist).wheels)} wheels; index {args.dist / dist.SIMPLE}/")
     return 0
 
@@ -246,15 +271,26 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     if args.check:
-        if not args.out.is_file() or args.out.read_text() != text:
+        if _current_text(args.out) != text:
             print(f"{args.out} is out of date: run `fa-images export github` with the same flags", file=sys.stderr)
             return 1
         print(f"{args.out}: up to date")
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    safe_io.write_file(args.out, text, what="--out")
     print(f"wrote {args.out}")
     return 0
+
+
+def _current_text(path: Path) -> str | None:
+    """A generated file as it is now; None when missing, a link, or not a small regular UTF-8 file."""
+    from .builder import untrusted
+
+    if path.is_symlink():
+        return None
+    try:
+        return untrusted.read_file(path, limit=1 << 20).decode("utf-8")
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_export_bake(args: argparse.Namespace) -> int:
@@ -352,12 +388,21 @@ examples:
   fa-images doctor                       this machine: torch, CUDA, ABI, GPUs, an installed flash-attn
   fa-images doctor --python .venv/bin/python --json
 exit codes: 0 all is well, 1 something is broken (each reason printed with its fix)
+
+protected: every probe runs in a child process: a Python that is missing or lies about itself,
+a torch whose import exits quietly or has no version, and nvidia-smi lines of another shape are
+reported as findings, never a crash; what they print is escaped before it reaches the terminal.
 """
 
 COMPAT_EXAMPLES = """\
 examples:
   fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
+
+protected: index pages are read with a size cap (64 MiB) and a time cap, as UTF-8; a link must
+keep its page's scheme and host (an https link may go to another host, as PyPI's do; never
+file://). The new table is checked in full, its values written by a serializer, and renamed
+over --out only then: a refusal or a failure leaves --out as it was. --out is never a link.
 """
 
 
@@ -376,10 +421,15 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         if problem:
             raise UsageError(f"--{name.replace('_', '-')} {problem}")
     table = args.table or compat.DEFAULT_FILE
-    result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     out = args.out or table
-    out.write_text(result.text)
-    compat.load(out) if out != compat.DEFAULT_FILE else compat.load()  # what was written must validate
+    # The output's folder is checked before any index is asked; the text is validated in full
+    # (compatgen.refresh) before it replaces the file, by a rename: a refusal leaves it as it was.
+    target = safe_io.OutputDir(out.parent, what="--out's folder")
+    if target.kind(out.name) not in (None, "file"):
+        kind = {"dir": "directory", "link": "symlink"}.get(target.kind(out.name) or "", "special file")
+        raise UsageError(f"--out {out} must be a file, not a {kind} (fa-images does not write through links)")
+    result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
+    target.write_text(out.name, result.text)
     for note in result.notes:
         print(note)
     print(f"wrote {out}")

@@ -23,7 +23,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .builder import contract, elf, environment, verify
+from .builder import contract, elf, environment, untrusted, verify
 from .builder.errors import EnvironmentProblem
 from .builder.gpucheck import IMPORTED_MODULES
 
@@ -63,7 +63,8 @@ class Report:
         out.append("")
         problems = [f.name for f in self.findings if f.status == FAIL]
         out.append("all is well" if self.ok else f"{len(problems)} problem(s): {', '.join(problems)}")
-        return out
+        # Versions, paths and messages come from the Python, torch and driver examined: escaped.
+        return [untrusted.shown(line) for line in out]
 
     def to_json(self) -> str:
         return json.dumps(
@@ -83,9 +84,23 @@ def entry_line(entry: dict[str, Any]) -> str:
 
 def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kwargs)
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120, **kwargs)
+    except (OSError, ValueError, subprocess.SubprocessError):
         return None
+
+
+def _last_json(proc: subprocess.CompletedProcess[str] | None) -> dict[str, Any] | None:
+    """The JSON object a probe printed last, or None: a child can print anything, or nothing."""
+    lines = proc.stdout.strip().splitlines() if proc is not None and proc.returncode == 0 else []
+    try:
+        data = json.loads(lines[-1]) if lines and len(lines[-1]) < (1 << 20) else None
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_FULL_VERSION = re.compile(r"3\.\d{1,3}\.\d{1,3}")
+_GPU_LINE = re.compile(r"(?P<name>.+),\s*(?P<cap>\d{1,2}\.\d{1,2})\s*,\s*(?P<driver>[0-9][0-9.]{0,31})")
 
 
 # --- probes ---------------------------------------------------------------------------------
@@ -97,6 +112,9 @@ def probe_python(report: Report, python: str) -> str | None:
         report.add("Python", FAIL, f"{python} does not run")
         return None
     full = proc.stdout.strip()
+    if not _FULL_VERSION.fullmatch(full):
+        report.add("Python", FAIL, f"{python} runs, but does not say which Python it is (it printed {full[:80]!r})")
+        return None
     report.facts["python"] = full
     report.add("Python", OK, f"{full} ({python})")
     return ".".join(full.split(".")[:2])
@@ -171,8 +189,11 @@ def probe_gpus(report: Report) -> list[dict[str, str]]:
         return []
     gpus = []
     for line in proc.stdout.strip().splitlines():
-        name, cap, driver = (p.strip() for p in line.split(","))
-        gpus.append({"name": name, "compute_capability": cap, "driver": driver})
+        match = _GPU_LINE.fullmatch(line.strip())  # the name may hold commas; the last two fields may not
+        if match is None:
+            report.add("GPUs", WARN, f"nvidia-smi printed a line doctor cannot read: {line[:120]!r}")
+            continue
+        gpus.append({"name": match["name"].strip(), "compute_capability": match["cap"], "driver": match["driver"]})
     report.facts["gpus"] = gpus
     report.facts["driver"] = gpus[0]["driver"] if gpus else None
     if not gpus:
@@ -251,14 +272,14 @@ def probe_flash_attn(
     table,
     archs: list[str],
 ) -> str | None:
-    found = _run([python, "-c", _FIND_PROBE])
-    info = json.loads(found.stdout.strip().splitlines()[-1]) if found and found.returncode == 0 else {}
+    info = _last_json(_run([python, "-c", _FIND_PROBE])) or {}
     so = info.get("so")
-    if not so:
+    if not so or not isinstance(so, str):
         report.facts["flash_attn"] = None
         report.add("flash-attn", INFO, "not installed for this Python")
         return None
-    version = info.get("version") or "?"
+    version = info.get("version") if isinstance(info.get("version"), str) else None
+    version = version or "?"
     report.facts["flash_attn"] = {"version": version, "extension": so}
     report.add("flash-attn", INFO, f"{version}, extension {so}")
     # The same checks as `inspect`, on the installed extension.
@@ -298,15 +319,14 @@ def _check_archs(report: Report, cubins: set[str], ptx: set[str], how: str, gpus
 
 def _check_imports(report: Report, python: str, torch, version: str, table, archs: list[str]) -> None:
     proc = _run([python, "-c", _IMPORT_PROBE, *IMPORTED_MODULES])
-    lines = proc.stdout.strip().splitlines() if proc else []
-    if not lines:
+    results = _last_json(proc)
+    if results is None or not all(v is None or isinstance(v, dict) for v in results.values()):
         err = (proc.stderr.strip().splitlines() or ["no output"])[-1] if proc else "did not run"
         report.add("flash-attn import", FAIL, f"the import crashed the interpreter: {err}")
         return
-    results = json.loads(lines[-1])
     ext = results.get("flash_attn_2_cuda")
     if ext is not None:
-        message = ext["message"]
+        message = str(ext.get("message"))
         if "undefined symbol" in message:
             symbol = message.rsplit("undefined symbol:", 1)[-1].strip()
             old_abi = bool(verify._OLD_ABI_STRING.search(symbol))
@@ -323,7 +343,7 @@ def _check_imports(report: Report, python: str, torch, version: str, table, arch
                 "(reads the ABI from torch), or the matrix entry below",
             )
         else:
-            report.add("flash-attn import", FAIL, f"import flash_attn_2_cuda: {ext['type']}: {message}")
+            report.add("flash-attn import", FAIL, f"import flash_attn_2_cuda: {ext.get('type')}: {message}")
         return
     report.add("flash-attn import", OK, "flash_attn_2_cuda imports next to torch")
     pins = {p.partition("==")[0]: p for p in (table.runtime_deps if table else ())}
@@ -331,12 +351,12 @@ def _check_imports(report: Report, python: str, torch, version: str, table, arch
         failure = results.get(name)
         if failure is None:
             continue
-        missing = failure.get("missing") or ""
+        missing = failure.get("missing") if isinstance(failure.get("missing"), str) else ""
         if missing and not missing.startswith("flash_attn"):
             pin = pins.get(missing.split(".")[0], missing.split(".")[0])
             report.add(f"import {name}", FAIL, f"needs {missing}, which is not installed", fix=f"pip install {pin}")
         else:
-            report.add(f"import {name}", WARN, f"{failure['type']}: {failure['message']}")
+            report.add(f"import {name}", WARN, f"{failure.get('type')}: {failure.get('message')}")
 
 
 # --- the entry to build -----------------------------------------------------------------------

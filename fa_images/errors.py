@@ -1,8 +1,9 @@
 """Errors of the host-side tool, built on the builder's one ``FatalError`` family.
 
-Exit codes: 1 some entries failed, 2 bad input (matrix, flag, wheel), 3 the machine
-cannot do it, 4 source fetch, 5 compile, 6 wheel verification, 7 no container engine,
-130 interrupted.
+Exit codes: 1 some entries failed, 2 bad input (matrix, flag, wheel, a path of the wrong
+kind), 3 the machine cannot do it, 4 source fetch, 5 compile, 6 wheel verification, 7 no
+container engine, 70 an internal error (a bug: the traceback is printed, please report it),
+130 interrupted. ``builder.cli.run_command`` is the one place they are turned into exit codes.
 """
 
 from __future__ import annotations

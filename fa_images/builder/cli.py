@@ -7,15 +7,18 @@ on the host (which mounts them with ``add_commands``), so the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from . import build, compiler_cache, gpucheck, scratch, source
-from .errors import FatalError, UsageError
+from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
+from .untrusted import shown
 from .verify import inspect_wheel
 
 WHEEL_EXAMPLES = """\
@@ -29,6 +32,11 @@ examples:
 The ABI define comes from the torch installed here (torch._C._GLIBCXX_USE_CXX11_ABI);
 MAX_JOBS/NVCC_THREADS are sized from the memory this process may really use (~5 GB per
 nvcc thread), so an OOM kill does not waste the build.
+
+protected: the sdist is read as a regular file and sha256-checked; an index page is read with
+a size and time cap and its links must keep its scheme and host (never file://); the sdist
+unpacks into a fresh directory, regular files only; --out gets the wheel, manifest.json and
+simple/ atomically, never through a symlink.
 """
 
 INSPECT_EXAMPLES = """\
@@ -42,6 +50,10 @@ archs are read from the files without running anything), or in a throwaway conta
 
 Exit status: 0 when the wheel is sound, 1 with every reason when it is not, 2 when the
 file is not a readable wheel.
+
+protected: the wheel is read as a regular file only (never a FIFO or device); the extension
+is extracted bounded by its declared and its real size; its name, METADATA and symbols are
+printed escaped. A --python that is missing or lies is a finding, not a crash.
 """
 
 
@@ -222,8 +234,23 @@ def _terminate(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+# Input fa-images refuses without a FatalError of its own: a path of the wrong kind (OSError),
+# a value no parser accepts, JSON nested past the stack (RecursionError).
+INPUT_ERRORS = (OSError, ValueError, RecursionError)
+# Any other exception is a bug in fa-images: shown with its traceback, and this exit code.
+INTERNAL_ERROR = 70
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO}
+REPORT_BUG = "this is a bug in fa-images, not in your input: please report it with the command line and the traceback"
+
+
 def run_command(args: argparse.Namespace) -> int:
-    """Runs a parsed command; user errors become one line and their exit code."""
+    """Runs a parsed command: the one boundary between fa-images and its user.
+
+    A FatalError is one ``error:`` line and its exit code. An OSError, ValueError or
+    RecursionError that no check turned into one is still a problem with the input (a path that
+    is a directory, a file that cannot be read, a value no parser takes): one ``error:`` line,
+    exit 2 (3 when the machine ran out of room). Anything else is a bug: its traceback, a
+    request to report it, exit 70. Every line is escaped: messages quote untrusted text."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -231,13 +258,33 @@ def run_command(args: argparse.Namespace) -> int:
     except FatalError as exc:
         _say(f"error: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        _say("interrupted")
-        return 130
     except BrokenPipeError:  # our reader went away (`| head`): end quietly, as Unix tools do
         for stream in (sys.stdout, sys.stderr):
             silence(stream)
         return 128 + signal.SIGPIPE
+    except RecursionError:
+        _say("error: the input nests too deeply to be read")
+        return UsageError.exit_code
+    except OSError as exc:
+        _say(f"error: {_os_error(exc)}")
+        return EnvironmentProblem.exit_code if exc.errno in _NO_SPACE else UsageError.exit_code
+    except ValueError as exc:
+        _say(f"error: {exc or type(exc).__name__}")
+        return UsageError.exit_code
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except Exception:
+        _say(traceback.format_exc().rstrip())
+        _say(f"internal error: {REPORT_BUG}")
+        return INTERNAL_ERROR
+
+
+def _os_error(exc: OSError) -> str:
+    """'cannot use PATH: Is a directory', from an OSError that names its file."""
+    if exc.filename is not None and exc.strerror:
+        return f"cannot use {exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
 
 
 def silence(stream: object) -> None:
@@ -252,7 +299,7 @@ def silence(stream: object) -> None:
 
 def _say(line: str) -> None:
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(shown(line, keep_newlines=True), file=sys.stderr, flush=True)
     except BrokenPipeError:
         silence(sys.stderr)
 

@@ -19,8 +19,6 @@ import html
 import json
 import os
 import re
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -28,7 +26,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
+from . import safe_io, untrusted
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -36,6 +36,11 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 SIMPLE = "simple"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+PROJECT = "flash-attn"
+# What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
+_WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
+# The platforms a flash-attn wheel is built for; anything else in a tag is refused.
+KNOWN_PLATFORM = re.compile(r"(?:linux|manylinux(?:1|2010|2014|_2_\d{1,3}))_(?:x86_64|aarch64)", re.ASCII)
 
 
 class WheelConflict(VerificationFailed):
@@ -117,14 +122,20 @@ class Manifest:
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def check_wheel_name(name: str, *, where: str) -> None:
-    """A plain wheel file name: no directory part can lead a record outside its dir."""
-    if "/" in name or "\\" in name or name.startswith(".") or not name.endswith(".whl"):
-        raise UsageError(f"{where}: {name!r} is not a wheel file name")
+def check_wheel_name(name: object, *, where: str) -> None:
+    """A flash-attn wheel's file name: no directory part can lead a record outside its dir, no
+    control or shell characters, a platform tag from KNOWN_PLATFORM."""
+    if not isinstance(name, str) or name.startswith(".") or not _WHEEL_CHARS.fullmatch(name):
+        raise UsageError(f"{where}: {name!r} is not a wheel file name (letters, digits, _ . + - and .whl)")
     try:
-        parse_wheel_filename(name)
-    except InvalidWheelFilename as exc:
+        project, _version, _build, tags = parse_wheel_filename(name)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
         raise UsageError(f"{where}: {name!r} is not a wheel file name: {exc}") from None
+    if canonicalize_name(project) != PROJECT:
+        raise UsageError(f"{where}: {name!r} is a wheel of {project}, not of {PROJECT}")
+    odd = sorted({t.platform for t in tags if not KNOWN_PLATFORM.fullmatch(t.platform)})
+    if odd:
+        raise UsageError(f"{where}: {name!r} has platform tag {odd[0]!r}, not one fa-images builds (linux x86_64)")
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -134,12 +145,16 @@ def read_manifest(directory: Path) -> Manifest:
     schema_version; the one-wheel ``{"wheel": NAME, "sha256": ...}`` of ``fa-images wheel``.
     """
     path = directory / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         return Manifest()
     where = str(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = untrusted.read_file(path, limit=untrusted.MAX_MANIFEST, what="manifest")
+    except untrusted.UntrustedInput as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        data = untrusted.parse_json(raw, what="it")
+    except untrusted.UntrustedInput as exc:
         raise UsageError(
             f"{where} is not a JSON manifest ({exc}); move it away to start a new one (the wheels are kept)"
         ) from None
@@ -158,6 +173,7 @@ def read_manifest(directory: Path) -> Manifest:
         records = {}
         for name, record in data["wheels"].items():
             check_wheel_name(name, where=where)
+            assert isinstance(name, str)  # JSON keys are strings; check_wheel_name said so too
             records[name] = WheelRecord.from_dict(record, where=f"{where}: {name}")
         return Manifest(records, migrated_from=None if version else "fa-images build (no schema_version)")
     if version is None and isinstance(data.get("wheel"), str):
@@ -182,56 +198,22 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _place(source: Path, final: Path, *, move: bool) -> None:
-    """Copies (or moves) ``source`` to ``final`` through a staging file beside it, then renames."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
-    os.close(fd)
-    try:
-        if move and source.stat().st_dev == final.parent.stat().st_dev:
-            os.replace(source, tmp)
-        else:
-            shutil.copyfile(source, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if move:
-        with contextlib.suppress(FileNotFoundError):
-            source.unlink()
-
-
 def check_installable(wheel: Path) -> None:
     """pip and uv refuse a wheel without RECORD; say so before it reaches dist/."""
-    with zipfile.ZipFile(wheel) as zf:
+    with untrusted.open_regular(wheel, what="wheel") as f, zipfile.ZipFile(f) as zf:
         if not any(n.endswith(".dist-info/RECORD") and n.count("/") == 1 for n in zf.namelist()):
             raise VerificationFailed(f"{wheel.name} has no .dist-info/RECORD: pip and uv would refuse to install it")
 
 
-def _conflict(directory: Path, name: str, new_sha: str, recorded: WheelRecord | None, source: str) -> str | None:
-    """Why ``name`` with ``new_sha`` cannot enter ``directory``, or None. A record whose file is
+def _conflict(out: safe_io.OutputDir, name: str, new_sha: str, recorded: WheelRecord | None, source: str) -> str | None:
+    """Why ``name`` with ``new_sha`` cannot enter ``out``, or None. A record whose file is
     gone is stale: deleting a wheel is how a user makes room for a rebuild of it."""
-    final = directory / name
-    if not final.exists():
+    directory, final = out.path, out.path / name
+    kind = out.kind(name)
+    if kind is None:
         return None
+    if kind != "file":
+        return f"{final} is a {'symlink' if kind == 'link' else 'directory or special file'}, not a wheel; refused"
     if recorded is not None and recorded.sha256 != new_sha:
         return (
             f"{name} from {source} has sha256 {new_sha[:16]}…, but {directory}/{MANIFEST} records "
@@ -257,7 +239,7 @@ def add_wheels(
     """Adds verified wheels to ``directory``: all conflicts are found before anything is written,
     wheels are placed first and the manifest and index last, so a record never names a missing file.
     Callers verify first (``verify.accept_wheel``); the record's sha256 is the verifier's."""
-    directory.mkdir(parents=True, exist_ok=True)
+    out = safe_io.OutputDir(directory, what="dist directory")
     with locked(directory):
         manifest = read_manifest(directory)
         if manifest.migrated_from:
@@ -270,34 +252,43 @@ def add_wheels(
                 raise WheelConflict(
                     f"{name} comes with two different sha256 ({seen[name].source} and {item.source}); refused"
                 )
-            why = _conflict(directory, name, item.record.sha256, manifest.wheels.get(name), item.source)
+            why = _conflict(out, name, item.record.sha256, manifest.wheels.get(name), item.source)
             if why:
                 raise WheelConflict(why)
             seen[name] = item
         placed = []
         for name, item in seen.items():
             final = directory / name
-            if final.exists() and item.path.resolve() != final.resolve():
+            there = out.kind(name) == "file"
+            if there and not _same_file(item.path, final):
                 log(f"{name}: already in {directory} with this sha256")
                 if move:
                     item.path.unlink()
-            elif not final.exists():
-                _place(item.path, final, move=move)
+            elif not there:
+                out.move_in(name, item.path) if move else out.copy_in(name, item.path)
             old = manifest.wheels.get(name)
             record = item.record
             if old is not None and old.sha256 == record.sha256:
                 record = record.with_facts(old)  # the same wheel again: keep what the first record knew
             manifest.wheels[name] = record
             placed.append(final)
-        _write_atomically(directory / MANIFEST, manifest.to_json())
+        out.write_text(MANIFEST, manifest.to_json())
         write_simple_index(directory, manifest)
     return placed
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
     """Marks the wheels of ``entry`` as made of ``inputs`` (None: not known to be current)."""
     if not (directory / MANIFEST).is_file():
         return
+    out = safe_io.OutputDir(directory, create=False, what="dist directory")
     with locked(directory):
         manifest = read_manifest(directory)
         changed = {
@@ -307,7 +298,7 @@ def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
         }
         if changed:
             manifest.wheels.update(changed)
-            _write_atomically(directory / MANIFEST, manifest.to_json())
+            out.write_text(MANIFEST, manifest.to_json())
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -319,26 +310,31 @@ def _page(title: str, links: list[str]) -> str:
     )
 
 
+def _index_file(name: str) -> bool:
+    """The files of dist/simple/<project>/ that write_simple_index makes (and so may remove)."""
+    return name == "index.html"
+
+
 def write_simple_index(directory: Path, manifest: Manifest) -> None:
     """dist/simple/: a PEP 503 index of the recorded wheels (hrefs relative, so file://,
-    --find-links and any static server work). Each page is replaced by a rename."""
-    simple = directory / SIMPLE
+    --find-links and any static server work). Each page is replaced by a rename, through
+    safe_io: a symlinked simple/ or project dir is refused, and a stale project dir loses only
+    the page written here."""
+    out = safe_io.OutputDir(directory, what="dist directory")
     projects: dict[str, list[str]] = {}
     for name in sorted(manifest.wheels):
-        if (directory / name).is_file():
+        if out.kind(name) == "file":
             projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
     for project, names in projects.items():
-        (simple / project).mkdir(parents=True, exist_ok=True)
         links = [
             f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}">{html.escape(n)}</a><br>' for n in names
         ]
-        _write_atomically(simple / project / "index.html", _page(f"Links for {project}", links))
-    simple.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
     root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]
-    _write_atomically(simple / "index.html", _page("Simple index", root_links))
-    for stale in simple.iterdir():
-        if stale.is_dir() and stale.name not in projects:
-            shutil.rmtree(stale, ignore_errors=True)
+    out.write_text(f"{SIMPLE}/index.html", _page("Simple index", root_links))
+    for stale in out.list(SIMPLE):
+        if stale not in projects and out.kind(f"{SIMPLE}/{stale}") == "dir":
+            out.remove_owned_dir(f"{SIMPLE}/{stale}", _index_file)
 
 
 def collect(sources: list[Path]) -> list[Incoming]:
@@ -373,7 +369,10 @@ def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
     """The verifier without an import (no torch needed here), against the record's own expectations."""
     from .verify import inspect_wheel
 
-    actual = sha256_of(item.path)
+    try:
+        actual = sha256_of(item.path)
+    except untrusted.UntrustedInput as exc:
+        raise UsageError(str(exc)) from None
     if actual != item.record.sha256:
         raise VerificationFailed(
             f"{item.path} has sha256 {actual[:16]}…, but {item.source} records {item.record.sha256[:16]}…"
@@ -389,7 +388,20 @@ def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
         log(line)
     if not report.ok:
         raise VerificationFailed(f"{item.path} failed verification: " + "; ".join(report.problems()))
+    if _public(report.version) != _public(item.record.flash_attn):
+        raise VerificationFailed(
+            f"{item.path} is flash-attn {report.version}, but {item.source} records flash_attn "
+            f"{item.record.flash_attn!r} for it; refused"
+        )
     check_installable(item.path)
+
+
+def _public(version: str | None) -> str | None:
+    """'2.8.3+cu128torch2.9cxx11abitrue' -> '2.8.3'; None for no version or a malformed one."""
+    try:
+        return Version(version).public if version else None
+    except InvalidVersion:
+        return None
 
 
 def merge(sources: list[Path], directory: Path, *, log: Callable[[str], None] = print) -> list[Path]:

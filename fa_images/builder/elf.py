@@ -6,10 +6,17 @@ mangled names), and which GPU archs does its ``.nv_fatbin`` section carry.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import mmap
+import os
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+from . import untrusted
 
 SHT_DYNSYM = 11
 SHT_NOBITS = 8  # .bss: takes no room in the file
@@ -20,6 +27,27 @@ FATBIN_KIND_CUBIN = 2
 
 class ElfError(ValueError):
     pass
+
+
+_T = TypeVar("_T")
+# A fat binary's own headers; an entry or container shorter than these is corrupt.
+FATBIN_HEADER = 16
+FATBIN_ENTRY_HEADER = 32
+
+
+def _readers(func: Callable[..., _T]) -> Callable[..., _T]:
+    """Every way bytes can be malformed becomes one ElfError (the file is untrusted)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> _T:
+        try:
+            return func(*args, **kwargs)
+        except ElfError:
+            raise
+        except (struct.error, IndexError, OverflowError, ValueError, untrusted.UntrustedInput) as exc:
+            raise ElfError(str(exc) or type(exc).__name__) from None
+
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -51,15 +79,23 @@ def _sections(data: mmap.mmap | bytes) -> list[Section]:
     return [Section(name(r[0]), r[1], r[4], r[5], r[6], r[9]) for r in raw]
 
 
-def _open(path: Path):
-    f = path.open("rb")
-    return f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap]:
+    """The file, mapped read-only; a regular file only (a FIFO would block, a device never end)."""
+    with untrusted.open_regular(path, what="shared library") as f:
+        if not os.fstat(f.fileno()).st_size:
+            raise ElfError("the file is empty")
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield data
+        finally:
+            data.close()
 
 
+@_readers
 def undefined_dynamic_symbols(path: Path) -> list[str]:
     """Names the library expects others (torch, libstdc++, CUDA) to provide."""
-    f, data = _open(path)
-    try:
+    with _mapped(path) as data:
         sections = _sections(data)
         names: list[str] = []
         for sec in sections:
@@ -74,34 +110,36 @@ def undefined_dynamic_symbols(path: Path) -> list[str]:
                     start = strtab.offset + st_name
                     names.append(bytes(data[start : data.find(b"\0", start)]).decode(errors="replace"))
         return names
-    finally:
-        data.close()
-        f.close()
 
 
+@_readers
 def fatbin_archs(path: Path) -> tuple[set[str], set[str]]:
     """(cubin archs, PTX archs) in the library's fat binaries, as strings like '80'."""
-    f, data = _open(path)
+    with _mapped(path) as data:
+        return read_fatbins(data, [(s.offset, s.offset + s.size) for s in _sections(data) if s.name == ".nv_fatbin"])
+
+
+def read_fatbins(data: mmap.mmap | bytes, spans: list[tuple[int, int]]) -> tuple[set[str], set[str]]:
+    """The archs of the fat binaries in ``data[start:end]`` for each span. Every step moves
+    forward by at least a header, so a container or entry that claims size 0 cannot loop."""
     cubins: set[str] = set()
     ptx: set[str] = set()
-    try:
-        for sec in _sections(data):
-            if sec.name != ".nv_fatbin":
+    for pos, end in spans:
+        end = min(end, len(data))
+        while pos + FATBIN_HEADER <= end:
+            magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", data, pos)
+            if magic != FATBIN_MAGIC:  # containers are 8-byte aligned; skip padding
+                pos += 8
                 continue
-            pos, end = sec.offset, sec.offset + sec.size
-            while pos + 16 <= end:
-                magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", data, pos)
-                if magic != FATBIN_MAGIC:  # containers are 8-byte aligned; skip padding
-                    pos += 8
-                    continue
-                entry, entries_end = pos + header_size, pos + header_size + fat_size
-                while entry + 32 <= entries_end:
-                    kind, _v, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
-                    arch = struct.unpack_from("<I", data, entry + 28)[0]
-                    (ptx if kind == FATBIN_KIND_PTX else cubins).add(str(arch))
-                    entry += entry_header + payload
-                pos = entries_end
-        return cubins, ptx
-    finally:
-        data.close()
-        f.close()
+            if header_size < FATBIN_HEADER:
+                raise ElfError(f"a fat binary at offset {pos} has a header of {header_size} bytes")
+            entry, entries_end = pos + header_size, min(pos + header_size + fat_size, end)
+            while entry + FATBIN_ENTRY_HEADER <= entries_end:
+                kind, _v, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
+                if entry_header < FATBIN_ENTRY_HEADER:
+                    raise ElfError(f"a fat binary entry at offset {entry} has a header of {entry_header} bytes")
+                arch = struct.unpack_from("<I", data, entry + 28)[0]
+                (ptx if kind == FATBIN_KIND_PTX else cubins).add(str(arch))
+                entry += entry_header + payload
+            pos = max(entries_end, pos + FATBIN_HEADER)
+    return cubins, ptx

@@ -58,15 +58,45 @@ _TORCH_PROBE = (
 
 def probe_torch(python: str = sys.executable) -> TorchInfo:
     """Asks ``python`` about its torch, in a child process so nothing heavy loads here."""
-    proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True)
+    hint = (
+        "install the exact torch the wheel is for, e.g. "
+        "pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
+    )
+    try:
+        proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, errors="replace")
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot run {python}: {exc.strerror}", hint=hint) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EnvironmentProblem(
-            f"cannot import torch with {python}: {last}",
-            hint="install the exact torch the wheel is for, e.g. "
-            "pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128",
-        )
-    return TorchInfo(**json.loads(proc.stdout.strip().splitlines()[-1]))
+        raise EnvironmentProblem(f"cannot import torch with {python}: {last}", hint=hint)
+    info = _torch_info(proc.stdout.strip().splitlines()[-1:])
+    if info is None:  # an import that exits 0 without a word, or a torch with no version
+        raise EnvironmentProblem(f"{python} imported torch but could not say which one it is", hint=hint)
+    return info
+
+
+def _torch_info(lines: list[str]) -> TorchInfo | None:
+    """The probe's answer, if it is one: every field of the type it must have."""
+    try:
+        data = json.loads(lines[0]) if lines and len(lines[0]) < 65536 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    strings = ("version", "python", "site_packages")
+    if not all(isinstance(data.get(k), str) and data[k] for k in strings) or not isinstance(
+        data.get("cxx11_abi"), bool
+    ):
+        return None
+    if data.get("cuda") is not None and not isinstance(data["cuda"], str):
+        return None
+    return TorchInfo(
+        version=data["version"],
+        cuda=data.get("cuda"),
+        cxx11_abi=data["cxx11_abi"],
+        python=data["python"],
+        site_packages=data["site_packages"],
+    )
 
 
 def find_nvcc() -> Path | None:
@@ -90,7 +120,10 @@ def probe_nvcc() -> NvccInfo:
             "no nvcc found (looked at $CUDA_HOME/bin, PATH and /usr/local/cuda/bin)",
             hint="install the CUDA toolkit that matches torch.version.cuda and set CUDA_HOME",
         )
-    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, errors="replace").stdout
+    except OSError as exc:
+        raise EnvironmentProblem(f"{nvcc} does not run: {exc.strerror}") from None
     match = re.search(r"release (\d+\.\d+)", out)
     if not match:
         raise EnvironmentProblem(f"{nvcc} --version printed no CUDA release: {out.strip()!r}")

@@ -8,9 +8,10 @@ reader for both, used by the builder (flash-attn's sdists) and ``compat refresh`
 from __future__ import annotations
 
 import html.parser
-import json
 import urllib.parse
 from dataclasses import dataclass, field
+
+from . import untrusted
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 
@@ -58,30 +59,51 @@ class _Anchors(html.parser.HTMLParser):
             self._attrs = None
 
 
-def parse(body: bytes, content_type: str = "") -> Page:
+def parse(body: bytes, content_type: str = "", *, url: str | None = None) -> Page:
     """The page, by its Content-Type, or by its first character when none is given.
-    ValueError when it is neither format."""
+
+    The page is untrusted: more than MAX_PAGE bytes, text that is not UTF-8, JSON too deep or of
+    the wrong shape are a ValueError (``untrusted.UntrustedInput``); entries of the wrong type
+    name no file and are left out. With the page's ``url``, every link is made absolute and must
+    stay on the page's scheme and host (``untrusted.link``)."""
+    if len(body) > untrusted.MAX_PAGE:
+        raise untrusted.UntrustedInput(f"the index page is larger than {untrusted.MAX_PAGE >> 20} MiB")
     if "json" in content_type or (not content_type and body.lstrip()[:1] == b"{"):
-        data = json.loads(body)
-        if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
-            raise ValueError("a PEP 691 page must be an object with a list of files")
-        files = [
-            File(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), bool(f.get("yanked")))
-            for f in data.get("files", [])
-            # An entry without a name or URL names no file anyone could fetch.
-            if isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("url"), str)
-        ]
-        return Page(files, [str(v) for v in data.get("versions", [])])
-    if b"<" not in body:
+        files, versions = _json_files(untrusted.parse_json(body, what="the index page"))
+    elif b"<" not in body:
         raise ValueError(f"neither a PEP 691 JSON nor a PEP 503 HTML page (Content-Type {content_type or 'none'})")
-    anchors = _Anchors()
-    anchors.feed(body.decode("utf-8", errors="replace"))
+    else:
+        files, versions = _html_files(untrusted.decode_text(body, what="the index page")), []
+    if url is not None:
+        files = [File(f.filename, untrusted.link(url, f.url), f.sha256, f.yanked) for f in files]
+    return Page(files, versions)
+
+
+def _json_files(data: object) -> tuple[list[File], list[str]]:
+    if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
+        raise ValueError("a PEP 691 page must be an object with a list of files")
     files = []
-    for attrs, text in anchors.found:
+    for f in data.get("files", []):
+        # An entry without a name or URL names no file anyone could fetch.
+        if not (isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("url"), str)):
+            continue
+        hashes = f.get("hashes")
+        sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+        files.append(File(f["filename"], f["url"], sha if isinstance(sha, str) else None, bool(f.get("yanked"))))
+    versions = data.get("versions", [])
+    return files, [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
+
+
+def _html_files(text: str) -> list[File]:
+    anchors = _Anchors()
+    anchors.feed(text)
+    anchors.close()
+    files = []
+    for attrs, link_text in anchors.found:
         url, _, fragment = (attrs.get("href") or "").partition("#")
         if not url:
             continue
-        name = text or urllib.parse.unquote(url.rstrip("/").rpartition("/")[2])
+        name = link_text or urllib.parse.unquote(url.rstrip("/").rpartition("/")[2])
         digest = fragment.partition("=")[2] if fragment.startswith("sha256=") else None
         files.append(File(name, url, digest, "data-yanked" in attrs))
-    return Page(files)
+    return files

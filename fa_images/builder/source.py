@@ -11,7 +11,6 @@ import base64
 import hashlib
 import os
 import re
-import shutil
 import tarfile
 import tempfile
 import urllib.error
@@ -24,7 +23,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import simple_index
+from . import simple_index, untrusted
 from .errors import SourceError, UsageError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -50,8 +49,9 @@ class SourceTree:
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 of a regular file (a FIFO or device is refused: ``untrusted.UntrustedInput``)."""
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with untrusted.open_regular(path) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -85,7 +85,7 @@ def _open(url: str, accept: str | None = None):
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
         # Everything after the userinfo, as written: hostname would drop IPv6 brackets, and is None for "u@/x".
         url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
+    return untrusted.open_url(urllib.request.Request(url, headers=headers))
 
 
 def _redact(url: str) -> str:
@@ -100,7 +100,8 @@ def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]
     project_url = index_url.rstrip("/") + "/flash-attn/"
     try:
         with _open(project_url, accept=simple_index.ACCEPT) as resp:
-            page = simple_index.parse(resp.read(), resp.headers.get("Content-Type", ""))
+            body = untrusted.read_response(resp, url=_redact(project_url))
+            page = simple_index.parse(body, resp.headers.get("Content-Type", ""), url=project_url)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise SourceError(f"cannot read {_redact(project_url)}: {exc}") from None
     wanted = sdist_name(version)
@@ -108,7 +109,7 @@ def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]
         if entry.filename == wanted:
             if not entry.sha256:
                 raise SourceError(f"{_redact(project_url)} publishes no sha256 for {wanted}")
-            return urllib.parse.urljoin(project_url, entry.url), entry.sha256
+            return entry.url, entry.sha256
     raise SourceError(
         f"flash-attn {version} has no sdist on {_redact(index_url)}",
         hint=f"newest versions there: {', '.join((page.versions or page.sdist_versions('flash-attn'))[-8:]) or 'none'}",
@@ -122,10 +123,10 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, _open(url) as resp:
-            shutil.copyfileobj(resp, out)
+            untrusted.copy_response(resp, out, url=_redact(url), limit=MAX_SDIST, timeout=DOWNLOAD_TIMEOUT)
         verify_sha256(tmp, sha256, shown_as=dest.name)
         tmp.replace(dest)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, untrusted.UntrustedInput) as exc:
         raise SourceError(f"download of {_redact(url)} failed: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
@@ -156,15 +157,18 @@ def obtain_sdist(
     Order: an explicit ``sdist`` file; a file of the right name in ``sources_dir`` (put
     there on the host, so builds need no network and no credentials); the index.
     """
-    if sdist is not None:
-        if not sdist.is_file():
-            raise UsageError(f"sdist {sdist} does not exist")
-        return sdist, verify_sha256(sdist, sha256) if sha256 else sha256_of(sdist)
-    assert version is not None
-    if sources_dir is not None:
-        local = sources_dir / sdist_name(version)
-        if local.is_file():
-            return local, verify_sha256(local, sha256) if sha256 else sha256_of(local)
+    try:
+        if sdist is not None:
+            if not os.path.lexists(sdist):
+                raise UsageError(f"sdist {sdist} does not exist")
+            return sdist, verify_sha256(sdist, sha256) if sha256 else sha256_of(sdist)
+        assert version is not None
+        if sources_dir is not None:
+            local = sources_dir / sdist_name(version)
+            if os.path.lexists(local):
+                return local, verify_sha256(local, sha256) if sha256 else sha256_of(local)
+    except untrusted.UntrustedInput as exc:  # a FIFO, a device, a directory
+        raise SourceError(str(exc)) from None
     url, index_sha = find_on_index(version, index_url)
     if sha256 and sha256.lower() != index_sha.lower():
         raise SourceError(
@@ -174,6 +178,9 @@ def obtain_sdist(
     return path, index_sha
 
 
+# flash-attn's sdist is ~8 MB; these only stop an endless or hostile download.
+MAX_SDIST = 1 << 30
+DOWNLOAD_TIMEOUT = 3600.0
 # flash-attn 2.8.3 unpacks to about 100 MB; this only stops a tar bomb from filling the disk.
 MAX_UNPACKED = 4 << 30
 
@@ -196,11 +203,16 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
     except FileExistsError:
         raise SourceError(f"refusing to unpack into {dest_dir}: it already exists") from None
     try:
-        tar = tarfile.open(sdist)  # noqa: SIM115  (closed by `with tar:` below; open errors differ)
+        raw = untrusted.open_regular(sdist, what="sdist")  # a FIFO or device would be read forever
+    except untrusted.UntrustedInput as exc:
+        raise SourceError(str(exc)) from None
+    try:
+        tar = tarfile.open(fileobj=raw)  # noqa: SIM115  (closed by `with tar:` below; open errors differ)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raw.close()
         raise SourceError(f"{sdist.name} is not a readable .tar.gz: {exc}") from None
     try:
-        with tar:
+        with raw, tar:
             members = tar.getmembers()
             names = [n for n in (_member_name(m.name) for m in members) if n]
             size = sum(m.size for m in members)

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
 
-from . import elf
+from . import elf, untrusted
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -67,9 +68,13 @@ class WheelReport:
         self.checks.append(Check(name, status, detail))
 
     def lines(self) -> list[str]:
+        """For a terminal: names, METADATA and symbols come from the wheel, so each is escaped."""
         marks = {"pass": "✓", "fail": "✕", "skip": "-"}
         head = f"{self.wheel}: {'sound' if self.ok else 'NOT sound'}"
-        return [head] + [f"  {marks[c.status]} {c.name}: {c.detail}" for c in self.checks]
+        return [
+            untrusted.shown(line)
+            for line in [head] + [f"  {marks[c.status]} {c.name}: {c.detail}" for c in self.checks]
+        ]
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "ok": self.ok}, indent=2)
@@ -121,12 +126,40 @@ _IMPORT_PROBE = (
 )
 
 
+def run_python(python: str, args: list[str], *, timeout: float = 600) -> subprocess.CompletedProcess[str] | None:
+    """Runs another interpreter; None when it cannot be started or does not finish. What it
+    prints is its own word, read with ``torch_facts``: a broken or lying Python is not a crash."""
+    try:
+        return subprocess.run(
+            [python, *args], capture_output=True, text=True, errors="replace", timeout=timeout, check=False
+        )
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def torch_facts(line: str) -> dict | None:
+    """{'torch': str, 'cxx11_abi': bool} from the probe's first line, or None if it says anything else."""
+    try:
+        info = json.loads(line) if line.startswith("{") and len(line) < 4096 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("torch"), str):
+        return None
+    if not isinstance(info.get("cxx11_abi"), bool):
+        return None
+    return info
+
+
 def _import_check(unpacked: Path, python: str) -> tuple[str, str, dict]:
-    proc = subprocess.run([python, "-c", _IMPORT_PROBE, str(unpacked)], capture_output=True, text=True)
+    proc = run_python(python, ["-c", _IMPORT_PROBE, str(unpacked)])
+    if proc is None:
+        return "fail", f"{python} could not be run", {}
     out = proc.stdout.strip().splitlines()
-    info = json.loads(out[0]) if out and out[0].startswith("{") else {}
-    if proc.returncode == 0:
+    info = (torch_facts(out[0]) if out else None) or {}
+    if proc.returncode == 0 and info:
         return "pass", f"imports next to torch {info['torch']}", info
+    if proc.returncode == 0:
+        return "fail", f"{python} exited without saying which torch it imported", {}
     err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     if "No module named 'torch'" in err:
         return "skip", f"{python} has no torch to import against", {}
@@ -144,10 +177,13 @@ def inspect_wheel(
 ) -> WheelReport:
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
-    report = WheelReport(wheel=path.name, sha256=sha256_of(path))
+    try:
+        report = WheelReport(wheel=path.name, sha256=sha256_of(path))
+    except untrusted.UntrustedInput as exc:
+        raise UsageError(str(exc)) from None
     try:
         _name, version, _build, tags = parse_wheel_filename(path.name)
-    except InvalidWheelFilename as exc:
+    except (InvalidWheelFilename, InvalidVersion) as exc:
         raise UsageError(f"{path.name} is not a wheel file name: {exc}") from None
     report.version = str(version)
     report.tags = sorted(str(t) for t in tags)
@@ -163,7 +199,7 @@ def inspect_wheel(
     except (zipfile.BadZipFile, OSError) as exc:
         raise UsageError(f"{path.name} is not a readable wheel: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zf:
-        _check_metadata(report, zf, str(version))
+        _check_metadata(report, zf, str(_name), str(version))
         so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
         if not so_names:
             report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
@@ -224,7 +260,7 @@ def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
     report.add("platform tag", "pass", str(tag))
 
 
-def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, version: str) -> None:
+def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, project: str, version: str) -> None:
     meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
     if meta is None:
         report.add("metadata", "fail", "no .dist-info/METADATA")
@@ -236,8 +272,14 @@ def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, version: str) -> N
         raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
     match = re.search(r"^Version: (.+)$", text, re.MULTILINE)
     meta_version = match.group(1).strip() if match else None
+    match = re.search(r"^Name: (.+)$", text, re.MULTILINE)
+    meta_name = match.group(1).strip() if match else None
     if meta_version != version:
         report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
+    elif meta_name is not None and canonicalize_name(meta_name) != canonicalize_name(project):
+        report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name}")
+    elif canonicalize_name(project) != "flash-attn":
+        report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn")
     else:
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
 
@@ -274,16 +316,15 @@ def _check_archs(report: WheelReport, so: Path, expected) -> None:
 
 
 def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
-    here = subprocess.run(
-        [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], capture_output=True, text=True
-    ).stdout.strip()
+    proc = run_python(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], timeout=120)
+    here = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
     interpreter = sorted(tags, key=str)[0].interpreter
     if here != interpreter:
         report.add("import", "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}")
         return
     status, detail, info = _import_check(unpacked, python)
     report.add("import", status, detail)
-    if info and report.cxx11_abi is not None and info["cxx11_abi"] != report.cxx11_abi:
+    if info and report.cxx11_abi is not None and info.get("cxx11_abi") != report.cxx11_abi:
         report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")
 
 

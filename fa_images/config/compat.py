@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from ..builder import contract
 from ..builder.settings import ARCH_CODES
+from ..builder.source import SUPPORTED_FLASH_ATTN
 from ..errors import ConfigError, Problem
 from . import grammar, yamlfile
 
@@ -260,15 +261,20 @@ def _gpus(c: _Checker, data: dict) -> dict[str, str]:
 
 
 def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
+    """What plan and render accept: the builder's own SUPPORTED_FLASH_ATTN, which is the one fact.
+    A table (or an override) may narrow it with flash_attn_range; it can never widen it, since
+    the builder would refuse the version inside the image, after torch is installed."""
     raw = data.get("flash_attn_range")
+    if raw is None:
+        return SUPPORTED_FLASH_ATTN
     try:
         if not isinstance(raw, str):
             raise InvalidSpecifier(str(raw))
-        return SpecifierSet(raw)
+        return SpecifierSet(raw) & SUPPORTED_FLASH_ATTN
     except InvalidSpecifier:
         example = '">=2.5.0,<=2.8.3.post2"'
         c.fail(("flash_attn_range",), f"flash_attn_range must be a version range like {example}, not {raw!r}")
-        return SpecifierSet()
+        return SUPPORTED_FLASH_ATTN
 
 
 def _flash_attn(c: _Checker, data: dict, supported: SpecifierSet) -> dict[str, FlashAttnRelease]:

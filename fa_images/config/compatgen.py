@@ -35,10 +35,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..builder import simple_index
+from ..builder import simple_index, untrusted
 from ..errors import UsageError
 from . import compat as compat_mod
-from . import yamlfile
+from . import grammar, yamlfile
 
 PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl"
@@ -58,10 +58,9 @@ Fetch = Callable[[str, dict[str, str]], bytes]
 
 
 def http_fetch(url: str, headers: dict[str, str]) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "fa-images", **headers})
+    """The body of ``url``, bounded in size and time (``untrusted.fetch``)."""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return response.read()
+        return untrusted.fetch(url, headers, timeout=TIMEOUT)[0]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise FileNotFoundError(url) from None
@@ -141,15 +140,15 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
     """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
     page = f"{pypi.rstrip('/')}/torch/"
     wheels: dict[str, dict[str, str]] = {}  # version -> cp tag -> wheel URL
-    for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT})).files:
+    for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
         match = _WHEEL.match(f.filename)
         if not match or not match["platform"].startswith("manylinux") or not match["platform"].endswith("x86_64"):
             continue
         version = match["version"]
         parsed = _final(version)
-        if parsed is None or parsed < Version(min_torch) or f.yanked:
+        if parsed is None or parsed < Version(min_torch) or f.yanked or grammar.version(version) is not None:
             continue
-        wheels.setdefault(version, {})[match["py"]] = urllib.parse.urljoin(page, f.url)
+        wheels.setdefault(version, {})[match["py"]] = f.url  # absolute, and on the page's host
     out = {}
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
@@ -164,7 +163,7 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
 
 def torch_variants(fetch: Fetch, torch_index: str) -> dict[str, set[str]]:
     """version -> CUDA variants, from the torch index's file list (HTML, PEP 503)."""
-    text = fetch(f"{torch_index.rstrip('/')}/torch/", {}).decode()
+    text = untrusted.decode_text(fetch(f"{torch_index.rstrip('/')}/torch/", {}), what="the torch index page")
     out: dict[str, set[str]] = {}
     for version, cu in re.findall(r"torch-(\d+\.\d+\.\d+)(?:%2B|\+)cu(\d+)-cp\d+-cp\d+-(?:manylinux|linux)", text):
         out.setdefault(version, set()).add(f"{cu[:-1]}.{cu[-1]}")
@@ -179,9 +178,11 @@ def abi_rule(torch: str, cuda: str) -> bool:
 
 def flash_attn_sdists(fetch: Fetch, pypi: str) -> dict[str, str]:
     out = {}
-    for f in simple_index.parse(fetch(f"{pypi.rstrip('/')}/flash-attn/", {"Accept": simple_index.ACCEPT})).files:
+    page = f"{pypi.rstrip('/')}/flash-attn/"
+    for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
         match = re.fullmatch(r"flash_attn-(.+)\.tar\.gz", f.filename)
-        if match and not f.yanked and f.sha256:
+        # A crafted name never reaches the YAML; a digest is checked where it is used (refresh).
+        if match and not f.yanked and f.sha256 and grammar.version(match.group(1)) is None:
             out[match.group(1)] = f.sha256
     return out
 
@@ -192,15 +193,21 @@ class Refresh:
     notes: list[str]
 
 
+def _scalar(value: str | bool) -> str:
+    """One YAML scalar, by a serializer: a JSON string is a YAML double-quoted scalar, so no
+    value, whatever it holds, can end its line or add a key."""
+    return json.dumps(value)
+
+
 def _torch_section(releases: dict[str, TorchFacts]) -> str:
     lines = ["torch:"]
     for facts in releases.values():
-        lines.append(f'  "{facts.version}":')
-        lines.append(f"    python: [{', '.join(json.dumps(p) for p in facts.pythons)}]")
-        lines.append(f'    default_cuda: "{facts.default_cuda}"')
+        lines.append(f"  {_scalar(facts.version)}:")
+        lines.append(f"    python: [{', '.join(_scalar(p) for p in facts.pythons)}]")
+        lines.append(f"    default_cuda: {_scalar(facts.default_cuda or '')}")
         lines.append("    cuda:")
         for cuda in sorted(facts.variants, key=Version):
-            lines.append(f'      "{cuda}": {{cxx11_abi: {str(facts.variants[cuda]).lower()}}}')
+            lines.append(f"      {_scalar(cuda)}: {{cxx11_abi: {_scalar(facts.variants[cuda])}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -208,8 +215,8 @@ def _flash_attn_section(known: dict[str, compat_mod.FlashAttnRelease], shas: dic
     lines = ["flash_attn:"]
     for version in sorted(known, key=Version):
         rel = known[version]
-        sha, env = shas.get(version, rel.sha256), str(rel.cuda_archs_env).lower()
-        lines.append(f'  "{version}": {{sha256: {sha}, cuda_archs_env: {env}}}')
+        sha, env = shas.get(version, rel.sha256), _scalar(rel.cuda_archs_env)
+        lines.append(f"  {_scalar(version)}: {{sha256: {_scalar(sha)}, cuda_archs_env: {env}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -229,8 +236,9 @@ def refresh(
     min_torch: str = MIN_TORCH,
 ) -> Refresh:
     """The table's text with its generated sections rebuilt from the indexes, and what happened."""
-    current = compat_mod.build(yamlfile.load(table, what="compat table"))
-    text = table.read_text()
+    doc = yamlfile.load(table, what="compat table")
+    current = compat_mod.build(doc)
+    text = untrusted.read_file(table, limit=yamlfile.MAX_BYTES, what="compat table").decode("utf-8")
     notes: list[str] = []
     try:
         found = pypi_torch(fetch, pypi, min_torch)
@@ -241,7 +249,7 @@ def refresh(
         ) from None
     try:
         variants: dict[str, set[str]] | None = torch_variants(fetch, torch_index)
-    except (IndexUnreachable, FileNotFoundError) as exc:
+    except (IndexUnreachable, FileNotFoundError, ValueError) as exc:
         variants = None
         notes.append(f"torch index not reached ({exc}): CUDA variants kept from the table; new releases get PyPI's")
     releases: dict[str, TorchFacts] = {}
@@ -295,9 +303,22 @@ def refresh(
     newest = max((Version(v) for v in known), default=Version("0"))
     for version, sha in shas.items():
         parsed = _final(version)
-        if parsed and parsed > newest and parsed in current.flash_attn_range:
+        if not grammar.SHA256.fullmatch(sha):
+            notes.append(f"flash-attn {version}: PyPI's sha256 {sha[:80]!r} is not 64 hex digits; left out")
+        elif parsed and parsed > newest and parsed in current.flash_attn_range:
             known[version] = compat_mod.FlashAttnRelease(version=version, sha256=sha, cuda_archs_env=True)
             notes.append(f"flash-attn {version}: added")
     text = splice(text, "torch", _torch_section(releases))
     text = splice(text, "flash_attn", _flash_attn_section(known, shas))
+    validate(text, table)
     return Refresh(text=text, notes=notes)
+
+
+def validate(text: str, table: Path) -> compat_mod.Compat:
+    """The refreshed table as ``plan`` would load it (over the built-in one, unless it is the
+    built-in one): checked in full before a byte is written."""
+    doc = yamlfile.parse(text.encode("utf-8"), shown=f"{table} (refreshed)", what="refreshed compat table")
+    if table.resolve() != compat_mod.DEFAULT_FILE.resolve():
+        base = yamlfile.load(compat_mod.DEFAULT_FILE, what="compat table")
+        doc = yamlfile.YamlDoc(data=compat_mod.merge(base.data, doc.data), file=doc.file, lines=doc.lines)
+    return compat_mod.build(doc)

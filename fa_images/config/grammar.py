@@ -1,4 +1,4 @@
-"""The grammar of every value that can reach a rendered Dockerfile.
+"""The grammar of every value that can reach a generated file: a Dockerfile, a workflow, a bake file.
 
 A matrix or compat file is input from whoever wrote it, and a Dockerfile is a program: a
 newline in a base image adds an instruction, a ``$()`` in an index URL runs a command.
@@ -171,3 +171,79 @@ def memory(value: str) -> str | None:
 def printable(value: str) -> bool:
     """No control characters: a newline is a new Dockerfile instruction."""
     return value.isprintable()
+
+
+# --- values that reach a generated workflow or bake file ---------------------------------------
+# GitHub expands ``${{ ... }}`` in a workflow before any shell sees it, and bake interpolates
+# ``${VAR}``: no such value may come from input. Only the tool writes expressions (secrets).
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9_.:/+=-]{1,128}", re.ASCII)
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+# setup-python's python-version: 3.12, 3.12.4, 3.13t, pypy3.10.
+SETUP_PYTHON = re.compile(r"(?:pypy)?3\.\d{1,2}(?:\.\d{1,3})?t?", re.ASCII)
+# A file path, as the workflow and its build command name it.
+REPO_PATH = re.compile(r"[A-Za-z0-9_.@+=,~/-]{1,255}", re.ASCII)
+# What `pip install` takes: a path, a requirement (name[extras] op version), a VCS or http URL.
+INSTALL_SPEC = re.compile(r"[A-Za-z0-9_.@+=,~/:!<>\[\]#%-]{1,255}", re.ASCII)
+_CACHE_PAIR = r"[a-z][a-z0-9_-]*=[A-Za-z0-9_.@+~/:-]+"
+CACHE_SPEC = re.compile(rf"{_CACHE_PAIR}(?:,{_CACHE_PAIR})*", re.ASCII)
+_GIT_TAG_CHARS = re.compile(r"[A-Za-z0-9_.+/-]{1,128}", re.ASCII)
+
+
+def runner_label(value: str) -> str | None:
+    ok = RUNNER_LABEL.fullmatch(value)
+    return None if ok else f"{value!r} is not a runner label (letters, digits and _ . : / + = -)"
+
+
+def secret_name(value: str) -> str | None:
+    if SECRET_NAME.fullmatch(value):
+        return None
+    return f"{value!r} is not a secret name (letters, digits and _, not starting with a digit)"
+
+
+def setup_python(value: str) -> str | None:
+    """A ``python-version`` for actions/setup-python: 3.12, 3.12.4, 3.13t, pypy3.10."""
+    return None if SETUP_PYTHON.fullmatch(value) else f"{value!r} is not a Python version such as 3.12"
+
+
+def repo_path(value: str) -> str | None:
+    """A file path as a workflow names it: no spaces, quotes, $, braces or newlines; not an option."""
+    if not REPO_PATH.fullmatch(value) or value.startswith("-"):
+        return f"{value!r} is not a plain path (letters, digits and _ . @ + = , ~ / -)"
+    return None
+
+
+def install_spec(value: str) -> str | None:
+    """What ``pip install`` gets: '.', a path, 'fa-images==1.2', 'git+https://host/repo@tag'."""
+    if not INSTALL_SPEC.fullmatch(value) or value.startswith("-"):
+        return f"{value!r} is not a pip install target (a path, a requirement or a URL; no spaces, quotes, $)"
+    return None
+
+
+def git_tag(value: str) -> str | None:
+    """A tag name as ``git check-ref-format`` takes it, in a conservative alphabet, and never
+    one that starts with '-' (a command would read it as an option)."""
+    bad = (
+        not _GIT_TAG_CHARS.fullmatch(value)
+        or value.startswith(("-", ".", "/"))
+        or value.endswith((".", "/", ".lock"))
+        or ".." in value
+        or "//" in value
+        or "/." in value
+        or value == "@"
+    )
+    why = "is not a tag name (a git tag of letters, digits and _ . + / -; not starting with - . or /)"
+    return f"{value!r} {why}" if bad else None
+
+
+def cache_spec(value: str) -> str | None:
+    """A buildx cache spec, ``key=value,key=value``: ``type=registry,ref=REG/cache,mode=max``."""
+    return None if CACHE_SPEC.fullmatch(value) else f"{value!r} is not a cache spec such as type=registry,ref=REG/cache"
+
+
+def generated_value(value: str) -> str | None:
+    """Any value a generated file carries as text: printable, one line, no expression."""
+    if not value.isprintable():
+        return f"{value!r} holds a control character (a newline would escape its line)"
+    if "${" in value or "$(" in value or "`" in value:
+        return f"{value!r} holds an expression ($, {{ }} or backticks); only fa-images writes those"
+    return None

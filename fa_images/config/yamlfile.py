@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ..builder import untrusted
 from ..errors import ConfigError, Problem
 
 Path_ = tuple[str | int, ...]
@@ -145,10 +146,14 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
     if not path.is_file():
         raise ConfigError([Problem(f"{what} not found", file=shown, hint=hint)])
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError([Problem(f"cannot read the {what}: {exc.strerror}", file=shown)]) from None
+        raw = untrusted.read_file(path, limit=MAX_BYTES + 1, what=what)  # a regular file only
+    except untrusted.UntrustedInput as exc:
+        raise ConfigError([Problem(str(exc), file=shown)]) from None
+    return parse(raw, shown=shown, what=what)
+
+
+def parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
+    """Parses YAML bytes, as ``load`` does a file (``shown`` names it in errors)."""
     if len(raw) > MAX_BYTES:
         raise ConfigError([Problem(f"{what} is larger than {MAX_BYTES >> 10} KiB", file=shown)])
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..builder import contract
+from ..builder import contract, safe_io, untrusted
 from ..config import grammar
 from ..config.matrix import Entry, Matrix
 from ..errors import UsageError
@@ -23,6 +23,8 @@ from . import wheelhouse
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
 BUILD_TOOLS_DIR = "/opt/build-tools"
+# A rendered Dockerfile is a few kB; --check reads no more than this of what is there.
+MAX_DOCKERFILE = 1 << 20
 
 
 def _no_control_characters(value: object) -> object:
@@ -116,15 +118,32 @@ class RenderResult:
 
 
 def render_all(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, check: bool = False) -> RenderResult:
-    wanted = {out_dir / dockerfile_name(e): render_entry(matrix, e) for e in entries}
-    stale = tuple(p for p, text in wanted.items() if not p.is_file() or p.read_text() != text)
-    extra = tuple(sorted(p for p in out_dir.glob("*.Dockerfile") if p not in wanted)) if out_dir.is_dir() else ()
+    """Writes (or with ``check``, compares) one Dockerfile per entry in ``out_dir``, through
+    safe_io: a symlink planted as ``<id>.Dockerfile`` (or as the folder) is refused, never
+    followed; nothing is deleted. A file that is not a regular file counts as stale."""
+    wanted = {dockerfile_name(e): render_entry(matrix, e) for e in entries}
     if check:
-        return RenderResult(written=(), stale=stale, extra=extra)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir} cannot be a directory: {exc.strerror}") from None
+        stale = tuple(out_dir / n for n, text in wanted.items() if _current(out_dir / n) != text)
+        return RenderResult(written=(), stale=stale, extra=_extra(out_dir, wanted))
+    out = safe_io.OutputDir(out_dir, what="--out")
+    stale = tuple(out_dir / n for n, text in wanted.items() if out.kind(n) != "file" or _current(out_dir / n) != text)
     for path in stale:
-        path.write_text(wanted[path])
-    return RenderResult(written=stale, stale=(), extra=extra)
+        out.write_text(path.name, wanted[path.name])
+    return RenderResult(written=stale, stale=(), extra=_extra(out_dir, wanted))
+
+
+def _current(path: Path) -> str | None:
+    """What a rendered file holds now: None if it is missing, a link, or not a small regular file."""
+    if path.is_symlink():
+        return None
+    try:
+        return untrusted.read_file(path, limit=MAX_DOCKERFILE, what="Dockerfile").decode("utf-8")
+    except (OSError, ValueError):
+        return None
+
+
+def _extra(out_dir: Path, wanted: dict[str, str]) -> tuple[Path, ...]:
+    """*.Dockerfile in ``out_dir`` that no entry renders (reported, never deleted)."""
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        return ()
+    return tuple(sorted(p for p in out_dir.glob("*.Dockerfile") if p.name not in wanted))

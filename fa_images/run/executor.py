@@ -134,7 +134,7 @@ class Executor:
         return results
 
     def _run_entry(self, plan: EntryPlan, result: EntryResult, label: str) -> None:
-        log = EntryLog((self.options.log_dir / f"{plan.entry.id}.log").resolve())
+        log = EntryLog(self.options.log_dir.resolve() / f"{plan.entry.id}.log")  # never resolve a planted link
         result.log = str(log.path)
         run = _EntryRun(plan=plan, result=result, log=log, label=label)
         try:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from ..builder import safe_io
 from ..builder.cli import silence
 
 HEARTBEAT_S = 60.0
@@ -92,9 +93,9 @@ class EntryLog:
     """The full output of one entry, in a file the summary names."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = path.open("w", encoding="utf-8")
+        # Through safe_io: a symlink planted as logs/<id>.log is refused, never truncated.
+        self._file = safe_io.OutputDir(path.parent, what="--log-dir").open_text(path.name)
 
     def write(self, line: str) -> None:
         self._file.write(line + "\n")

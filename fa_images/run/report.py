@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..builder import safe_io
 from .executor import EntryResult
 from .logger import Console, duration
 
@@ -41,7 +42,4 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
 
 def write_report(path: Path, results: list[EntryResult], engine: str) -> None:
     data = {"engine": engine, "ok": all(r.status == "ok" for r in results), "entries": [r.to_dict() for r in results]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    safe_io.write_file(path, json.dumps(data, indent=2) + "\n", what="--report")  # atomic, never through a link

@@ -11,12 +11,15 @@ run ``docker buildx bake`` there.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...builder import contract
+from ...builder import contract, safe_io, untrusted
+from ...config import grammar
 from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
 from .. import context
@@ -25,6 +28,9 @@ from . import compile_group_name, slug
 BAKE_FILE = "docker-bake.json"
 CONTEXTS = "contexts"
 WHEELS = "wheels"
+# Beside contexts/: the names of the contexts fa-images made there, one a line; only those are removed.
+MADE = ".fa-images-contexts"
+_SLUG = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,10 +39,12 @@ class BakeOptions:
     cache_to: tuple[str, ...] = ()
 
     def check(self) -> None:
+        # Bake interpolates ${...} in its JSON too: the grammar admits no $, quote, space or newline.
         for flag, values in (("--cache-from", self.cache_from), ("--cache-to", self.cache_to)):
             for value in values:
-                if not value or any(c.isspace() for c in value):
-                    raise UsageError(f"{flag} {value!r} is not a cache spec such as type=registry,ref=REGISTRY/cache")
+                problem = grammar.cache_spec(value)
+                if problem:
+                    raise UsageError(f"{flag} {problem}")
 
 
 def _labels(entry: Entry) -> dict[str, str]:
@@ -81,7 +89,24 @@ def bake_file(entries: tuple[Entry, ...], opts: BakeOptions) -> dict:
         groups.setdefault(compile_group_name(entry), []).extend([name, f"{name}-builder", f"{name}-wheel"])
     group = {name: {"targets": members} for name, members in sorted(groups.items())}
     group["default"] = {"targets": list(targets)}
-    return {"group": group, "target": targets}
+    definition = {"group": group, "target": targets}
+    _check_values(definition)
+    return definition
+
+
+def _check_values(value: object) -> None:
+    """Defence in depth: no string in the bake file may hold a control character or ${...},
+    which bake would interpolate (the matrix grammar already refuses both)."""
+    if isinstance(value, dict):
+        for item in [*value.keys(), *value.values()]:
+            _check_values(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_values(item)
+    elif isinstance(value, str):
+        problem = grammar.generated_value(value) or ("holds a '$'" if "$" in value else None)
+        if problem:
+            raise UsageError(f"refusing to write {value[:80]!r} into the bake file: {problem}")
 
 
 def export(
@@ -93,26 +118,52 @@ def export(
     fetch_sdist: Callable[[Matrix, Entry], Path] = context.fetch_sdist,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Writes ``out_dir/docker-bake.json`` and one fresh context per entry under ``out_dir/contexts``."""
+    """Writes ``out_dir/docker-bake.json`` and one fresh context per entry under ``out_dir/contexts``.
+
+    Through safe_io: a symlinked out dir, ``contexts/`` or ``contexts/<entry>`` is refused, never
+    followed. A context is replaced, and a stale one removed, only if fa-images made it: its name
+    is in ``.fa-images-contexts`` beside it; anything else there is left alone."""
     definition = bake_file(entries, opts)  # bad flags fail before anything is fetched or written
-    out_dir.mkdir(parents=True, exist_ok=True)
-    contexts = out_dir / CONTEXTS
-    contexts.mkdir(exist_ok=True)
-    wanted = {slug(e.id) for e in entries}
-    for entry in entries:
-        dest = contexts / slug(entry.id)
-        staging = contexts / f".{dest.name}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        context.assemble(matrix, entry, fetch_sdist(matrix, entry), staging)
-        shutil.rmtree(dest, ignore_errors=True)
-        staging.rename(dest)
-        log(f"context {dest}")
-    for stale in contexts.iterdir():
-        if stale.is_dir() and stale.name not in wanted:
-            shutil.rmtree(stale)
-    path = out_dir / BAKE_FILE
-    tmp = path.with_name(f".{BAKE_FILE}.tmp")
-    tmp.write_text(json.dumps(definition, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    out = safe_io.OutputDir(out_dir, what="--out-dir")
+    contexts = out.mkdir(CONTEXTS)
+    made = _made(out)
+    wanted = [slug(e.id) for e in entries]
+    for name in wanted:
+        kind = out.kind(f"{CONTEXTS}/{name}")
+        if kind not in (None, "dir") or (kind == "dir" and name not in made):
+            raise UsageError(
+                f"{contexts / name} exists and fa-images did not make it ({kind}); "
+                "move it away, and export again (fa-images replaces only the contexts it made)"
+            )
+    for entry, name in zip(entries, wanted):
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=contexts))
+        try:
+            context.assemble(matrix, entry, fetch_sdist(matrix, entry), staging)
+            if out.kind(f"{CONTEXTS}/{name}") == "dir":
+                out.remove_tree(f"{CONTEXTS}/{name}")
+            out.rename(f"{CONTEXTS}/{staging.name}", f"{CONTEXTS}/{name}")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        made.add(name)
+        _record(out, made)
+        log(f"context {contexts / name}")
+    for stale in sorted(made - set(wanted)):
+        if out.kind(f"{CONTEXTS}/{stale}") == "dir":
+            out.remove_tree(f"{CONTEXTS}/{stale}")
+        made.discard(stale)
+    _record(out, made)
+    return out.write_text(BAKE_FILE, json.dumps(definition, indent=2) + "\n")
+
+
+def _made(out: safe_io.OutputDir) -> set[str]:
+    """The contexts fa-images made here, from its record (none if there is no record)."""
+    path = out.path / MADE
+    if out.kind(MADE) != "file":
+        return set()
+    text = untrusted.decode_text(untrusted.read_file(path, limit=1 << 20, what="record"), what=str(path))
+    return {line for line in text.splitlines() if _SLUG.fullmatch(line)}
+
+
+def _record(out: safe_io.OutputDir, made: set[str]) -> None:
+    out.write_text(MADE, "".join(f"{name}\n" for name in sorted(made)))
