@@ -1,5 +1,8 @@
 """dist/: verified wheels, their manifest and a PEP 503 simple index, owned by this module alone.
 
+The index serves each wheel's METADATA beside it (PEP 658, ``<wheel>.metadata``), so a
+resolver reads the wheel's torch pin without downloading the wheel.
+
 ``fa-images wheel`` (inside images, where only this package exists), ``fa-images build``
 and ``fa-images dist merge`` all add wheels through ``add_wheels``. A wheel is copied into a
 staging file in dist/ itself and renamed into place (atomic on one filesystem); then the
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import html
 import json
 import os
@@ -22,6 +26,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -319,6 +324,57 @@ def _page(title: str, links: list[str]) -> str:
     )
 
 
+# A wheel's METADATA is a few kB to a few hundred (a long README); more is not a wheel fa-images made.
+MAX_CORE_METADATA = 4 << 20
+METADATA_SUFFIX = ".metadata"
+
+
+def core_metadata(wheel: Path) -> bytes | None:
+    """The wheel's ``<name>-<version>.dist-info/METADATA``, or None where it has none, one
+    that is too large, or it cannot be read as a zip."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            found = [
+                i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
+            ]
+            if len(found) != 1 or found[0].file_size > MAX_CORE_METADATA:
+                return None
+            with zf.open(found[0]) as f:
+                data = f.read(MAX_CORE_METADATA + 1)
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, RuntimeError):
+        return None
+    return data if len(data) <= MAX_CORE_METADATA else None
+
+
+def _metadata_attributes(directory: Path, name: str) -> str:
+    """PEP 658/714: ``<wheel>.metadata`` written beside the wheel, and the anchor attributes that
+    announce it with its sha256, so pip and uv read a wheel's requirements (its torch pin)
+    without downloading the wheel. Empty where the wheel has no readable METADATA."""
+    data = core_metadata(directory / name)
+    if data is None:
+        return ""
+    target = directory / f"{name}{METADATA_SUFFIX}"
+    if not target.is_file() or target.read_bytes() != data:
+        _write_bytes_atomically(target, data)
+    digest = hashlib.sha256(data).hexdigest()
+    return f' data-dist-info-metadata="sha256={digest}" data-core-metadata="sha256={digest}"'
+
+
+def _write_bytes_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def write_simple_index(directory: Path, manifest: Manifest) -> None:
     """dist/simple/: a PEP 503 index of the recorded wheels (hrefs relative, so file://,
     --find-links and any static server work). Each page is replaced by a rename."""
@@ -330,7 +386,9 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     for project, names in projects.items():
         (simple / project).mkdir(parents=True, exist_ok=True)
         links = [
-            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}">{html.escape(n)}</a><br>' for n in names
+            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}"{_metadata_attributes(directory, n)}>'
+            f"{html.escape(n)}</a><br>"
+            for n in names
         ]
         _write_atomically(simple / project / "index.html", _page(f"Links for {project}", links))
     simple.mkdir(parents=True, exist_ok=True)

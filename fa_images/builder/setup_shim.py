@@ -103,19 +103,22 @@ def cxx_standard(torch_version: str, torch_default: str | None = None) -> tuple[
     return "c++20", f"torch {version} >= 2.12: torch's cpp_extension default since 2.12 (not readable here)"
 
 
-def torch_default_standard() -> str | None:
+def torch_default_standard(cpp_extension_source: str | None = None) -> str | None:
     """The ``-std`` torch's BuildExtension adds to an extension that names none, or None.
 
     torch exposes no attribute for it; it is a literal in ``BuildExtension.build_extensions``.
+    Read from the installed torch, or from the text of a ``torch/utils/cpp_extension.py``.
     """
-    try:
-        import inspect
+    if cpp_extension_source is None:
+        try:
+            import inspect
 
-        from torch.utils import cpp_extension
+            from torch.utils import cpp_extension
 
-        found = set(_TORCH_DEFAULT.findall(inspect.getsource(cpp_extension.BuildExtension)))
-    except (ImportError, OSError, TypeError):
-        return None
+            cpp_extension_source = inspect.getsource(cpp_extension.BuildExtension)
+        except (ImportError, OSError, TypeError):
+            return None
+    found = set(_TORCH_DEFAULT.findall(cpp_extension_source))
     return found.pop() if len(found) == 1 else None
 
 

@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from . import elf
 from .errors import UsageError, VerificationFailed
@@ -54,6 +56,8 @@ class WheelReport:
     cxx11_abi: bool | None = None
     cubin_archs: list[str] = field(default_factory=list)
     ptx_archs: list[str] = field(default_factory=list)
+    torch_requirement: str | None = None  # "torch==2.9.*": what the wheel's METADATA asks for
+    torch_series: str | None = None  # "2.9", where that is one torch series
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -164,6 +168,7 @@ def inspect_wheel(
         raise UsageError(f"{path.name} is not a readable wheel: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zf:
         _check_metadata(report, zf, str(version))
+        _check_torch_pin(report, zf, label["torch"] if label else None)
         so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
         if not so_names:
             report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
@@ -242,6 +247,69 @@ def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, version: str) -> N
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
 
 
+def torch_requirements(metadata: str) -> list[Requirement]:
+    """The ``Requires-Dist`` entries of a METADATA text that name torch (headers only: the
+    description after the first blank line is free text)."""
+    headers = re.split(r"\r?\n\r?\n", metadata, maxsplit=1)[0]
+    found = []
+    for match in re.finditer(r"^Requires-Dist:[ \t]*(.+)$", headers, re.MULTILINE):
+        try:
+            requirement = Requirement(match.group(1).strip())
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "torch":
+            found.append(requirement)
+    return found
+
+
+def _check_torch_pin(report: WheelReport, zf: zipfile.ZipFile, label_torch: str | None) -> None:
+    """The wheel must pin the torch series it was built against (``torch==X.Y.*``), or pip
+    and uv install it next to any torch, where it fails to import or crashes."""
+    meta = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+    if meta is None:
+        return  # _check_metadata has said so
+    try:
+        with zf.open(meta) as f:
+            text = f.read(1 << 20).decode(errors="replace")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
+    requirements = torch_requirements(text)
+    if not requirements:
+        report.add("torch pin", "skip", "METADATA requires no torch: nothing to pair the wheel with")
+        return
+    report.torch_requirement = ", ".join(str(r) for r in requirements)
+    # torch==2.9.* (the GPU indexes' convention, and what fa-images writes) or an exact torch==2.9.1
+    pins = [
+        ".".join(spec.version.removesuffix(".*").split(".")[:2])
+        for r in requirements
+        for spec in r.specifier
+        if spec.operator == "=="
+    ]
+    if len(requirements) != 1 or len(pins) != 1 or not re.fullmatch(r"\d+\.\d+", pins[0]):
+        report.add(
+            "torch pin",
+            "fail",
+            f"requires {report.torch_requirement}, not one torch series (torch==X.Y.*): pip and uv would "
+            "install it next to a torch it was not built for",
+        )
+        return
+    if label_torch is not None and label_torch != pins[0]:
+        report.add("torch pin", "fail", f"requires {report.torch_requirement} but its label says torch {label_torch}")
+        return
+    report.torch_series = pins[0]
+    report.add("torch pin", "pass", f"requires {report.torch_requirement}" + (", as its label" if label_torch else ""))
+
+
+def _pin_excludes(report: WheelReport, torch_version: str) -> bool:
+    """Whether the wheel's torch pin refuses ``torch_version`` (e.g. a 2.9 wheel next to torch 2.11)."""
+    if report.torch_series is None:
+        return False
+    try:
+        return ".".join(map(str, Version(torch_version).release[:2])) != report.torch_series
+    except InvalidVersion:
+        return False
+
+
 def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
     abi, why = _abi_from_symbols(elf.undefined_dynamic_symbols(so))
     report.cxx11_abi = abi
@@ -283,6 +351,8 @@ def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> Non
         return
     status, detail, info = _import_check(unpacked, python)
     report.add("import", status, detail)
+    if info and _pin_excludes(report, info["torch"]):
+        report.add("torch pin", "fail", f"requires {report.torch_requirement}, but {python} has torch {info['torch']}")
     if info and report.cxx11_abi is not None and info["cxx11_abi"] != report.cxx11_abi:
         report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")
 
