@@ -58,6 +58,8 @@ class WheelReport:
     ptx_archs: list[str] = field(default_factory=list)
     torch_requirement: str | None = None  # "torch==2.9.*": what the wheel's METADATA asks for
     torch_series: str | None = None  # "2.9", where that is one torch series
+    glibc_floor: str | None = None  # "GLIBC_2.34": the newest glibc symbol version the extension imports
+    glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -179,6 +181,7 @@ def inspect_wheel(
         try:
             _check_abi(report, so, expect_cxx11_abi)
             _check_archs(report, so, expect_archs)
+            _check_glibc_floor(report, so)
         except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
             report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
             return report
@@ -308,6 +311,68 @@ def _pin_excludes(report: WheelReport, torch_version: str) -> bool:
         return ".".join(map(str, Version(torch_version).release[:2])) != report.torch_series
     except InvalidVersion:
         return False
+
+
+def glibc_floor(so: Path) -> tuple[str | None, str | None]:
+    """(highest GLIBC_x.y, highest GLIBCXX_x.y.z) that ``so`` imports: the oldest glibc and
+    libstdc++ it loads with. Read from its ``.gnu.version_r``, any library it names."""
+    needed = elf.needed_versions(so)
+    every = {v for versions in needed.values() for v in versions}
+    return elf.highest(every, "GLIBC"), elf.highest(every, "GLIBCXX")
+
+
+def host_glibc() -> str | None:
+    """'GLIBC_2.36' for the glibc this process runs on; None where it is not glibc."""
+    try:
+        found = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        found = ""
+    match = re.fullmatch(r"glibc (\d+\.\d+)", found.strip())
+    return f"GLIBC_{match.group(1)}" if match else None
+
+
+def host_glibcxx() -> str | None:
+    """The newest GLIBCXX_ version the libstdc++ this process loads defines, or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libstdc++.so.6")
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = sorted(
+        {
+            line.split()[-1]
+            for line in maps.splitlines()
+            if line.rstrip().endswith("libstdc++.so.6") or "/libstdc++.so.6." in line
+        }
+    )
+    for path in paths:
+        try:
+            return elf.highest(elf.defined_versions(Path(path)), "GLIBCXX")
+        except (OSError, elf.ElfError, ValueError, struct.error):
+            continue
+    return None
+
+
+def floor_findings(glibc: str | None, glibcxx: str | None, host: tuple[str | None, str | None]) -> tuple[str, str]:
+    """(status, detail) of a floor against a host's (glibc, GLIBCXX): fail where the host is older."""
+    needs = ", ".join(v for v in (glibc, glibcxx) if v) or "no versioned glibc or libstdc++ symbols"
+    older = [
+        f"{have} < {need}"
+        for need, have in ((glibc, host[0]), (glibcxx, host[1]))
+        if need and have and elf.version_key(have) < elf.version_key(need)
+    ]
+    shown = ", ".join(f"{h}" for h in host if h) or "unknown"
+    if older:
+        return "fail", f"needs {needs}; this host has {shown}: it cannot load here ({'; '.join(older)})"
+    return "pass", f"needs {needs}; this host has {shown}"
+
+
+def _check_glibc_floor(report: WheelReport, so: Path) -> None:
+    report.glibc_floor, report.glibcxx_floor = glibc_floor(so)
+    status, detail = floor_findings(report.glibc_floor, report.glibcxx_floor, (host_glibc(), host_glibcxx()))
+    report.add("glibc floor", status, detail)
 
 
 def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
