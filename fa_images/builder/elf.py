@@ -211,3 +211,32 @@ def highest(versions: set[str] | list[str], prefix: str) -> str | None:
     """The highest ``{prefix}_x.y[.z]`` among ``versions``, or None."""
     ours = [v for v in versions if v.startswith(prefix + "_") and version_key(v)]
     return max(ours, key=version_key) if ours else None
+
+
+SHT_DYNAMIC = 6
+DT_NEEDED = 1
+_DYN = struct.Struct("<qQ")  # d_tag, d_val
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """The DT_NEEDED names of the file's dynamic section: the libraries the loader must find."""
+    f, data = _open(path)
+    try:
+        sections = _sections(data)
+        names: list[str] = []
+        for sec in sections:
+            if sec.type != SHT_DYNAMIC:
+                continue
+            if sec.link >= len(sections):
+                raise ElfError(f"its {sec.name or 'dynamic'} section names no string table")
+            strtab = sections[sec.link]
+            for i in range(sec.size // _DYN.size):
+                tag, value = _DYN.unpack_from(data, sec.offset + i * _DYN.size)
+                if tag == 0:  # DT_NULL ends the table
+                    break
+                if tag == DT_NEEDED:
+                    names.append(_string(data, strtab, value))
+        return names
+    finally:
+        data.close()
+        f.close()

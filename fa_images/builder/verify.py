@@ -60,6 +60,7 @@ class WheelReport:
     torch_series: str | None = None  # "2.9", where that is one torch series
     glibc_floor: str | None = None  # "GLIBC_2.34": the newest glibc symbol version the extension imports
     glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
+    manylinux: str | None = None  # "manylinux_2_34": the oldest policy the extension's imports allow
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -182,6 +183,7 @@ def inspect_wheel(
             _check_abi(report, so, expect_cxx11_abi)
             _check_archs(report, so, expect_archs)
             _check_glibc_floor(report, so)
+            _check_manylinux(report, so, tags)
         except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
             report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
             return report
@@ -373,6 +375,24 @@ def _check_glibc_floor(report: WheelReport, so: Path) -> None:
     report.glibc_floor, report.glibcxx_floor = glibc_floor(so)
     status, detail = floor_findings(report.glibc_floor, report.glibcxx_floor, (host_glibc(), host_glibcxx()))
     report.add("glibc floor", status, detail)
+
+
+def _check_manylinux(report: WheelReport, so: Path, tags) -> None:
+    """The manylinux tag the extension allows (as auditwheel decides it); a wheel whose own
+    manylinux tag claims an older policy than that is refused: it would install where it cannot load."""
+    from . import manylinux
+
+    policy, why = manylinux.policy_of(so)
+    report.manylinux = policy
+    claimed = sorted({t.platform for t in tags if t.platform.startswith("manylinux")})
+    allowed = manylinux.allowed_names(policy)
+    wrong = [c for c in claimed if c.removesuffix("_x86_64") not in allowed]
+    if wrong:
+        report.add(
+            "manylinux", "fail", f"tagged {', '.join(wrong)}, but the extension {why}: it needs {policy or 'linux'}"
+        )
+    else:
+        report.add("manylinux", "pass", f"{policy or 'no manylinux policy'} ({why})")
 
 
 def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:

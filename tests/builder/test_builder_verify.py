@@ -546,3 +546,30 @@ def test_the_floor_of_a_torch_extension(cpu_extension_wheels, this_torch, tmp_pa
         pytest.skip("no objdump here")
     assert elf.needed_versions(so) == expected
     assert verify.glibc_floor(so)[1] is not None  # it uses std::string: libstdc++ versions
+
+
+def test_an_nvcc_built_extension_is_tagged_with_its_policy_and_pip_takes_it(
+    nvcc_extension: Path, tmp_path: Path, run_fa_images
+) -> None:
+    """The floor of this host's build (static cudart, this g++) decides the tag; pip here installs it."""
+    from fa_images.builder import manylinux
+
+    policy, why = manylinux.policy_of(nvcc_extension)
+    assert policy is not None, why
+    record = f"{SO_NAME},,\nflash_attn-2.8.3.dist-info/METADATA,,\nflash_attn-2.8.3.dist-info/RECORD,,\n"
+    files = {SO_NAME: nvcc_extension.read_bytes(), "flash_attn-2.8.3.dist-info/RECORD": record.encode()}
+    wheel = make_wheel(tmp_path / "built", f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl", files)
+    lines: list[str] = []
+    tagged = manylinux.tag_wheel(wheel, lines.append)
+    assert tagged.name == f"flash_attn-2.8.3-{CP}-{CP}-{policy}_x86_64.whl", lines
+    _data, checks = json_checks(run_fa_images(["inspect", tagged, "--json", "--no-import"]).stdout)
+    assert checks["manylinux"] == ("pass", f"{policy} ({why})")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip = [sys.executable, "-m", "pip", "--isolated", "--python", str(venv / "bin" / "python"), "install"]
+    proc = subprocess.run(
+        [*pip, "--no-deps", "--no-index", "--find-links", str(tagged.parent), "flash-attn"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

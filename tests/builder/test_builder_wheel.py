@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import zipfile
 from dataclasses import dataclass
@@ -94,9 +95,12 @@ def test_ninja_is_handed_the_longest_source_first(built: Built) -> None:
     assert objects == ["tiny_attn_fwd.o", "flash_api.o"]
 
 
-def test_wheel_name_carries_the_local_label(wheel: Path, venv_torch: dict) -> None:
+def test_wheel_name_carries_the_local_label_and_the_manylinux_tag(built: Built, wheel: Path, venv_torch: dict) -> None:
     cp = venv_torch["cp"]
-    assert wheel.name == f"flash_attn-{DEFAULT_VERSION}+{LABEL}-{cp}-{cp}-linux_x86_64.whl"
+    (tag_line,) = [line for line in built.proc.stdout.splitlines() if line.startswith(f"{MILESTONE}platform tag ")]
+    platform = tag_line.split()[3].rstrip(":")  # the oldest policy the extension's imports allow
+    assert re.fullmatch(r"manylinux_2_\d+_x86_64", platform), tag_line
+    assert wheel.name == f"flash_attn-{DEFAULT_VERSION}+{LABEL}-{cp}-{cp}-{platform}.whl"
 
 
 def test_manifest_describes_the_wheel(built: Built, wheel: Path, venv_torch: dict) -> None:
