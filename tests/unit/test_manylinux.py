@@ -128,3 +128,15 @@ def test_inspect_refuses_a_tag_older_than_the_extension_allows(tmp_path: Path, p
     assert report.manylinux == "manylinux_2_28"
     if status == "fail":
         assert "tagged manylinux_2_17_x86_64, but the extension imports GLIBC_2.28" in checks["manylinux"][1]
+
+
+@pytest.mark.parametrize(("import_check", "status"), [(True, "fail"), (False, "skip")])
+def test_a_floor_above_this_host_fails_only_where_the_wheel_is_meant_to_run(
+    tmp_path: Path, import_check: bool, status: str
+) -> None:
+    """GLIBC_2.99 is newer than any host: with the import check (the wheel is for here) that fails;
+    without it (`--no-import`, `dist merge` of wheels for other machines) it is only noted."""
+    report = verify.inspect_wheel(a_wheel(tmp_path, so=floor_elf("2.99")), import_check=import_check)
+    checks = {c.name: (c.status, c.detail) for c in report.checks}
+    assert checks["glibc floor"][0] == status
+    assert "needs GLIBC_2.99" in checks["glibc floor"][1] and "cannot load here" in checks["glibc floor"][1]
