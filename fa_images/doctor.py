@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -298,9 +299,27 @@ def probe_flash_attn(
         )
     elif abi is not None:
         report.add("flash-attn C++ ABI", OK, f"cxx11_abi={abi}, as torch ({why})")
+    _check_glibc_floor(report, Path(so))
     _check_archs(report, cubins, ptx, how, gpus)
     _check_imports(report, python, torch, version, table, archs)
     return version
+
+
+def _check_glibc_floor(report: Report, so: Path) -> None:
+    """The newest glibc and libstdc++ symbol versions the extension imports, against this host's."""
+    try:
+        glibc, glibcxx = verify.glibc_floor(so)
+    except (elf.ElfError, OSError, ValueError, struct.error) as exc:
+        report.add("flash-attn glibc floor", FAIL, f"{so}: its symbol versions cannot be read: {exc}")
+        return
+    report.facts["flash_attn"].update(glibc_floor=glibc, glibcxx_floor=glibcxx)
+    status, detail = verify.floor_findings(glibc, glibcxx, (verify.host_glibc(), verify.host_glibcxx()))
+    report.add(
+        "flash-attn glibc floor",
+        OK if status == "pass" else FAIL,
+        detail,
+        fix=None if status == "pass" else "build the wheel on a base with an older glibc (a manylinux_2_28 devel base)",
+    )
 
 
 def _check_archs(report: Report, cubins: set[str], ptx: set[str], how: str, gpus: list[dict[str, str]]) -> None:

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from . import dist as dist_dir
-from . import environment, source
+from . import environment, manylinux, source
 from .compiler_cache import CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE
 from .errors import BuildFailed
@@ -196,8 +196,9 @@ def compile_wheel(
         log=log,
         python=python,
     )
-    record = wheel_record(settings, wheels[0], report.sha256, elapsed)
-    (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheels[0], record, "this build")], move=True, log=log)
+    wheel = manylinux.tag_wheel(wheels[0], log)
+    record = wheel_record(settings, wheel, report.sha256 if wheel == wheels[0] else source.sha256_of(wheel), elapsed)
+    (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheel, record, "this build")], move=True, log=log)
     shutil.rmtree(dist, ignore_errors=True)
     log(f"{MILESTONE}wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
     return final

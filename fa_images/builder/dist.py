@@ -1,5 +1,8 @@
 """dist/: verified wheels, their manifest and a PEP 503 simple index, owned by this module alone.
 
+The index serves each wheel's METADATA beside it (PEP 658, ``<wheel>.metadata``), so a
+resolver reads the wheel's torch pin without downloading the wheel.
+
 ``fa-images wheel`` (inside images, where only this package exists), ``fa-images build``
 and ``fa-images dist merge`` all add wheels through ``add_wheels``. A wheel is copied into a
 staging file in dist/ itself and renamed into place (atomic on one filesystem); then the
@@ -15,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import html
 import json
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -310,6 +315,40 @@ def _page(title: str, links: list[str]) -> str:
     )
 
 
+# A wheel's METADATA is a few kB to a few hundred (a long README); more is not a wheel fa-images made.
+MAX_CORE_METADATA = 4 << 20
+METADATA_SUFFIX = ".metadata"
+
+
+def core_metadata(wheel: Path) -> bytes | None:
+    """The wheel's ``<name>-<version>.dist-info/METADATA``, or None where it has none, one
+    that is too large, or it cannot be read as a zip."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            found = [
+                i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
+            ]
+            if len(found) != 1 or found[0].file_size > MAX_CORE_METADATA:
+                return None
+            with zf.open(found[0]) as f:
+                data = f.read(MAX_CORE_METADATA + 1)
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, RuntimeError):
+        return None
+    return data if len(data) <= MAX_CORE_METADATA else None
+
+
+def _metadata_attributes(out: safe_io.OutputDir, name: str) -> str:
+    """PEP 658/714: ``<wheel>.metadata`` written beside the wheel, and the anchor attributes that
+    announce it with its sha256, so pip and uv read a wheel's requirements (its torch pin)
+    without downloading the wheel. Empty where the wheel has no readable METADATA."""
+    data = core_metadata(out.path / name)
+    if data is None:
+        return ""
+    out.write_bytes(f"{name}{METADATA_SUFFIX}", data)
+    digest = hashlib.sha256(data).hexdigest()
+    return f' data-dist-info-metadata="sha256={digest}" data-core-metadata="sha256={digest}"'
+
+
 def _index_file(name: str) -> bool:
     """The files of dist/simple/<project>/ that write_simple_index makes (and so may remove)."""
     return name == "index.html"
@@ -327,7 +366,9 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
             projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
     for project, names in projects.items():
         links = [
-            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}">{html.escape(n)}</a><br>' for n in names
+            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}"{_metadata_attributes(out, n)}>'
+            f"{html.escape(n)}</a><br>"
+            for n in names
         ]
         out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
     root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]

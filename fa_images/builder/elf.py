@@ -143,3 +143,129 @@ def read_fatbins(data: mmap.mmap | bytes, spans: list[tuple[int, int]]) -> tuple
                 entry += entry_header + payload
             pos = max(entries_end, pos + FATBIN_HEADER)
     return cubins, ptx
+
+
+# --- symbol versions: the glibc and libstdc++ a library needs ---------------------------------
+
+SHT_GNU_VERDEF = 0x6FFFFFFD
+SHT_GNU_VERNEED = 0x6FFFFFFE
+_VERNEED = struct.Struct("<HHIII")  # vn_version, vn_cnt, vn_file, vn_aux, vn_next
+_VERNAUX = struct.Struct("<IHHII")  # vna_hash, vna_flags, vna_other, vna_name, vna_next
+_VERDEF = struct.Struct("<HHHHIII")  # vd_version, vd_flags, vd_ndx, vd_cnt, vd_hash, vd_aux, vd_next
+_VERDAUX = struct.Struct("<II")  # vda_name, vda_next
+MAX_NAME = 4096  # a version or library name longer than this is not one a linker wrote
+
+
+def _string(data: mmap.mmap | bytes, strtab: Section, offset: int) -> str:
+    """A NUL-terminated name inside ``strtab``; refuses one that runs past the table."""
+    if strtab.type == SHT_NOBITS or offset >= strtab.size:
+        raise ElfError("a version name points outside its string table")
+    start = strtab.offset + offset
+    end = data.find(b"\0", start, min(strtab.offset + strtab.size, start + MAX_NAME))
+    if end < 0:
+        raise ElfError("a version name is not terminated inside its string table")
+    return bytes(data[start:end]).decode(errors="replace")
+
+
+def _records(sec: Section, first: int, size: int, next_at: int, unpack, data) -> list[tuple]:
+    """A chain of fixed-size records inside ``sec``: each one's ``next`` is relative to it.
+
+    Bounded: every record must lie inside the section, and a chain can hold no more records
+    than fit in the section, so a hostile ``next`` (0 ends a chain) cannot loop or run away.
+    """
+    out: list[tuple] = []
+    if sec.size == 0:
+        return out
+    pos = first
+    for _ in range(sec.size // size + 1):
+        if pos < 0 or pos + size > sec.size:
+            raise ElfError(f"its {sec.name or 'version'} section is corrupt")
+        fields = unpack.unpack_from(data, sec.offset + pos)
+        out.append(fields)
+        if fields[next_at] == 0:
+            return out
+        pos += fields[next_at]
+    raise ElfError(f"its {sec.name or 'version'} section is corrupt (a chain longer than the section)")
+
+
+@_readers
+def needed_versions(path: Path) -> dict[str, set[str]]:
+    """{library: symbol versions the file needs from it}, from ``.gnu.version_r``.
+
+    E.g. ``{"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}, "libstdc++.so.6": {"GLIBCXX_3.4.29", ...}}``.
+    """
+    with _mapped(path) as data:
+        sections = _sections(data)
+        needed: dict[str, set[str]] = {}
+        for sec in sections:
+            if sec.type != SHT_GNU_VERNEED:
+                continue
+            if sec.link >= len(sections):
+                raise ElfError(f"its {sec.name or 'version'} section names no string table")
+            strtab = sections[sec.link]
+            pos = 0
+            for _vn_version, vn_cnt, vn_file, vn_aux, vn_next in _records(sec, 0, _VERNEED.size, 4, _VERNEED, data):
+                library = needed.setdefault(_string(data, strtab, vn_file), set())
+                if vn_cnt:
+                    for aux in _records(sec, pos + vn_aux, _VERNAUX.size, 4, _VERNAUX, data)[:vn_cnt]:
+                        library.add(_string(data, strtab, aux[3]))
+                pos += vn_next
+        return needed
+
+
+@_readers
+def defined_versions(path: Path) -> set[str]:
+    """The symbol versions a library defines (``.gnu.version_d``), e.g. libstdc++'s GLIBCXX_3.4.x."""
+    with _mapped(path) as data:
+        sections = _sections(data)
+        defined: set[str] = set()
+        for sec in sections:
+            if sec.type != SHT_GNU_VERDEF:
+                continue
+            if sec.link >= len(sections):
+                raise ElfError(f"its {sec.name or 'version'} section names no string table")
+            strtab = sections[sec.link]
+            pos = 0
+            for fields in _records(sec, 0, _VERDEF.size, 6, _VERDEF, data):
+                (name_at, _next) = _records(sec, pos + fields[5], _VERDAUX.size, 1, _VERDAUX, data)[0]
+                defined.add(_string(data, strtab, name_at))
+                pos += fields[6]
+        return defined
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'GLIBC_2.34' -> (2, 34); 'GLIBCXX_3.4.30' -> (3, 4, 30); () where no numbers follow."""
+    numbers = version.rpartition("_")[2].split(".")
+    return tuple(int(n) for n in numbers) if all(n.isdigit() for n in numbers) else ()
+
+
+def highest(versions: set[str] | list[str], prefix: str) -> str | None:
+    """The highest ``{prefix}_x.y[.z]`` among ``versions``, or None."""
+    ours = [v for v in versions if v.startswith(prefix + "_") and version_key(v)]
+    return max(ours, key=version_key) if ours else None
+
+
+SHT_DYNAMIC = 6
+DT_NEEDED = 1
+_DYN = struct.Struct("<qQ")  # d_tag, d_val
+
+
+@_readers
+def needed_libraries(path: Path) -> list[str]:
+    """The DT_NEEDED names of the file's dynamic section: the libraries the loader must find."""
+    with _mapped(path) as data:
+        sections = _sections(data)
+        names: list[str] = []
+        for sec in sections:
+            if sec.type != SHT_DYNAMIC:
+                continue
+            if sec.link >= len(sections):
+                raise ElfError(f"its {sec.name or 'dynamic'} section names no string table")
+            strtab = sections[sec.link]
+            for i in range(sec.size // _DYN.size):
+                tag, value = _DYN.unpack_from(data, sec.offset + i * _DYN.size)
+                if tag == 0:  # DT_NULL ends the table
+                    break
+                if tag == DT_NEEDED:
+                    names.append(_string(data, strtab, value))
+        return names

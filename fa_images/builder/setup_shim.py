@@ -7,17 +7,25 @@ Text patches of setup.py (the field's ``sed`` recipe) match one release only. In
 wraps ``setuptools.setup`` and rewrites the ``flash_attn_2_cuda`` extension object that
 every 2.x setup.py builds: the C++11 ABI define of the installed torch goes into both the
 ``cxx`` and the ``nvcc`` flags, and the ``-gencode`` flags become exactly the requested
-archs (2.6.x hard-codes 80 and 90 and ignores FLASH_ATTN_CUDA_ARCHS). A setup.py of
-another shape makes this fail loudly instead of building something unverified.
+archs (2.6.x hard-codes 80 and 90 and ignores FLASH_ATTN_CUDA_ARCHS), and the C++
+standard becomes the one the installed torch's headers need (flash-attn <= 2.8.3.post2
+hard-codes c++17, which torch >= 2.14 refuses). ``install_requires`` pins the torch the
+wheel is built against (``torch==X.Y.*``), so resolvers refuse to pair it with another.
+A setup.py of another shape makes this fail loudly instead of building something
+unverified.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from .contract import EXIT_SHIM_REFUSED, MILESTONE
 from .settings import BuildSettings
@@ -65,7 +73,81 @@ def _strip_abi_flags(flags: list[str]) -> list[str]:
     return kept
 
 
-def correct_extension(ext: Any, settings: BuildSettings) -> str:
+# From this torch on, torch's own cpp_extension compiles extensions with C++20; its headers
+# need it from 2.14 (ATen.h: "#error C++20 or later compatible compiler is required").
+CXX20_FROM_TORCH = (2, 12)
+FLASH_ATTN_STANDARD = "c++17"  # what flash-attn's setup.py writes, and what older torch accepts
+_STANDARD = re.compile(r"c\+\+\d\d")
+# How torch's BuildExtension picks the -std it adds when an extension names none.
+_TORCH_DEFAULT = re.compile(r"cpp_flag_prefix \+ ['\"](c\+\+\d\d)['\"]")
+
+
+def _major_minor(torch_version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", torch_version)
+    if not match:
+        raise ShimError(f"cannot read a torch version from {torch_version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def cxx_standard(torch_version: str, torch_default: str | None = None) -> tuple[str, str]:
+    """The ``-std`` value to compile flash-attn with against ``torch_version``, and why.
+
+    From torch 2.12 on, torch's own cpp_extension default (``torch_default``, read from the
+    installed torch; c++20 when it cannot be read); before that flash-attn's own c++17.
+    """
+    version = ".".join(map(str, _major_minor(torch_version)))
+    if _major_minor(torch_version) < CXX20_FROM_TORCH:
+        return FLASH_ATTN_STANDARD, f"torch {version} < 2.12: flash-attn's own {FLASH_ATTN_STANDARD}"
+    if torch_default is not None and _STANDARD.fullmatch(torch_default):
+        return torch_default, f"torch {version} >= 2.12: torch's cpp_extension default, read from torch"
+    return "c++20", f"torch {version} >= 2.12: torch's cpp_extension default since 2.12 (not readable here)"
+
+
+def torch_default_standard(cpp_extension_source: str | None = None) -> str | None:
+    """The ``-std`` torch's BuildExtension adds to an extension that names none, or None.
+
+    torch exposes no attribute for it; it is a literal in ``BuildExtension.build_extensions``.
+    Read from the installed torch, or from the text of a ``torch/utils/cpp_extension.py``.
+    """
+    if cpp_extension_source is None:
+        try:
+            import inspect
+
+            from torch.utils import cpp_extension
+
+            cpp_extension_source = inspect.getsource(cpp_extension.BuildExtension)
+        except (ImportError, OSError, TypeError):
+            return None
+    found = set(_TORCH_DEFAULT.findall(cpp_extension_source))
+    return found.pop() if len(found) == 1 else None
+
+
+def _strip_std_flags(flags: Sequence[str]) -> list[str]:
+    """Drops every C++ standard selection: ``-std=X``, ``--std X``, ``-Xcompiler -std=X`` and friends."""
+    kept: list[str] = []
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag in ("-std", "--std") and i + 1 < len(flags):
+            i += 2
+            continue
+        if flag in ("-Xcompiler", "--compiler-options") and i + 1 < len(flags) and _is_std(flags[i + 1]):
+            i += 2
+            continue
+        if not _is_std(flag):
+            kept.append(flag)
+        i += 1
+    return kept
+
+
+def _is_std(flag: str) -> bool:
+    for prefix in ("-Xcompiler=", "--compiler-options="):
+        if flag.startswith(prefix):
+            flag = flag[len(prefix) :]
+    return flag.startswith(("-std=", "--std="))
+
+
+def correct_extension(ext: Any, settings: BuildSettings, torch_default: str | None = None) -> str:
     """Rewrites one CUDAExtension's flags in place; returns a one-line account."""
     args = getattr(ext, "extra_compile_args", None)
     if not isinstance(args, dict) or not {"cxx", "nvcc"} <= set(args):
@@ -74,13 +156,49 @@ def correct_extension(ext: Any, settings: BuildSettings) -> str:
             f"fa-images cannot correct flash-attn {settings.flash_attn}"
         )
     abi = settings.abi_define()
-    args["cxx"] = _strip_abi_flags(list(args["cxx"])) + [abi]
-    nvcc, removed = _strip_arch_flags(_strip_abi_flags(list(args["nvcc"])))
-    args["nvcc"] = nvcc + settings.gencode_flags() + [abi]
+    standard, why = cxx_standard(settings.torch, torch_default)
+    asked = sorted({f for f in [*args["cxx"], *args["nvcc"]] if _is_std(f)})
+    std = f"-std={standard}"
+    args["cxx"] = _strip_std_flags(_strip_abi_flags(list(args["cxx"]))) + [std, abi]
+    nvcc, removed = _strip_arch_flags(_strip_std_flags(_strip_abi_flags(list(args["nvcc"]))))
+    args["nvcc"] = nvcc + settings.gencode_flags() + [std, abi]
     return (
         f"{EXTENSION}: {abi}, archs {','.join(settings.archs)}{' +PTX' if settings.ptx else ''}"
-        f" (setup.py asked for: {', '.join(removed) or 'none'})"
+        f" (setup.py asked for: {', '.join(removed) or 'none'}); {std} ({why}; setup.py asked for: "
+        f"{', '.join(asked) or 'none'})"
     )
+
+
+def torch_pin(torch_version: str) -> str:
+    """``torch==X.Y.*``: the torch series a wheel built against ``torch_version`` runs with.
+
+    The GPU wheel indexes pin flash-attn wheels this way; torch's C++ ABI is not stable across
+    minor releases, so an X.Y wheel can fail to import (undefined symbols) next to X.Y+1.
+    """
+    major, minor = _major_minor(torch_version)
+    return f"torch=={major}.{minor}.*"
+
+
+def pin_torch_requirement(install_requires: str | Sequence[str] | None, torch_version: str) -> tuple[list[str], str]:
+    """``install_requires`` with its torch requirement replaced by the pin; and a one-line account."""
+    if isinstance(install_requires, str):
+        install_requires = install_requires.splitlines()
+    pin = torch_pin(torch_version)
+    kept: list[str] = []
+    replaced: list[str] = []
+    for line in install_requires or []:
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            name = Requirement(text).name
+        except InvalidRequirement as exc:
+            raise ShimError(f"setup.py's install_requires has {text!r}, which is not a requirement: {exc}") from None
+        if re.sub(r"[-_.]+", "-", name).lower() == "torch":
+            replaced.append(text)
+        else:
+            kept.append(text)
+    return [pin, *kept], f"requires {pin} (setup.py asked for: {', '.join(replaced) or 'no torch'})"
 
 
 def expected_seconds(source: str, costs: dict) -> float:
@@ -149,19 +267,22 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
 
     settings = BuildSettings.read(settings_path)
     _pin_torch_abi(settings)
+    torch_default = torch_default_standard()
     real_setup = setuptools.setup
     corrected: list[str] = []
 
     def setup(**kwargs: Any) -> Any:
         for ext in kwargs.get("ext_modules") or []:
             if getattr(ext, "name", None) == EXTENSION:
-                corrected.append(correct_extension(ext, settings))
+                corrected.append(correct_extension(ext, settings, torch_default))
                 corrected.append(f"{len(ext.sources)} sources, longest first ({COSTS_FILE.name})")
         if not corrected:
             raise ShimError(
                 f"setup.py of flash-attn {settings.flash_attn} defines no {EXTENSION} extension "
                 "(was FLASH_ATTENTION_SKIP_CUDA_BUILD set?); refusing to build a wheel without kernels"
             )
+        kwargs["install_requires"], pinned = pin_torch_requirement(kwargs.get("install_requires"), settings.torch)
+        corrected.append(pinned)
         print(f"{MILESTONE}{'; '.join(corrected)}", flush=True)
         import torch  # setup.py may have flipped the attribute at import time
 

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from . import elf, untrusted
 from .errors import UsageError, VerificationFailed
@@ -55,6 +56,11 @@ class WheelReport:
     cxx11_abi: bool | None = None
     cubin_archs: list[str] = field(default_factory=list)
     ptx_archs: list[str] = field(default_factory=list)
+    torch_requirement: str | None = None  # "torch==2.9.*": what the wheel's METADATA asks for
+    torch_series: str | None = None  # "2.9", where that is one torch series
+    glibc_floor: str | None = None  # "GLIBC_2.34": the newest glibc symbol version the extension imports
+    glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
+    manylinux: str | None = None  # "manylinux_2_34": the oldest policy the extension's imports allow
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -200,6 +206,7 @@ def inspect_wheel(
         raise UsageError(f"{path.name} is not a readable wheel: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zf:
         _check_metadata(report, zf, str(_name), str(version))
+        _check_torch_pin(report, zf, label["torch"] if label else None)
         so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
         if not so_names:
             report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
@@ -210,6 +217,8 @@ def inspect_wheel(
         try:
             _check_abi(report, so, expect_cxx11_abi)
             _check_archs(report, so, expect_archs)
+            _check_glibc_floor(report, so, on_this_host=import_check)
+            _check_manylinux(report, so, tags)
         except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
             report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
             return report
@@ -284,6 +293,152 @@ def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, project: str, vers
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
 
 
+def torch_requirements(metadata: str) -> list[Requirement]:
+    """The ``Requires-Dist`` entries of a METADATA text that name torch (headers only: the
+    description after the first blank line is free text)."""
+    headers = re.split(r"\r?\n\r?\n", metadata, maxsplit=1)[0]
+    found = []
+    for match in re.finditer(r"^Requires-Dist:[ \t]*(.+)$", headers, re.MULTILINE):
+        try:
+            requirement = Requirement(match.group(1).strip())
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "torch":
+            found.append(requirement)
+    return found
+
+
+def _check_torch_pin(report: WheelReport, zf: zipfile.ZipFile, label_torch: str | None) -> None:
+    """The wheel must pin the torch series it was built against (``torch==X.Y.*``), or pip
+    and uv install it next to any torch, where it fails to import or crashes."""
+    meta = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+    if meta is None:
+        return  # _check_metadata has said so
+    try:
+        with zf.open(meta) as f:
+            text = f.read(1 << 20).decode(errors="replace")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
+    requirements = torch_requirements(text)
+    if not requirements:
+        report.add("torch pin", "skip", "METADATA requires no torch: nothing to pair the wheel with")
+        return
+    report.torch_requirement = ", ".join(str(r) for r in requirements)
+    # torch==2.9.* (the GPU indexes' convention, and what fa-images writes) or an exact torch==2.9.1
+    pins = [
+        ".".join(spec.version.removesuffix(".*").split(".")[:2])
+        for r in requirements
+        for spec in r.specifier
+        if spec.operator == "=="
+    ]
+    if len(requirements) != 1 or len(pins) != 1 or not re.fullmatch(r"\d+\.\d+", pins[0]):
+        report.add(
+            "torch pin",
+            "fail",
+            f"requires {report.torch_requirement}, not one torch series (torch==X.Y.*): pip and uv would "
+            "install it next to a torch it was not built for",
+        )
+        return
+    if label_torch is not None and label_torch != pins[0]:
+        report.add("torch pin", "fail", f"requires {report.torch_requirement} but its label says torch {label_torch}")
+        return
+    report.torch_series = pins[0]
+    report.add("torch pin", "pass", f"requires {report.torch_requirement}" + (", as its label" if label_torch else ""))
+
+
+def _pin_excludes(report: WheelReport, torch_version: str) -> bool:
+    """Whether the wheel's torch pin refuses ``torch_version`` (e.g. a 2.9 wheel next to torch 2.11)."""
+    if report.torch_series is None:
+        return False
+    try:
+        return ".".join(map(str, Version(torch_version).release[:2])) != report.torch_series
+    except InvalidVersion:
+        return False
+
+
+def glibc_floor(so: Path) -> tuple[str | None, str | None]:
+    """(highest GLIBC_x.y, highest GLIBCXX_x.y.z) that ``so`` imports: the oldest glibc and
+    libstdc++ it loads with. Read from its ``.gnu.version_r``, any library it names."""
+    needed = elf.needed_versions(so)
+    every = {v for versions in needed.values() for v in versions}
+    return elf.highest(every, "GLIBC"), elf.highest(every, "GLIBCXX")
+
+
+def host_glibc() -> str | None:
+    """'GLIBC_2.36' for the glibc this process runs on; None where it is not glibc."""
+    try:
+        found = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        found = ""
+    match = re.fullmatch(r"glibc (\d+\.\d+)", found.strip())
+    return f"GLIBC_{match.group(1)}" if match else None
+
+
+def host_glibcxx() -> str | None:
+    """The newest GLIBCXX_ version the libstdc++ this process loads defines, or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libstdc++.so.6")
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = sorted(
+        {
+            line.split()[-1]
+            for line in maps.splitlines()
+            if line.rstrip().endswith("libstdc++.so.6") or "/libstdc++.so.6." in line
+        }
+    )
+    for path in paths:
+        try:
+            return elf.highest(elf.defined_versions(Path(path)), "GLIBCXX")
+        except (OSError, elf.ElfError, ValueError, struct.error):
+            continue
+    return None
+
+
+def floor_findings(glibc: str | None, glibcxx: str | None, host: tuple[str | None, str | None]) -> tuple[str, str]:
+    """(status, detail) of a floor against a host's (glibc, GLIBCXX): fail where the host is older."""
+    needs = ", ".join(v for v in (glibc, glibcxx) if v) or "no versioned glibc or libstdc++ symbols"
+    older = [
+        f"{have} < {need}"
+        for need, have in ((glibc, host[0]), (glibcxx, host[1]))
+        if need and have and elf.version_key(have) < elf.version_key(need)
+    ]
+    shown = ", ".join(f"{h}" for h in host if h) or "unknown"
+    if older:
+        return "fail", f"needs {needs}; this host has {shown}: it cannot load here ({'; '.join(older)})"
+    return "pass", f"needs {needs}; this host has {shown}"
+
+
+def _check_glibc_floor(report: WheelReport, so: Path, *, on_this_host: bool) -> None:
+    """The floor against this host's glibc and libstdc++: a failure where the wheel is meant to
+    run here (the import check runs), only a note where it is not (``--no-import``, ``dist merge``
+    of wheels built for other machines)."""
+    report.glibc_floor, report.glibcxx_floor = glibc_floor(so)
+    status, detail = floor_findings(report.glibc_floor, report.glibcxx_floor, (host_glibc(), host_glibcxx()))
+    report.add("glibc floor", status if on_this_host or status == "pass" else "skip", detail)
+
+
+def _check_manylinux(report: WheelReport, so: Path, tags) -> None:
+    """The manylinux tag the extension allows (as auditwheel decides it); a wheel whose own
+    manylinux tag claims an older policy than that is refused: it would install where it cannot load."""
+    from . import manylinux
+
+    policy, why = manylinux.policy_of(so)
+    report.manylinux = policy
+    claimed = sorted({t.platform for t in tags if t.platform.startswith("manylinux")})
+    allowed = manylinux.allowed_names(policy)
+    wrong = [c for c in claimed if c.removesuffix("_x86_64") not in allowed]
+    if wrong:
+        report.add(
+            "manylinux", "fail", f"tagged {', '.join(wrong)}, but the extension {why}: it needs {policy or 'linux'}"
+        )
+    else:
+        report.add("manylinux", "pass", f"{policy or 'no manylinux policy'} ({why})")
+
+
 def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
     abi, why = _abi_from_symbols(elf.undefined_dynamic_symbols(so))
     report.cxx11_abi = abi
@@ -324,6 +479,8 @@ def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> Non
         return
     status, detail, info = _import_check(unpacked, python)
     report.add("import", status, detail)
+    if info and info.get("torch") and _pin_excludes(report, info["torch"]):
+        report.add("torch pin", "fail", f"requires {report.torch_requirement}, but {python} has torch {info['torch']}")
     if info and report.cxx11_abi is not None and info.get("cxx11_abi") != report.cxx11_abi:
         report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")
 

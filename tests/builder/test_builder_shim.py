@@ -24,7 +24,12 @@ from fa_images.builder.setup_shim import (
     ShimError,
     _strip_abi_flags,
     _strip_arch_flags,
+    _strip_std_flags,
     correct_extension,
+    cxx_standard,
+    pin_torch_requirement,
+    torch_default_standard,
+    torch_pin,
 )
 
 GENCODE_80 = "arch=compute_80,code=sm_80"
@@ -140,17 +145,19 @@ def test_correct_extension_sets_the_abi_and_exactly_the_archs() -> None:
         "4",
         "-gencode",
         GENCODE_90,
+        "-std=c++17",
         "-D_GLIBCXX_USE_CXX11_ABI=1",
     ]
     assert line == (
-        f"{EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 90 (setup.py asked for: {GENCODE_80}, {GENCODE_90})"
+        f"{EXTENSION}: -D_GLIBCXX_USE_CXX11_ABI=1, archs 90 (setup.py asked for: {GENCODE_80}, {GENCODE_90}); "
+        "-std=c++17 (torch 2.9 < 2.12: flash-attn's own c++17; setup.py asked for: -std=c++17)"
     )
 
 
 def test_correct_extension_old_abi_and_ptx_of_the_newest_arch() -> None:
     ext = flash_attn_like_extension(cxx=["-O3"], nvcc=["-O3"])
     line = correct_extension(ext, make_settings(archs=("80", "120", "90"), cxx11_abi=False, ptx=True))
-    assert ext.extra_compile_args["cxx"] == ["-O3", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+    assert ext.extra_compile_args["cxx"] == ["-O3", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"]
     assert ext.extra_compile_args["nvcc"] == [
         "-O3",
         "-gencode",
@@ -161,6 +168,7 @@ def test_correct_extension_old_abi_and_ptx_of_the_newest_arch() -> None:
         GENCODE_90,
         "-gencode",
         "arch=compute_120,code=compute_120",
+        "-std=c++17",
         "-D_GLIBCXX_USE_CXX11_ABI=0",
     ]
     assert "+PTX" in line and "(setup.py asked for: none)" in line
@@ -175,12 +183,131 @@ def test_correct_extension_is_idempotent() -> None:
     assert json.dumps(ext.extra_compile_args) == once
 
 
+# --- the C++ standard ----------------------------------------------------------------------
+
+# torch -> the standard flash-attn is compiled with. torch 2.14's ATen.h refuses c++17, and torch's
+# own cpp_extension compiles with c++20 from 2.12 on (measured: ../shared facts, the C++ standard).
+STANDARD_TABLE = [
+    ("2.6.0+cu124", None, "c++17"),
+    ("2.9.1+cu128", None, "c++17"),
+    ("2.11.0+cu130", "c++17", "c++17"),  # torch's default then was c++17 too; the rule decides anyway
+    ("2.12.0", None, "c++20"),
+    ("2.13.0+cpu", "c++20", "c++20"),
+    ("2.14.1+cu130", "c++20", "c++20"),
+    ("2.14.0", None, "c++20"),  # torch's source not readable: the rule's c++20
+    ("2.15.0+cu132", "c++20", "c++20"),
+    ("2.16.0", "c++23", "c++23"),  # a later torch that moves on is followed
+    ("3.0.0", "nonsense", "c++20"),  # something unreadable is not trusted
+    ("2.13.0a0+git1234", None, "c++20"),  # a source build of torch
+]
+
+
+@pytest.mark.parametrize(("torch_version", "torch_default", "standard"), STANDARD_TABLE)
+def test_cxx_standard_follows_torch(torch_version: str, torch_default: str | None, standard: str) -> None:
+    got, why = cxx_standard(torch_version, torch_default)
+    assert got == standard
+    assert ("< 2.12" in why) == (standard == "c++17") and torch_version.split(".")[1] in why
+
+
+def test_cxx_standard_refuses_what_is_no_torch_version() -> None:
+    with pytest.raises(ShimError, match="cannot read a torch version"):
+        cxx_standard("latest")
+
+
+def test_torch_default_standard_is_read_from_the_installed_torch(system_torch: dict) -> None:
+    """This Python's torch (2.13 here) compiles extensions with c++20; read, not assumed."""
+    major, minor = (int(x) for x in system_torch["version"].split(".")[:2])
+    if (major, minor) < (2, 12):
+        pytest.skip("the installed torch predates torch's c++20 default")
+    assert torch_default_standard() == "c++20"
+
+
+@pytest.mark.parametrize(
+    ("flags", "kept"),
+    [
+        (["-O3", "-std=c++17"], ["-O3"]),
+        (["-O3", "--std=c++17", "-DX"], ["-O3", "-DX"]),
+        (["-std", "c++17", "-O3"], ["-O3"]),
+        (["--std", "c++14", "-O3"], ["-O3"]),
+        (["-Xcompiler", "-std=c++17", "-Xcompiler", "-fPIC"], ["-Xcompiler", "-fPIC"]),
+        (["-Xcompiler=-std=c++17", "-O3"], ["-O3"]),
+        (["--compiler-options", "-std=gnu++17", "-O3"], ["-O3"]),
+        (["-O3", "-std"], ["-O3", "-std"]),  # a dangling -std is left for the compiler to refuse
+        (["-stdlib=libc++", "-O3"], ["-stdlib=libc++", "-O3"]),  # only looks alike
+    ],
+)
+def test_strip_std_flags_knows_every_spelling(flags: list[str], kept: list[str]) -> None:
+    assert _strip_std_flags(flags) == kept
+
+
+# The -std part of each flash-attn setup.py shape (checked in the sdists): 2.6.3 and 2.7.4.post1
+# write the flags inline, 2.8.x through `compiler_c17_flag` and `nvcc_flags`; all say c++17 in both.
+SETUP_PY_SHAPES = {
+    "2.6.3": (
+        ["-O3", "-std=c++17", "-lineinfo"],
+        ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-gencode", GENCODE_80, "--threads", "4"],
+    ),
+    "2.7.4.post1": (
+        ["-O3", "-std=c++17"],
+        ["-O3", "-std=c++17", "--use_fast_math", "-gencode", GENCODE_80, "--threads", "4"],
+    ),
+    "2.8.3": (
+        ["-O3", "-std=c++17"],
+        ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode", GENCODE_80, "--threads", "4"],
+    ),
+}
+
+
+@pytest.mark.parametrize("version", sorted(SETUP_PY_SHAPES))
+@pytest.mark.parametrize(("torch_version", "standard"), [("2.11.0+cu130", "c++17"), ("2.14.1+cu130", "c++20")])
+def test_correct_extension_sets_one_standard_in_both_compilers(version: str, torch_version: str, standard: str) -> None:
+    cxx, nvcc = SETUP_PY_SHAPES[version]
+    ext = flash_attn_like_extension(cxx=list(cxx), nvcc=list(nvcc))
+    line = correct_extension(ext, make_settings(flash_attn=version, torch=torch_version), "c++20")
+    for flags in ext.extra_compile_args.values():
+        assert [f for f in flags if "std" in f] == [f"-std={standard}"], flags  # nvcc refuses two
+    kept_cxx = [f for f in cxx if not f.startswith("-std")]
+    assert ext.extra_compile_args["cxx"] == [*kept_cxx, f"-std={standard}", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+    assert f"; -std={standard} (torch {torch_version[:4]} " in line and "setup.py asked for: -std=c++17)" in line
+
+
 @pytest.mark.parametrize("args", [None, ["-O3"], {"cxx": ["-O3"]}, {"nvcc": ["-O3"]}])
 def test_correct_extension_refuses_a_shape_it_does_not_know(args) -> None:
     ext = Extension(EXTENSION, sources=["x.cpp"])
     ext.extra_compile_args = args
     with pytest.raises(ShimError, match=r"cannot correct flash-attn 2\.8\.3"):
         correct_extension(ext, make_settings())
+
+
+# --- the torch pin in the wheel's metadata -------------------------------------------------
+
+PIN_TABLE = [
+    (["torch", "einops"], "2.9.1+cu128", ["torch==2.9.*", "einops"], "torch"),
+    (["einops", "torch>=2.0", "packaging"], "2.14.1", ["torch==2.14.*", "einops", "packaging"], "torch>=2.0"),
+    ("torch\neinops  # comment\n\n", "2.13.0+cpu", ["torch==2.13.*", "einops"], "torch"),
+    (None, "2.11.0+cu130", ["torch==2.11.*"], "no torch"),
+    (["Torch; platform_system == 'Linux'", "ninja"], "2.10.0", ["torch==2.10.*", "ninja"], "Torch; platform_system"),
+]
+
+
+@pytest.mark.parametrize(("requires", "torch_version", "pinned", "asked"), PIN_TABLE)
+def test_pin_torch_requirement(requires, torch_version: str, pinned: list[str], asked: str) -> None:
+    got, line = pin_torch_requirement(requires, torch_version)
+    assert got == pinned
+    assert line.startswith(f"requires {pinned[0]} (setup.py asked for: {asked}")
+
+
+def test_the_pin_is_matched_by_the_torch_it_was_built_with_and_no_other() -> None:
+    from packaging.requirements import Requirement
+
+    spec = Requirement(torch_pin("2.9.1+cu128")).specifier
+    assert spec.contains("2.9.1+cu128") and spec.contains("2.9.0")
+    assert not spec.contains("2.10.0") and not spec.contains("2.8.0+cu128")
+
+
+def test_a_broken_requirement_is_refused() -> None:
+    with pytest.raises(ShimError, match="not a requirement"):
+        pin_torch_requirement(["torch>>2"], "2.9.1")
 
 
 # --- the environment the shim runs in ----------------------------------------------------
@@ -220,9 +347,10 @@ if os.environ.get("FLASH_ATTENTION_SKIP_CUDA_BUILD") != "TRUE":
         extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-gencode", "arch=compute_80,code=sm_80",
                                                      "--threads", "4"]},
     ))
-dist = setup(name="flash_attn", version="2.8.3", ext_modules=ext_modules)
+dist = setup(name="flash_attn", version="2.8.3", ext_modules=ext_modules, install_requires=["torch", "einops"])
 print("ABI-AT-SETUP", bool(torch._C._GLIBCXX_USE_CXX11_ABI))
 print("NVCC-FLAGS", dist.ext_modules[0].extra_compile_args["nvcc"])
+print("REQUIRES", dist.install_requires)
 """
 
 
@@ -249,7 +377,7 @@ def run_shim(
 @pytest.fixture
 def small_source(tmp_path: Path, system_torch: dict) -> tuple[Path, BuildSettings]:
     (tmp_path / "setup.py").write_text(SMALL_SETUP)
-    settings = make_settings(tmp_path, cxx11_abi=system_torch["abi"], archs=("90",))
+    settings = make_settings(tmp_path, cxx11_abi=system_torch["abi"], archs=("90",), torch=system_torch["version"])
     settings.write()
     return tmp_path, settings
 
@@ -261,7 +389,12 @@ def test_shim_corrects_a_small_setup_py(small_source, repo_root: Path) -> None:
     abi = settings.abi_define()
     assert f"[fa-images] {EXTENSION}: {abi}, archs 90 (setup.py asked for: arch=compute_80,code=sm_80)" in proc.stdout
     assert "flash_attn" in proc.stdout.splitlines()  # setup.py --name ran for real
-    assert f"NVCC-FLAGS ['-O3', '--threads', '4', '-gencode', 'arch=compute_90,code=sm_90', '{abi}']" in proc.stdout
+    std = f"-std={cxx_standard(settings.torch, torch_default_standard())[0]}"
+    nvcc = f"['-O3', '--threads', '4', '-gencode', 'arch=compute_90,code=sm_90', '{std}', '{abi}']"
+    assert f"NVCC-FLAGS {nvcc}" in proc.stdout
+    pin = torch_pin(settings.torch)
+    assert f"REQUIRES ['{pin}', 'einops']" in proc.stdout
+    assert f"; requires {pin} (setup.py asked for: torch)" in proc.stdout
 
 
 def test_shim_restores_the_abi_attribute_a_setup_py_flipped(small_source, repo_root: Path) -> None:
@@ -354,7 +487,11 @@ def test_shim_on_the_real_setup_py(
         f"(setup.py asked for: {ASKED_FOR_WHEN_80[version]})"
     )
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith(expected)]
-    assert line.endswith("sources, longest first (compile_costs.json)"), line
+    # the venv's torch 2.9 keeps flash-attn's c++17; the wheel pins it
+    assert "; -std=c++17 (torch 2.9 < 2.12: flash-attn's own c++17; setup.py asked for: -std=c++17)" in line
+    assert line.endswith(
+        "sources, longest first (compile_costs.json); requires torch==2.9.* (setup.py asked for: torch)"
+    ), line
     assert "flash_attn" in proc.stdout.splitlines()
 
 

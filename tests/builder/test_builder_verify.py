@@ -467,3 +467,109 @@ def test_abi_symbols_are_read_as_nm_reads_them(cpu_extension_wheels, this_torch,
         symbols = elf.undefined_dynamic_symbols(so)
         assert set(symbols) == expected
         assert verify._abi_from_symbols(symbols)[0] is abi
+
+
+# --- the glibc floor: symbol versions read from .gnu.version_r, as objdump reads them -------
+
+FLOOR_CU = """\
+#include <string>
+#include <stdexcept>
+__global__ void scale(float* x, float s) { x[threadIdx.x] *= s; }
+std::string launch(float* x, int n) {
+  if (n <= 0) throw std::runtime_error("n must be positive, got " + std::to_string(n));
+  scale<<<1, 32>>>(x, 2.f);
+  return std::to_string(n);
+}
+"""
+
+
+def objdump_needed(so: Path) -> dict[str, set[str]] | None:
+    """{library: versions} from `objdump -p`'s "Version References", or None without objdump."""
+    tool = shutil.which("objdump")
+    if tool is None:
+        return None
+    out = subprocess.run([tool, "-p", str(so)], capture_output=True, text=True, check=True).stdout
+    needed: dict[str, set[str]] = {}
+    library = None
+    for line in out.split("Version References:", 1)[-1].splitlines():
+        if m := re.match(r"\s+required from (\S+):$", line):
+            library = m.group(1)
+            needed[library] = set()
+        elif (m := re.match(r"\s+0x[0-9a-f]+ 0x[0-9a-f]+ \d+ (\S+)$", line)) and library:
+            needed[library].add(m.group(1))
+    return needed
+
+
+@pytest.fixture(scope="module")
+def nvcc_extension(tmp_path_factory) -> Path:
+    """A C++/CUDA shared library built by the system nvcc (static cudart, as nvcc links by default)."""
+    if not SYSTEM_CUDA13.exists():
+        pytest.skip("no system CUDA at /usr/local/cuda")
+    d = tmp_path_factory.mktemp("floor")
+    (d / "floor.cu").write_text(FLOOR_CU)
+    cmd = [str(SYSTEM_CUDA13), "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80"]
+    subprocess.run([*cmd, str(d / "floor.cu"), "-o", str(d / SO_NAME)], check=True, capture_output=True, text=True)
+    return d / SO_NAME
+
+
+def test_the_floor_of_an_nvcc_built_extension_is_read_as_objdump_reads_it(nvcc_extension: Path) -> None:
+    expected = objdump_needed(nvcc_extension)
+    if expected is None:
+        pytest.skip("no objdump here")
+    assert elf.needed_versions(nvcc_extension) == expected
+    assert {"libc.so.6", "libstdc++.so.6"} <= set(expected)
+    every = {v for versions in expected.values() for v in versions}
+    glibc, glibcxx = verify.glibc_floor(nvcc_extension)
+    assert glibc == max((v for v in every if re.fullmatch(r"GLIBC_[\d.]+", v)), key=elf.version_key)
+    assert glibcxx == max((v for v in every if re.fullmatch(r"GLIBCXX_[\d.]+", v)), key=elf.version_key)
+
+
+def test_inspect_shows_the_floor_and_this_host_meets_it(nvcc_extension: Path, tmp_path: Path, run_fa_images) -> None:
+    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl", {SO_NAME: nvcc_extension.read_bytes()})
+    proc = run_fa_images(["inspect", wheel, "--json", "--no-import"])
+    data, checks = json_checks(proc.stdout)
+    glibc, glibcxx = verify.glibc_floor(nvcc_extension)
+    assert (data["glibc_floor"], data["glibcxx_floor"]) == (glibc, glibcxx)
+    status, detail = checks["glibc floor"]
+    assert status == "pass", detail  # built on this host, so it loads here
+    assert detail.startswith(f"needs {glibc}, {glibcxx}; this host has {verify.host_glibc()}")
+
+
+@pytest.mark.slow
+def test_the_floor_of_a_torch_extension(cpu_extension_wheels, this_torch, tmp_path: Path) -> None:
+    """The extension built against torch (g++, through torch's BuildExtension), as objdump reads it."""
+    with zipfile.ZipFile(cpu_extension_wheels[True]) as zf:
+        (so_name,) = [n for n in zf.namelist() if n.startswith("flash_attn_2_cuda.")]
+        so = Path(zf.extract(so_name, tmp_path))
+    expected = objdump_needed(so)
+    if expected is None:
+        pytest.skip("no objdump here")
+    assert elf.needed_versions(so) == expected
+    assert verify.glibc_floor(so)[1] is not None  # it uses std::string: libstdc++ versions
+
+
+def test_an_nvcc_built_extension_is_tagged_with_its_policy_and_pip_takes_it(
+    nvcc_extension: Path, tmp_path: Path, run_fa_images
+) -> None:
+    """The floor of this host's build (static cudart, this g++) decides the tag; pip here installs it."""
+    from fa_images.builder import manylinux
+
+    policy, why = manylinux.policy_of(nvcc_extension)
+    assert policy is not None, why
+    record = f"{SO_NAME},,\nflash_attn-2.8.3.dist-info/METADATA,,\nflash_attn-2.8.3.dist-info/RECORD,,\n"
+    files = {SO_NAME: nvcc_extension.read_bytes(), "flash_attn-2.8.3.dist-info/RECORD": record.encode()}
+    wheel = make_wheel(tmp_path / "built", f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl", files)
+    lines: list[str] = []
+    tagged = manylinux.tag_wheel(wheel, lines.append)
+    assert tagged.name == f"flash_attn-2.8.3-{CP}-{CP}-{policy}_x86_64.whl", lines
+    _data, checks = json_checks(run_fa_images(["inspect", tagged, "--json", "--no-import"]).stdout)
+    assert checks["manylinux"] == ("pass", f"{policy} ({why})")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip = [sys.executable, "-m", "pip", "--isolated", "--python", str(venv / "bin" / "python"), "install"]
+    proc = subprocess.run(
+        [*pip, "--no-deps", "--no-index", "--find-links", str(tagged.parent), "flash-attn"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +69,19 @@ def wheel(built: Built) -> Path:
 
 
 def test_out_holds_exactly_one_wheel_its_manifest_and_index(built: Built, wheel: Path) -> None:
-    assert sorted(p.name for p in built.out.iterdir()) == sorted([wheel.name, "manifest.json", "simple"])
+    expected = [wheel.name, f"{wheel.name}.metadata", "manifest.json", "simple"]  # .metadata: PEP 658
+    assert sorted(p.name for p in built.out.iterdir()) == sorted(expected)
+
+
+def test_the_wheel_pins_the_torch_it_was_built_against(built: Built, wheel: Path, venv_torch: dict) -> None:
+    """The tiny setup.py asks for a bare `torch`, as flash-attn's does; the shim pins the series."""
+    series = ".".join(venv_torch["version"].split(".")[:2])
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = zf.read(meta).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert requires == [f"Requires-Dist: torch=={series}.*", "Requires-Dist: einops"]
+    assert (built.out / f"{wheel.name}.metadata").read_text() == metadata  # served beside it (PEP 658)
 
 
 def test_ninja_is_handed_the_longest_source_first(built: Built) -> None:
@@ -81,9 +95,12 @@ def test_ninja_is_handed_the_longest_source_first(built: Built) -> None:
     assert objects == ["tiny_attn_fwd.o", "flash_api.o"]
 
 
-def test_wheel_name_carries_the_local_label(wheel: Path, venv_torch: dict) -> None:
+def test_wheel_name_carries_the_local_label_and_the_manylinux_tag(built: Built, wheel: Path, venv_torch: dict) -> None:
     cp = venv_torch["cp"]
-    assert wheel.name == f"flash_attn-{DEFAULT_VERSION}+{LABEL}-{cp}-{cp}-linux_x86_64.whl"
+    (tag_line,) = [line for line in built.proc.stdout.splitlines() if line.startswith(f"{MILESTONE}platform tag ")]
+    platform = tag_line.split()[3].rstrip(":")  # the oldest policy the extension's imports allow
+    assert re.fullmatch(r"manylinux_2_\d+_x86_64", platform), tag_line
+    assert wheel.name == f"flash_attn-{DEFAULT_VERSION}+{LABEL}-{cp}-{cp}-{platform}.whl"
 
 
 def test_manifest_describes_the_wheel(built: Built, wheel: Path, venv_torch: dict) -> None:
@@ -107,7 +124,10 @@ def test_manifest_describes_the_wheel(built: Built, wheel: Path, venv_torch: dic
 def test_build_log_shows_the_correction_and_the_verdict(built: Built, wheel: Path) -> None:
     lines = built.proc.stdout.splitlines()
     shim = "[fa-images] flash_attn_2_cuda: -D_GLIBCXX_USE_CXX11_ABI=1, archs 80 (setup.py asked for: "
-    assert any(line.startswith(shim) for line in lines), built.proc.stdout[-4000:]
+    (line,) = [line for line in lines if line.startswith(shim)] or [built.proc.stdout[-4000:]]
+    # torch 2.9 keeps the tiny setup.py's own c++17; the bare torch requirement becomes a pin
+    assert "; -std=c++17 (torch 2.9 < 2.12: flash-attn's own c++17; setup.py asked for: -std=c++17)" in line
+    assert line.endswith("; requires torch==2.9.* (setup.py asked for: torch)"), line
     assert f"{wheel.name}: sound" in lines
     assert any(line.startswith(f"{MILESTONE}wheel {wheel}") for line in lines)  # shown live by `build`
 
@@ -121,6 +141,8 @@ def test_inspect_passes_without_a_gpu(wheel: Path, venv_python: str, run_fa_imag
     assert all(status == "pass" for status, _d in checks.values()), checks
     assert checks["import"] == ("pass", f"imports next to torch {venv_torch['version']}")
     assert (data["cubin_archs"], data["ptx_archs"], data["cxx11_abi"]) == (["80"], [], True)
+    series = ".".join(venv_torch["version"].split(".")[:2])
+    assert checks["torch pin"] == ("pass", f"requires torch=={series}.*, as its label")
 
 
 def test_inspect_names_archs_the_wheel_lacks(wheel: Path, venv_python: str, run_fa_images) -> None:

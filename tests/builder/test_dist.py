@@ -14,7 +14,9 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from urllib.parse import quote as quote_plus
 
 import pytest
 from test_builder_verify import CP, PY, SO_NAME, make_wheel, nvcc_shared_library
@@ -290,3 +292,145 @@ def test_a_foreign_manifest_is_one_clear_error(tmp_path: Path, content: object, 
 def test_merge_of_a_missing_folder_is_bad_input(tmp_path: Path, run_fa_images) -> None:
     proc = run_fa_images(["dist", "merge", tmp_path / "nope"])
     assert proc.returncode == 2 and "is not a directory" in proc.stderr
+
+
+# --- PEP 658 metadata and the torch pin, against pip and uv over HTTP ---------------------
+# Small real wheels, no compile: flash-attn-shaped wheels whose METADATA pins torch the way the
+# shim writes it, and stand-in "torch" wheels in a local find-links folder, so no network is used.
+
+PINNED = {"2.13": "2.8.3+cu130torch2.13cxx11abitrue", "2.14": "2.8.3+cu130torch2.14cxx11abitrue"}
+
+
+def metadata_text(name: str, version: str, requires: list[str]) -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    return "\n".join([*lines, *(f"Requires-Dist: {r}" for r in requires)]) + "\n\nA long README.\n"
+
+
+def installable_wheel(dest: Path, filename: str, metadata: str, files: dict[str, bytes]) -> Path:
+    """A wheel zip pip and uv install: the files, METADATA, WHEEL and RECORD."""
+    name, version, *_ = filename.split("-")
+    info = f"{name}-{version}.dist-info"
+    tag = "-".join(filename.removesuffix(".whl").split("-")[-3:])
+    files = {
+        **files,
+        f"{info}/METADATA": metadata.encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+    }
+    files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in [*files, f"{info}/RECORD"]).encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest / filename, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arcname, data in files.items():
+            zf.writestr(arcname, data)
+    return dest / filename
+
+
+def pinned_wheel(dest: Path, series: str) -> Path:
+    version = PINNED[series]
+    metadata = metadata_text("flash_attn", version, [f"torch=={series}.*", "einops"])
+    return installable_wheel(dest, wheel_name(version), metadata, {"flash_attn/__init__.py": b"# pinned\n"})
+
+
+@pytest.fixture(scope="module")
+def pinned_dist(tmp_path_factory) -> tuple[Path, Path]:
+    """(dist/ holding flash-attn wheels pinned to torch 2.13 and 2.14, a find-links folder of
+    stand-in torch 2.13.0 and 2.14.0 and einops)."""
+    root = tmp_path_factory.mktemp("pinned")
+    wheels = [pinned_wheel(root / "staging", series) for series in PINNED]
+    out = root / "dist"
+    dist.add_wheels(out, [dist.Incoming(w, record_for(w), "test") for w in wheels], move=True)
+    links = root / "links"
+    for name, version in [("torch", "2.13.0"), ("torch", "2.14.0"), ("einops", "0.8.1")]:
+        installable_wheel(
+            links, f"{name}-{version}-py3-none-any.whl", metadata_text(name, version, []), {f"{name}.py": b""}
+        )
+    return out, links
+
+
+@pytest.fixture
+def served(pinned_dist: tuple[Path, Path]):
+    """dist/ over HTTP on 127.0.0.1, with the paths every request asked for."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    requested: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            requested.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(pinned_dist[0])))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/", requested
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_index_serves_each_wheels_metadata_with_its_hash(pinned_dist: tuple[Path, Path]) -> None:
+    out, _links = pinned_dist
+    page = (out / "simple" / "flash-attn" / "index.html").read_text()
+    for version in PINNED.values():
+        name = wheel_name(version)
+        served_metadata = (out / f"{name}.metadata").read_bytes()
+        with zipfile.ZipFile(out / name) as zf:
+            assert served_metadata == zf.read(f"flash_attn-{version}.dist-info/METADATA")
+        digest = hashlib.sha256(served_metadata).hexdigest()
+        (anchor,) = [a for a in re.findall(r"<a [^>]*>", page) if quote_plus(name) in a]
+        assert f'data-dist-info-metadata="sha256={digest}"' in anchor
+        assert f'data-core-metadata="sha256={digest}"' in anchor
+
+
+def test_a_wheel_without_metadata_gets_no_metadata_attributes(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "staging", wheel_name(PINNED["2.13"]), {"x": b""}, metadata_version=None)
+    dist.add_wheels(tmp_path / "dist", [dist.Incoming(wheel, record_for(wheel), "test")], move=True)
+    page = (tmp_path / "dist" / "simple" / "flash-attn" / "index.html").read_text()
+    assert "data-core-metadata" not in page and not list((tmp_path / "dist").glob("*.metadata"))
+
+
+def resolve(installer: str, tmp_path: Path, index: str, links: Path, *specs: str, dry_run: bool) -> tuple[Path, str]:
+    python = fresh_venv(tmp_path / "venv")
+    args = ["--index-url", index, "--find-links", str(links), *(["--dry-run"] if dry_run else []), *specs]
+    if installer == "pip":
+        cmd = [sys.executable, "-m", "pip", "--isolated", "--python", str(python), "install", "--no-cache-dir", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")} | {
+            "UV_CACHE_DIR": str(tmp_path / "uv-cache")
+        }
+        cmd = [shutil.which("uv") or "uv", "pip", "install", "--no-config", "--python", str(python), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return python, ("" if proc.returncode == 0 else f"FAILED {proc.returncode}\n") + proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_the_right_torch_resolves_reading_only_metadata(installer: str, served, pinned_dist, tmp_path: Path) -> None:
+    index, requested = served
+    _python, out = resolve(installer, tmp_path, index, pinned_dist[1], "flash-attn", "torch==2.14.0", dry_run=True)
+    assert not out.startswith("FAILED"), out
+    assert PINNED["2.14"] in out and PINNED["2.13"] not in out
+    wanted = quote_plus(wheel_name(PINNED["2.14"]))
+    assert f"/{wanted}.metadata" in requested, requested
+    assert not [p for p in requested if p.endswith(".whl")], f"a wheel was downloaded to read its metadata: {requested}"
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_wheel_pinned_to_another_torch_is_passed_over(installer: str, served, pinned_dist, tmp_path: Path) -> None:
+    """torch 2.13: the newer 2.14 wheel is refused from its metadata alone, the 2.13 one installed."""
+    index, requested = served
+    python, out = resolve(installer, tmp_path, index, pinned_dist[1], "flash-attn", "torch==2.13.0", dry_run=False)
+    assert not out.startswith("FAILED"), out
+    assert installed_version(python) == PINNED["2.13"]
+    wrong = quote_plus(wheel_name(PINNED["2.14"]))
+    assert f"/{wrong}" not in requested, f"the wheel for torch 2.14 was downloaded: {requested}"
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_only_a_wheel_for_another_torch_is_refused(installer: str, served, pinned_dist, tmp_path: Path) -> None:
+    index, _requested = served
+    spec = f"flash-attn=={PINNED['2.14']}"
+    _python, out = resolve(installer, tmp_path, index, pinned_dist[1], spec, "torch==2.13.0", dry_run=True)
+    assert out.startswith("FAILED"), out
+    assert re.search(r"torch *(==|>=) *2\.14", out), out  # the pin is named, whichever installer

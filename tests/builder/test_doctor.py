@@ -136,6 +136,11 @@ def test_doctor_passes_the_right_abi_extension_and_names_a_missing_dependency(pl
     code, report = doctor(run_fa_images, env={"PYTHONPATH": str(planted[True])})
     found = findings(report)
     assert found["flash-attn C++ ABI"]["status"] == "ok"
+    # built here, so this host meets its glibc floor; the floor is in the facts
+    floor = found["flash-attn glibc floor"]
+    assert floor["status"] == "ok" and floor["detail"].startswith("needs GLIBC_2."), floor
+    facts = report["facts"]["flash_attn"]
+    assert facts["glibc_floor"].startswith("GLIBC_2.") and facts["glibcxx_floor"].startswith("GLIBCXX_3.4")
     assert found["flash-attn import"]["status"] == "ok"
     # Upstream modules this small package lacks are a warning; a missing dependency is a failure.
     assert found["import flash_attn.modules.mha"]["status"] == "warn"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -156,14 +157,16 @@ def test_wheel_is_exported_verified_and_recorded(project, first_build):
     _, entries = first_build
     good = entries[entry_id(GOOD)]
     wheel = Path(good["wheel"])
-    assert wheel.parent == (project.dir / "dist").resolve() and wheel.name.endswith("-cp311-cp311-linux_x86_64.whl")
+    assert wheel.parent == (project.dir / "dist").resolve() and re.search(
+        r"-cp311-cp311-manylinux_2_\d+_x86_64\.whl$", wheel.name
+    ), wheel.name  # tagged by its glibc floor (Debian bookworm's builder base)
     assert "+cu128torch2.9cxx11abitrue" in wheel.name
     assert sha256_of(wheel) == good["wheel_sha256"]
     manifest = json.loads((project.dir / "dist" / "manifest.json").read_text())["wheels"][wheel.name]
     assert manifest["sha256"] == good["wheel_sha256"] and manifest["entry"] == entry_id(GOOD)
     update = Path(entries[entry_id(UPDATE)]["wheel"]).name
     assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted(
-        [wheel.name, update, "manifest.json", "simple"]
+        [wheel.name, update, f"{wheel.name}.metadata", f"{update}.metadata", "manifest.json", "simple"]
     )
     # The same verifier a user runs: with the torch it was built for, it must also import.
     venv_python = toolchain.torch_venv() / "bin" / "python"

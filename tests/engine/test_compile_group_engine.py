@@ -10,6 +10,7 @@ the same shape: one CUDA kernel (no Python.h) and one C++ file that binds it to 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -89,7 +90,7 @@ def test_both_entries_build_and_pass_their_checks(group_build) -> None:
         result = results[entry_id(python)]
         assert (result["status"], result["check"]) == ("ok", "passed"), result
         tag = f"cp{python.replace('.', '')}"
-        assert Path(result["wheel"]).name.endswith(f"-{tag}-{tag}-linux_x86_64.whl")
+        assert re.search(rf"-{tag}-{tag}-manylinux_2_\d+_x86_64\.whl$", Path(result["wheel"]).name), result["wheel"]
 
 
 def test_the_first_python_compiles_the_kernel_and_the_second_takes_it_from_the_cache(group_build) -> None:

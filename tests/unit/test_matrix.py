@@ -1289,3 +1289,17 @@ def test_compile_groups_join_entries_that_differ_only_in_python(default_matrix: 
         "fa2.8.3-torch2.9.1-cu128-sm80_90": ["fa2.8.3-py3.10-torch2.9.1-cu128"],
     }
     assert all(e.summary()["group"] == e.compile_group for e in default_matrix.entries)
+
+
+def test_torch_2_15_plans_on_its_default_cuda_13_2(tmp_path: Path) -> None:
+    """torch 2.15.0's PyPI default is CUDA 13.2; the table knows 13.2 (cited in compat.yaml), so it plans."""
+    m = load(tmp_path, '{entries: [{python: "3.12", torch: "2.15.0", flash_attn: "2.8.3", target: H100}]}')
+    (entry,) = m.entries
+    assert (entry.id, entry.cuda, entry.cuda_release, entry.cxx11_abi) == (
+        "fa2.8.3-py3.12-torch2.15.0-cu132",
+        "13.2",
+        "13.2.1",
+        True,
+    )
+    assert entry.devel_image == "nvidia/cuda:13.2.1-devel-ubuntu22.04"
+    assert m.compat.cuda["13.2"].min_driver == "580"  # CUDA 13.x: driver >= 580 (minor version compatibility)
