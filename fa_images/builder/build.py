@@ -188,6 +188,8 @@ def compile_wheel(
         )
     elapsed = time.monotonic() - started
     wheels = sorted(dist.glob("*.whl"))
+    # Tagged before it is verified: the verifier checks the manylinux tag against the extension.
+    wheels = [manylinux.tag_wheel(wheels[0], log)] if len(wheels) == 1 else wheels
     report = accept_wheel(
         wheels,
         expect_python=settings.python,
@@ -196,8 +198,8 @@ def compile_wheel(
         log=log,
         python=python,
     )
-    wheel = manylinux.tag_wheel(wheels[0], log)
-    record = wheel_record(settings, wheel, report.sha256 if wheel == wheels[0] else source.sha256_of(wheel), elapsed)
+    wheel = wheels[0]
+    record = wheel_record(settings, wheel, report.sha256, elapsed)
     (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheel, record, "this build")], move=True, log=log)
     shutil.rmtree(dist, ignore_errors=True)
     log(f"{MILESTONE}wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")

@@ -214,7 +214,16 @@ def test_a_sound_small_wheel_passes_all_but_import(kernel_so: Path, tmp_path: Pa
     wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_x86_64.whl", {SO_NAME: kernel_so.read_bytes()})
     report = inspect_wheel(wheel, expect_python=PY, expect_archs=("80", "90"), import_check=False)
     assert report.ok, report.lines()
-    assert [c.name for c in report.checks] == ["platform tag", "metadata", "extension", "C++ ABI", "GPU code"]
+    assert [c.name for c in report.checks] == [
+        "platform tag",
+        "metadata",
+        "torch pin",
+        "extension",
+        "C++ ABI",
+        "GPU code",
+        "glibc floor",
+        "manylinux",
+    ]
     assert (report.cubin_archs, report.ptx_archs) == (["80", "90"], ["90"])
 
 

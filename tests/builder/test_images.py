@@ -111,7 +111,8 @@ def test_builder_stage_has_what_every_setup_py_calls(setup_pys, tmp_path, python
         modules, programs = needs_of(setup_py)
         for module in modules - {"torch"}:
             assert DISTRIBUTIONS[module] in installed, (version, module)
-        assert f"torch=={torch} " in builder
+        assert stage(text, "torch").strip().endswith(f"torch=={torch}")
+        assert "COPY --from=torch /opt/venv /opt/venv\n" in builder  # compiled against that very torch
         for program in programs - PROVIDED_BY_THE_BASE:
             assert program == "git", (version, program)  # the only program besides nvcc
             assert re.search(r"apt-get install -y --no-install-recommends [^\n]*\bgit\b", builder), version
@@ -226,7 +227,7 @@ def test_system_python_needs_no_apt_when_the_base_has_git(tmp_path) -> None:
         'bases: {python: system}\nentries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}\n',
     )
     builder = stage(render.render_entry(m, m.entries[0]), "builder")
-    assert " && if ! command -v git >/dev/null; then \\\n" in builder
+    assert "RUN if ! command -v git >/dev/null; then \\\n" in builder
     assert builder.count("apt-get update") == 1
 
 
