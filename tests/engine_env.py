@@ -568,6 +568,15 @@ def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]
     return removed
 
 
+def remove_images(client: docker.DockerClient, repository: str) -> None:
+    """Untags every image of ``repository`` and deletes the dangling images left: the layers that
+    no other image uses are freed (a shared torch stage stays with the images still using it)."""
+    for image in client.images.list(name=repository):
+        for tag in image.tags:
+            client.images.remove(tag)
+    client.images.prune(filters={"dangling": True})
+
+
 def reap_leftovers(client: docker.DockerClient) -> None:
     """Stop and delete what a killed run left: its processes, containers, registry data and images.
 
@@ -1582,6 +1591,7 @@ __all__ = [
     "pypi_server",
     "python_standin",
     "reap_leftovers",
+    "remove_images",
     "remove_test_images",
     "run_build",
     "serve_directory",

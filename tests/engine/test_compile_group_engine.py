@@ -75,6 +75,8 @@ def group_build(tmp_path_factory, stock: engine_env.Stock):
     print(f"group build: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
     report = json.loads((root / "report.json").read_text())
     yield root, json.loads(plan.stdout), proc, {e["id"]: e for e in report["entries"]}
+    # Its second Python's torch stage is no other module's: freed now, not at the end of the run.
+    engine_env.remove_images(engine.client, "fa-images-test/flash-attn-group")
 
 
 def test_the_two_pythons_are_one_group(group_build) -> None:
