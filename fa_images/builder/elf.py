@@ -79,6 +79,17 @@ def _sections(data: mmap.mmap | bytes) -> list[Section]:
     return [Section(name(r[0]), r[1], r[4], r[5], r[6], r[9]) for r in raw]
 
 
+def _with_strings(data: mmap.mmap | bytes, kind: int, what: str) -> Iterator[tuple[Section, Section]]:
+    """Each section of type ``kind`` with the string table it links to (refused if it links to none)."""
+    sections = _sections(data)
+    for sec in sections:
+        if sec.type != kind:
+            continue
+        if sec.link >= len(sections):
+            raise ElfError(f"its {sec.name or what} section names no string table")
+        yield sec, sections[sec.link]
+
+
 @contextlib.contextmanager
 def _mapped(path: Path) -> Iterator[mmap.mmap]:
     """The file, mapped read-only; a regular file only (a FIFO would block, a device never end)."""
@@ -195,14 +206,8 @@ def needed_versions(path: Path) -> dict[str, set[str]]:
     E.g. ``{"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}, "libstdc++.so.6": {"GLIBCXX_3.4.29", ...}}``.
     """
     with _mapped(path) as data:
-        sections = _sections(data)
         needed: dict[str, set[str]] = {}
-        for sec in sections:
-            if sec.type != SHT_GNU_VERNEED:
-                continue
-            if sec.link >= len(sections):
-                raise ElfError(f"its {sec.name or 'version'} section names no string table")
-            strtab = sections[sec.link]
+        for sec, strtab in _with_strings(data, SHT_GNU_VERNEED, "version"):
             pos = 0
             for _vn_version, vn_cnt, vn_file, vn_aux, vn_next in _records(sec, 0, _VERNEED.size, 4, _VERNEED, data):
                 library = needed.setdefault(_string(data, strtab, vn_file), set())
@@ -217,14 +222,8 @@ def needed_versions(path: Path) -> dict[str, set[str]]:
 def defined_versions(path: Path) -> set[str]:
     """The symbol versions a library defines (``.gnu.version_d``), e.g. libstdc++'s GLIBCXX_3.4.x."""
     with _mapped(path) as data:
-        sections = _sections(data)
         defined: set[str] = set()
-        for sec in sections:
-            if sec.type != SHT_GNU_VERDEF:
-                continue
-            if sec.link >= len(sections):
-                raise ElfError(f"its {sec.name or 'version'} section names no string table")
-            strtab = sections[sec.link]
+        for sec, strtab in _with_strings(data, SHT_GNU_VERDEF, "version"):
             pos = 0
             for fields in _records(sec, 0, _VERDEF.size, 6, _VERDEF, data):
                 (name_at, _next) = _records(sec, pos + fields[5], _VERDAUX.size, 1, _VERDAUX, data)[0]
@@ -254,14 +253,8 @@ _DYN = struct.Struct("<qQ")  # d_tag, d_val
 def needed_libraries(path: Path) -> list[str]:
     """The DT_NEEDED names of the file's dynamic section: the libraries the loader must find."""
     with _mapped(path) as data:
-        sections = _sections(data)
         names: list[str] = []
-        for sec in sections:
-            if sec.type != SHT_DYNAMIC:
-                continue
-            if sec.link >= len(sections):
-                raise ElfError(f"its {sec.name or 'dynamic'} section names no string table")
-            strtab = sections[sec.link]
+        for sec, strtab in _with_strings(data, SHT_DYNAMIC, "dynamic"):
             for i in range(sec.size // _DYN.size):
                 tag, value = _DYN.unpack_from(data, sec.offset + i * _DYN.size)
                 if tag == 0:  # DT_NULL ends the table
