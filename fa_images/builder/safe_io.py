@@ -144,11 +144,11 @@ class OutputDir:
                     os.fchmod(out, mode)
                 finally:
                     os.close(out)
-                os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp, dir_fd=fd)
                 raise
+            _rename_in(fd, tmp, parts[-1])
         return self.path.joinpath(*parts)
 
     def write_bytes(self, rel: Rel, data: bytes, *, mode: int = 0o644) -> Path:
@@ -183,12 +183,7 @@ class OutputDir:
                 tmp = _temp_name(parts[-1])
                 os.chmod(source, mode)
                 os.replace(source, tmp, dst_dir_fd=fd)
-                try:
-                    os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
-                except BaseException:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(tmp, dir_fd=fd)
-                    raise
+                _rename_in(fd, tmp, parts[-1])
                 return self.path.joinpath(*parts)
         final = self.copy_in(rel, source, mode=mode)
         with contextlib.suppress(FileNotFoundError):
@@ -269,6 +264,16 @@ class OutputDir:
                 return sorted(os.listdir(fd))
         except FileNotFoundError:
             return []
+
+
+def _rename_in(fd: int, tmp: str, name: str) -> None:
+    """Renames ``tmp`` over ``name`` inside the directory ``fd``; a failed rename leaves no ``tmp``."""
+    try:
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=fd)
+        raise
 
 
 def _temp_name(name: str) -> str:
