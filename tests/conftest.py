@@ -27,6 +27,22 @@ REAL_SDISTS = {
 }
 
 
+# The engine tier shares one engine for the whole run (tests/engine/conftest.py), so its modules
+# are one group for pytest-xdist: one worker, in order. Every other module is a group of its own,
+# so its module fixtures (a compile, a venv) are made once, on one worker.
+ENGINE_TIER = "engine"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        engine = item.path.parent.name == ENGINE_TIER
+        item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
+    # The longest group first, so the other worker takes the rest beside it (a stable sort keeps
+    # the engine tier's own order).
+    items.sort(key=lambda item: item.path.parent.name != ENGINE_TIER)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

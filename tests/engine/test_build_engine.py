@@ -281,13 +281,13 @@ def test_an_image_around_a_wheel_that_exists_compiles_nothing(project, first_bui
 
 
 def test_push_without_a_login_fails_the_entry_and_says_how_to_log_in(project, first_build):
+    """The first build's entry, up to date: the push still runs (and fails), nothing is rebuilt."""
     matrix = project.matrix("nologin.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD])
     empty_config = project.dir / "no-docker-config"
     empty_config.mkdir()
     env = {**project.env, "DOCKER_CONFIG": str(empty_config)}
     proc = subprocess.run(
-        [sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--push"]
-        + ["--report", "nologin.json", "--dist", "dist-nologin"],
+        [sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--push", "--report", "nologin.json"],
         cwd=project.dir,
         env=env,
         capture_output=True,
@@ -299,7 +299,7 @@ def test_push_without_a_login_fails_the_entry_and_says_how_to_log_in(project, fi
     assert entry["status"] == "failed" and entry["failed_step"] == "push", entry
     assert "no basic auth credentials" in entry["error"]
     assert f"docker login {project.registry}" in entry["error"] and "Traceback" not in proc.stderr
-    assert entry["wheel"], "the wheel built before the push is kept"
+    assert entry["up_to_date"] is True and entry["wheel"], "the wheel in dist/ is kept"
 
 
 def test_a_second_build_with_nothing_changed_builds_nothing(project, first_build):
@@ -335,6 +335,7 @@ def test_unreachable_registry_fails_the_entry(project, first_build):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert entry["status"] == "failed" and entry["failed_step"] == "push" and entry["pushed"] is None
     assert "push of" in entry["error"] and unreachable in entry["error"]
+    assert Path(entry["wheel"]).is_file(), "the wheel built before the push is kept"
     project.client.images.remove(entry["image"])  # only a tag: the layers are the first build's
 
 
