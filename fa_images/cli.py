@@ -303,6 +303,29 @@ def cmd_export_bake(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_slurm(args: argparse.Namespace) -> int:
+    from .outputs.exports import slurm
+
+    m = _load(args)
+    opts = slurm.SlurmOptions(
+        shards=args.shards,
+        cpus=args.cpus,
+        setup=args.setup,
+        partition=args.partition,
+        account=args.account,
+        time=args.time,
+        cache_dir=args.cache_dir,
+        work_dir=args.work_dir,
+        sources_dir=args.sources_dir,
+        python=args.python,
+    )
+    paths = slurm.export(m.select(args.only), args.out_dir, opts)
+    for path in paths:
+        print(f"wrote {path}")
+    print(f"submit with: {args.out_dir / 'submit.sh'} (the directory must be on storage every node shares)")
+    return 0
+
+
 def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     dist = sub.add_parser(
@@ -324,7 +347,7 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     export = sub.add_parser(
         "export",
-        help="write the plan for another build farm (GitHub Actions, buildx bake)",
+        help="write the plan for another build farm (GitHub Actions, Slurm, buildx bake)",
         epilog=EXPORT_EXAMPLES,
         formatter_class=fmt,
     )
@@ -370,6 +393,66 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     )
     gh.set_defaults(func=cmd_export_github)
 
+    sl = export_sub.add_parser(
+        "slurm",
+        help="Slurm batch scripts: an array job per entry or per shard, then a job that links and merges",
+        epilog=SLURM_EXAMPLES,
+        formatter_class=fmt,
+    )
+    _matrix_args(sl)
+    sl.add_argument("--only", nargs="+", metavar="ID", help="just these entries")
+    sl.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("slurm"),
+        metavar="DIR",
+        help="where the scripts go and the jobs run; on shared storage (default: slurm/)",
+    )
+    sl.add_argument(
+        "--shards",
+        type=builder_cli.positive,
+        default=1,
+        metavar="N",
+        help="split each compile group's kernels over N array tasks (wheel --shard I/N), then link each entry "
+        "from the shared cache (default: 1, one task per entry)",
+    )
+    sl.add_argument(
+        "--cpus",
+        type=builder_cli.positive,
+        default=16,
+        metavar="N",
+        help="CPUs per task (default: 16); the memory asked for follows the builder's sizing (about 5 GiB "
+        "per nvcc thread)",
+    )
+    sl.add_argument(
+        "--setup",
+        default="",
+        metavar="SHELL",
+        help="one line of shell each job runs first, e.g. 'module load cuda/12.8; source env/bin/activate'; "
+        "written shell-quoted and run with eval; FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
+        "FA_IMAGES_CUDA are set for it",
+    )
+    sl.add_argument("--partition", metavar="NAME", help="sbatch --partition")
+    sl.add_argument("--account", metavar="NAME", help="sbatch --account")
+    sl.add_argument("--time", default="4:00:00", metavar="LIMIT", help="sbatch --time per job (default: 4:00:00)")
+    sl.add_argument(
+        "--cache-dir",
+        metavar="ABS_DIR",
+        help="the compiler cache on shared storage, one subdir per compile group (default: cache/ in --out-dir)",
+    )
+    sl.add_argument(
+        "--work-dir",
+        default="/tmp/fa-images-slurm",
+        metavar="ABS_DIR",
+        help="node-local scratch, the same path on every node: shards and link must compile under one path "
+        "(default: /tmp/fa-images-slurm)",
+    )
+    sl.add_argument("--sources-dir", metavar="ABS_DIR", help="sdists for nodes without the index (wheel --sources-dir)")
+    sl.add_argument(
+        "--python", default="python", metavar="EXE", help="the Python with fa-images, after --setup (default: python)"
+    )
+    sl.set_defaults(func=cmd_export_slurm)
+
     bk = export_sub.add_parser(
         "bake", help="a docker-bake.json with each entry's build context", epilog=EXPORT_EXAMPLES, formatter_class=fmt
     )
@@ -382,6 +465,21 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     bk.add_argument("--cache-to", action="append", metavar="SPEC", help="e.g. type=registry,ref=REG/cache,mode=max")
     bk.set_defaults(func=cmd_export_bake)
 
+
+SLURM_EXAMPLES = """\
+examples:
+  fa-images export slurm --out-dir /nfs/fa-build --shards 4 --cpus 16 --partition cpu \\
+      --setup 'module load cuda/12.8; source /nfs/envs/py312/bin/activate' && /nfs/fa-build/submit.sh
+
+Each compile group's kernels are split over 4 array tasks (16 CPUs and the memory the builder's
+sizing needs for them, no GPU); a job after them links every entry from the shared compiler cache,
+verifies it and merges the wheels into /nfs/fa-build/dist. A shard that failed or was killed
+fails the link job with its name, and no wheel of that entry is made.
+
+protected: partition, account, time and paths are checked against their grammar and written
+bare; --setup is free text: written shell-quoted and run with eval, so it cannot change the
+script around it. The scripts are written atomically into --out-dir, never through a symlink.
+"""
 
 DOCTOR_EXAMPLES = """\
 examples:

@@ -7,6 +7,7 @@ setup.py through the shim, then hands the wheel to the verifier before accepting
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -21,8 +22,9 @@ from . import dist as dist_dir
 from . import environment, manylinux, source
 from .compiler_cache import CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE
-from .errors import BuildFailed
+from .errors import BuildFailed, UsageError
 from .settings import BuildSettings, local_version_label
+from .shards import Shard, check_shards_done, write_record
 from .verify import accept_wheel
 
 # gcc/nvcc diagnostics ("x.cu:1:2: error: ...", "fatal error: ..."), not setuptools' traceback.
@@ -133,12 +135,23 @@ def compile_wheel(
     *,
     python: str = sys.executable,
     cache_dir: Path | None = None,
+    shard: Shard | None = None,
+    after_shards: Path | None = None,
     log=print,
-) -> Path:
+) -> Path | None:
     """Compiles, verifies and moves the wheel into ``out_dir`` with a manifest beside it.
 
-    With ``cache_dir``, nvcc runs through a compiler cache there (see compiler_cache).
+    With ``cache_dir``, nvcc runs through a compiler cache there (see compiler_cache). With
+    ``shard``, only that shard's kernels are compiled into the cache, and ``out_dir`` gets the
+    shard's record instead of a wheel (None is returned). With ``after_shards``, every shard
+    recorded there must have finished from these inputs before anything is compiled (shards.py).
     """
+    if (shard or after_shards) and cache_dir is None:
+        raise UsageError("--shard and --after-shards need --compiler-cache: the kernels travel through it")
+    shard_count = check_shards_done(after_shards, settings) if after_shards else None
+    if shard is not None:
+        settings = dataclasses.replace(settings, shard=shard.index, shards=shard.count)
+        settings.write()  # the shim reads the shard from the settings file
     torch = environment.probe_torch(python)
     nvcc = environment.probe_nvcc()
     environment.check_toolchain(torch, nvcc)
@@ -163,6 +176,7 @@ def compile_wheel(
     started = time.monotonic()
     tail: list[str] = []
     compiler_errors: list[str] = []
+    shard_lines: list[str] = []
     cache = CompilerCache(cache_dir, basedirs=(torch.site_packages,)) if cache_dir else None
     running: AbstractContextManager[dict[str, str]] = cache.running(nvcc.path, log=log) if cache else nullcontext({})
     with running as cache_env:
@@ -174,11 +188,18 @@ def compile_wheel(
             for line in proc.stdout:
                 sys.stdout.write(line)
                 tail = (tail + [line.rstrip()])[-30:]
+                if line.startswith(f"{MILESTONE}shard "):
+                    shard_lines.append(line.rstrip())
                 if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
                     compiler_errors.append(line.strip())
         stats = cache.stats(cache_env) if cache else None
     if stats is not None:
         log(stats.line())
+        if shard_count and stats.misses:
+            log(
+                f"{MILESTONE}warning: {stats.misses} kernels were not in the cache after {shard_count} shards: "
+                "the shards ran with other paths or flags (same --work-dir and --compiler-cache?)"
+            )
     if proc.returncode != 0:
         why = next((t for t in reversed(tail) if f"{MILESTONE}error" in t), None)
         if why is None and compiler_errors:
@@ -187,6 +208,12 @@ def compile_wheel(
             why or f"setup.py bdist_wheel exited with {proc.returncode}; last lines:\n  " + "\n  ".join(tail[-12:])
         )
     elapsed = time.monotonic() - started
+    if shard is not None:
+        kernels = shard_kernels(shard_lines)
+        done = write_record(out_dir, shard, kernels, settings)
+        log(f"{MILESTONE}shard {shard}: {len(kernels)} kernels in the cache in {elapsed:.0f} s; no wheel ({done})")
+        shutil.rmtree(dist, ignore_errors=True)
+        return None
     wheels = sorted(dist.glob("*.whl"))
     # Tagged before it is verified: the verifier checks the manylinux tag against the extension.
     wheels = [manylinux.tag_wheel(wheels[0], log)] if len(wheels) == 1 else wheels
@@ -204,6 +231,14 @@ def compile_wheel(
     shutil.rmtree(dist, ignore_errors=True)
     log(f"{MILESTONE}wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
     return final
+
+
+def shard_kernels(lines: list[str]) -> list[str]:
+    """The kernels the shim says this shard compiled (its milestone line)."""
+    for line in lines:
+        if line.startswith(f"{MILESTONE}shard ") and " kernels:" in line:
+            return line.split(" kernels:", 1)[1].split()
+    return []
 
 
 def wheel_record(settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> dist_dir.WheelRecord:

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import build, compiler_cache, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
+from .shards import Shard, parse_shard
 from .untrusted import shown
 from .verify import inspect_wheel
 
@@ -26,6 +27,10 @@ examples:
   fa-images wheel --flash-attn 2.8.3 --archs 80 --out dist/
       build for A10G/L4/A100 (sm_86 and sm_89 run the sm_80 kernels)
   fa-images wheel --sdist flash_attn-2.8.3.tar.gz --archs 80,90 --ptx --out dist/
+  fa-images wheel --flash-attn 2.8.3 --archs 90 --compiler-cache /shared/cache --work-dir /scratch \\
+      --shard 2/3 --out /shared/shards      one of three machines' part of the kernels (no wheel)
+  fa-images wheel --flash-attn 2.8.3 --archs 90 --compiler-cache /shared/cache --work-dir /scratch \\
+      --after-shards /shared/shards --out dist/     link: every kernel from the cache
   fa-images wheel --flash-attn 2.6.3 --archs 90 --out dist/ --prepare-only --json
       fetch, unpack and show the settings without compiling (no GPU, no nvcc needed)
 
@@ -62,6 +67,13 @@ def _archs(text: str) -> tuple[str, ...]:
         return parse_archs(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard ")) from None
 
 
 def positive(text: str) -> int:
@@ -129,6 +141,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "flash-attn, torch, CUDA and archs takes every kernel from there and compiles only the "
         "Python-specific part (needs sccache on PATH; the scratch dir gets a fixed name)",
     )
+    shard = wheel.add_mutually_exclusive_group()
+    shard.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="compile only the I-th of N subsets of the kernels (balanced by compile_costs.json, longest "
+        "first) into --compiler-cache, and make no wheel: --out gets shard-I-of-N.json once it is done. "
+        "Run N of them on N machines with one shared cache and the same --work-dir, then one run with "
+        "--after-shards",
+    )
+    shard.add_argument(
+        "--after-shards",
+        type=Path,
+        metavar="DIR",
+        help="the final run after the shards: refuse (exit 5) unless every shard-I-of-N.json is in DIR "
+        "and was built from these inputs, then take every kernel from --compiler-cache, compile the "
+        "Python-specific part, link and verify",
+    )
     wheel.add_argument(
         "--keep-work", action="store_true", help="keep the scratch dir for debugging (its path is printed)"
     )
@@ -182,6 +212,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_wheel(args: argparse.Namespace) -> int:
     if args.json and not args.prepare_only:
         raise UsageError("--json goes with --prepare-only")
+    if (args.shard or args.after_shards) and not args.compiler_cache:
+        flag = "--shard" if args.shard else "--after-shards"
+        raise UsageError(f"{flag} needs --compiler-cache: the kernels reach the final run through it")
     if args.work_dir is not None:
         try:
             args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -215,7 +248,13 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             where = settings.source_dir if args.keep_work else f"flash-attn {settings.flash_attn} (not kept)"
             print(settings.to_json() if args.json else f"prepared {where}")
             return 0
-        build.compile_wheel(settings, args.out, cache_dir=args.compiler_cache and args.compiler_cache.resolve())
+        build.compile_wheel(
+            settings,
+            args.out,
+            cache_dir=args.compiler_cache and args.compiler_cache.resolve(),
+            shard=args.shard,
+            after_shards=args.after_shards,
+        )
     return 0
 
 

@@ -153,33 +153,73 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+_ROOT_PAIRS = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+_V2_BASES = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")  # unified: a hybrid v1/v2 host
+
+
+def _own_cgroups(controller: str) -> list[str]:
+    """This process's cgroup directories for ``controller`` and each of their parents, deepest first.
+
+    A container sees its own cgroup as the root; a batch job does not: Slurm's task/cgroup puts
+    each job in a cgroup below the root with no namespace of its own, so the root's files say
+    nothing about the job's allocation (``/proc/self/cgroup`` names where it is).
+    """
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return []
+    dirs: list[str] = []
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _id, controllers, path = fields
+        if controllers == "":
+            bases = list(_V2_BASES)
+        elif controller in controllers.split(","):
+            bases = [f"/sys/fs/cgroup/{controller}"]
+        else:
+            continue
+        parts = [p for p in path.split("/") if p and p not in (".", "..")]
+        dirs += [f"{base}/{'/'.join(parts[:depth])}" for depth in range(len(parts), 0, -1) for base in bases]
+    return dirs
+
+
+def _memory_pairs() -> list[tuple[str, str]]:
+    """(limit file, usage file) of every cgroup whose limit applies to this process."""
+    pairs = list(_ROOT_PAIRS)
+    for directory in _own_cgroups("memory"):
+        pairs.append((f"{directory}/memory.max", f"{directory}/memory.current"))
+        pairs.append((f"{directory}/memory.limit_in_bytes", f"{directory}/memory.usage_in_bytes"))
+    return pairs
+
+
 def available_memory() -> int:
-    """Bytes this process may still use: MemAvailable, capped by the cgroup's headroom."""
+    """Bytes this process may still use: MemAvailable, capped by every cgroup's headroom above it."""
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
     match = re.search(r"MemAvailable:\s+(\d+) kB", meminfo)
     available = int(match.group(1)) * 1024 if match else 16 * GIB
-    cgroup_pairs = (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    )
-    for limit_file, usage_file in cgroup_pairs:
+    for limit_file, usage_file in _memory_pairs():
         limit = _read_int(Path(limit_file))
         if limit is not None and limit < 1 << 60:  # v1 reports "no limit" as a huge number
             usage = _read_int(Path(usage_file)) or 0
             available = min(available, max(limit - usage, 0))
-            break
     return available
 
 
 def available_cpus() -> int:
-    """CPUs this process may use: affinity, capped by a cgroup v2 CPU quota."""
+    """CPUs this process may use: affinity (a batch job's cpuset), capped by a cgroup v2 CPU quota."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cpus = min(cpus, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
+    for directory in ["/sys/fs/cgroup", *_own_cgroups("cpu")]:
+        try:
+            quota, period = Path(f"{directory}/cpu.max").read_text().split()
+            if quota != "max":
+                cpus = min(cpus, max(1, int(quota) // int(period)))
+        except (OSError, ValueError):
+            pass
     return cpus
 
 
@@ -215,3 +255,10 @@ def size_parallelism(
     why_jobs = f"min({cpus} CPUs / {threads}, {memory / GIB:.0f} GiB / ({threads} x 5 GiB))"
     reason = f"{jobs} jobs x {threads} nvcc threads ({why_threads}); " + ("MAX_JOBS given" if max_jobs else why_jobs)
     return Parallelism(max_jobs=jobs, nvcc_threads=threads, reason=reason)
+
+
+def job_request(*, cpus: int, targets: int = 1) -> tuple[Parallelism, int]:
+    """What a batch job of ``cpus`` CPUs needs for the build ``size_parallelism`` would run in it:
+    that sizing, and the memory to ask for (jobs x nvcc threads x BYTES_PER_NVCC_THREAD)."""
+    par = size_parallelism(targets=targets, cpus=cpus, memory=cpus * MAX_NVCC_THREADS * BYTES_PER_NVCC_THREAD)
+    return par, par.max_jobs * par.nvcc_threads * BYTES_PER_NVCC_THREAD

@@ -38,6 +38,9 @@ class BuildSettings:
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH for the wheel (SourceTree)
     parallelism: str = ""  # why MAX_JOBS and NVCC_THREADS are what they are, for the log
     warnings: tuple[str, ...] = field(default=())
+    # `wheel --shard I/N`: compile only the I-th of N subsets of the kernels, link nothing (shards.py).
+    shard: int = 0
+    shards: int = 0
 
     def gencode_flags(self) -> list[str]:
         """nvcc flags for exactly the requested archs, plus PTX of the newest for new GPUs."""

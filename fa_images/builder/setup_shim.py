@@ -29,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from .contract import EXIT_SHIM_REFUSED, MILESTONE
 from .settings import BuildSettings
+from .shards import Shard, kernels_of
 
 EXTENSION = "flash_attn_2_cuda"
 COSTS_FILE = Path(__file__).with_name("compile_costs.json")
@@ -219,6 +220,35 @@ def longest_first(sources: list[str], costs: dict | None = None) -> list[str]:
     return sorted(sources, key=lambda s: -expected_seconds(s, costs))
 
 
+def _compile_shard_only(settings: BuildSettings) -> None:
+    """``wheel --shard I/N``: ninja compiles only this shard's kernels, then the build stops.
+
+    The kernels go through the very call the full build makes, with the same flags and paths,
+    so their cache keys are the final run's; nothing is linked and no wheel is made.
+    """
+    from torch.utils.cpp_extension import BuildExtension
+
+    costs = json.loads(COSTS_FILE.read_text())
+    shard = Shard(settings.shard, settings.shards)
+    build_extension = BuildExtension.build_extension
+
+    def compile_shard(self: Any, ext: Any) -> Any:
+        compile_ = self.compiler.compile
+
+        def compile_kernels(sources: list[str], *args: Any, **kwargs: Any) -> Any:
+            mine = kernels_of(list(sources), shard, lambda s: expected_seconds(s, costs))
+            print(f"{MILESTONE}shard {shard}: {len(mine)} kernels: {' '.join(Path(s).name for s in mine)}", flush=True)
+            if mine:
+                compile_(mine, *args, **kwargs)
+            print(f"{MILESTONE}shard {shard}: compiled into the cache; nothing linked", flush=True)
+            sys.exit(0)  # no link, no wheel: the final run links every kernel from the cache
+
+        self.compiler.compile = compile_kernels
+        return build_extension(self, ext)
+
+    BuildExtension.build_extension = compile_shard
+
+
 def _schedule_longest_first() -> None:
     """Hands ninja the sources longest first.
 
@@ -291,6 +321,8 @@ def run(settings_path: Path, setup_args: list[str]) -> None:
 
     setuptools.setup = setup
     _schedule_longest_first()
+    if settings.shards:
+        _compile_shard_only(settings)  # wraps the longest-first compile: a shard's kernels keep that order
     source_dir = Path.cwd()
     sys.argv = ["setup.py", *setup_args]
     sys.path.insert(0, str(source_dir))

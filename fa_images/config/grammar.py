@@ -247,3 +247,45 @@ def generated_value(value: str) -> str | None:
     if "${" in value or "$(" in value or "`" in value:
         return f"{value!r} holds an expression ($, {{ }} or backticks); only fa-images writes those"
     return None
+
+
+# --- values that reach a generated Slurm batch script ------------------------------------------
+# An #SBATCH line is read by sbatch, the rest by bash: a name or a path is written bare, so it
+# must be one word of a safe alphabet; free text (--setup) is written shell-quoted instead.
+SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
+# sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+SLURM_TIME = re.compile(r"\d{1,6}(?::\d{2}){0,2}|\d{1,3}-\d{1,2}(?::\d{2}){0,2}", re.ASCII)
+ABSOLUTE_PATH = re.compile(r"/[A-Za-z0-9_.@+=,~/-]{0,1023}", re.ASCII)
+MAX_SHELL_TEXT = 4096
+
+
+def slurm_name(value: str) -> str | None:
+    """A partition or account name: letters, digits and _ . -, not starting with - or '.'."""
+    return None if SLURM_NAME.fullmatch(value) else f"{value!r} is not a Slurm name (letters, digits and _ . -)"
+
+
+def slurm_time(value: str) -> str | None:
+    """A time limit as sbatch takes it: 90, 1:30:00, 2-00:00."""
+    if SLURM_TIME.fullmatch(value):
+        return None
+    return f"{value!r} is not a Slurm time limit such as 90, 4:00:00 or 1-00:00"
+
+
+def absolute_path(value: str) -> str | None:
+    """A path every node names the same way: absolute, one word, no '..' step."""
+    if not ABSOLUTE_PATH.fullmatch(value) or "/../" in f"{value}/":
+        return f"{value!r} is not a plain absolute path (/ then letters, digits and _ . @ + = , ~ / -; no '..')"
+    return None
+
+
+def shell_text(value: str) -> str | None:
+    """Free shell text the user means to run (``--setup``): one printable line, bounded.
+
+    It is written shell-quoted into the script and run with ``eval``, so no character of it can
+    change the script around it; what it runs is the user's own choice.
+    """
+    if len(value) > MAX_SHELL_TEXT:
+        return f"is {len(value)} characters long; at most {MAX_SHELL_TEXT}"
+    if not value.isprintable():
+        return f"{value!r} holds a control character (write one line: 'module load cuda; source env/bin/activate')"
+    return None

@@ -230,3 +230,21 @@ def test_parse_archs_refuses(text: str, needle: str) -> None:
     assert needle in str(exc.value)
     if "not a flash-attn arch" in str(exc.value):
         assert "8.6 and 8.9 GPUs run the 80 kernels" in str(exc.value)
+
+
+def test_a_batch_job_s_own_cgroup_limit_sizes_the_build(fake_root: Path) -> None:
+    """Slurm's task/cgroup: the job's cgroup is below the root, named in /proc/self/cgroup."""
+    write(fake_root, "/proc/meminfo", MEMINFO_64G)
+    job = "/system.slice/slurmstepd.scope/job_7/step_batch"
+    write(fake_root, "/proc/self/cgroup", f"0::{job}\n")
+    write(fake_root, f"/sys/fs/cgroup{job}/memory.max", "max\n")
+    write(fake_root, "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.max", f"{10 * GIB}\n")
+    write(fake_root, "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.current", f"{GIB}\n")
+    assert environment.available_memory() == 9 * GIB  # the job's limit, from a parent of the step
+
+
+def test_a_cgroup_v1_job_limit_counts_too(fake_root: Path) -> None:
+    write(fake_root, "/proc/meminfo", MEMINFO_64G)
+    write(fake_root, "/proc/self/cgroup", "4:memory:/slurm/uid_0/job_3/step_0\n0::/\n")
+    write(fake_root, "/sys/fs/cgroup/memory/slurm/uid_0/job_3/memory.limit_in_bytes", f"{5 * GIB}\n")
+    assert environment.available_memory() == 5 * GIB
