@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,10 +38,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _index_dir(second: bool) -> Path:
     """One directory of hard links: the cp311 wheelhouse, and the cp312-only wheels beside it
-    (one version of every pure wheel, so both Pythons resolve alike)."""
-    root = engine_env.cache_dir() / "index-torch"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir()
+    (one version of every pure wheel, so both Pythons resolve alike). A directory of its own for
+    each run, so that a second run on the machine never empties the one this run serves."""
+    root = Path(tempfile.mkdtemp(prefix="index-torch-", dir=engine_env.cache_dir()))
     sources = [toolchain.torch_wheelhouse("3.11")]
     if second:
         sources.append(toolchain.torch_wheelhouse(SECOND_PYTHON))
@@ -67,5 +67,9 @@ def stock() -> Iterator[engine_env.Stock]:
                 client, runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_PYTHON_TAG
             )
         runtime = engine_env.uid_taken(client, runtime, engine_env.STOCK_RUNTIME_TAG)
-        with engine_env.pypi_server([_index_dir(prefix is not None)]) as index:
-            yield engine_env.Stock(engine, devel, runtime, index, SECOND_PYTHON if prefix else None)
+        index_dir = _index_dir(prefix is not None)
+        try:
+            with engine_env.pypi_server([index_dir]) as index:
+                yield engine_env.Stock(engine, devel, runtime, index, SECOND_PYTHON if prefix else None)
+        finally:
+            shutil.rmtree(index_dir, ignore_errors=True)

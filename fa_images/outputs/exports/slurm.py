@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...builder import environment, safe_io
+from ...builder.shards import MAX_SHARDS
 from ...config import grammar
 from ...config.matrix import Entry
 from ...errors import UsageError
@@ -51,8 +52,8 @@ class SlurmOptions:
     python: str = "python"  # the interpreter (after --setup) that runs fa-images
 
     def check(self) -> None:
-        if not 1 <= self.shards <= 1000:
-            raise UsageError(f"--shards {self.shards} must be between 1 and 1000")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise UsageError(f"--shards {self.shards} must be between 1 and {MAX_SHARDS}")
         if not 1 <= self.cpus <= 4096:
             raise UsageError(f"--cpus {self.cpus} must be between 1 and 4096")
         _refuse("--setup", [self.setup], grammar.shell_text)
