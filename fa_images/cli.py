@@ -14,6 +14,7 @@ from pathlib import Path
 from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
+from .config.grammar import PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 
@@ -142,7 +143,7 @@ def _default_compiler_cache() -> Path:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .errors import EntriesFailed, EnvironmentProblem, UsageError
+    from .errors import EntriesFailed, UsageError
     from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
@@ -170,15 +171,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     engine = DockerEngine.from_env()
     description = engine.describe()
     console.line(f"engine: {description}")
-    bases = sorted({ref for p in plans for ref in p.bases})
-    missing = engine.missing_images(bases)
-    if missing:
-        raise EnvironmentProblem(
-            f"base image{'s' if len(missing) > 1 else ''} not in the engine: {', '.join(missing)}; "
-            "fa-images never pulls implicitly",
-            hint=f"docker pull {missing[0]} (or docker load -i FILE.tar), "
-            "or point bases.devel / bases.runtime in the matrix at a registry mirror you can reach",
-        )
     options = Options(
         dist=args.dist,
         log_dir=args.log_dir,
@@ -188,6 +180,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         force=args.force,
         gpus=gpus,
         compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
+        pull=args.pull or m.build.pull,
     )
     executor = Executor(engine, m, options, console)
     try:
@@ -549,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
         "(default; skipped without it), devices = pass /dev/nvidia* and the host's driver libraries "
         "explicitly (no toolkit needed; exit 3 if the host has none), none = skip the GPU check",
+    )
+    build.add_argument(
+        "--pull",
+        choices=PULL_POLICIES,
+        help="when to pull the base images, before any build: missing = those the engine lacks (default, "
+        "or build.pull in the matrix), always = every one (refreshes a moving tag), never = refuse a missing "
+        "one (exit 3; for bases from `docker load` or a local tag). Pulls log in as pushes do",
     )
     build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
     build.add_argument(
