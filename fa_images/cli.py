@@ -14,6 +14,7 @@ from pathlib import Path
 from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
+from .builder.wording import counted
 from .config.grammar import PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
@@ -83,7 +84,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         print(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
     groups = len({e.compile_group for e in entries})
-    print(f"{len(entries)} entries in {groups} compile group{'s' if groups > 1 else ''} (entries that share kernels)")
+    print(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels)")
     return 0
 
 
@@ -100,13 +101,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         if result.stale or result.extra:
             print(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", file=sys.stderr)
             return 1
-        print(f"{args.out}: {len(m.entries)} Dockerfiles up to date")
+        print(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")
         return 0
     for path in result.written:
         print(f"wrote {path}")
     for path in result.extra:
         print(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
-    print(f"{len(m.entries)} Dockerfiles in {args.out} ({len(result.written)} changed)")
+    print(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 
 
@@ -120,7 +121,11 @@ examples:
   fa-images build --wheels dist/ --push       images around the wheels in dist/ (built natively,
                                               on Slurm, by another job): no compile
 
-For each entry: fetch and sha256-check the sdist on the host, build the image in one build
+First the base images: those the engine lacks are pulled (--pull; a line per layer and per image,
+with the time taken; logins as for pushes), then each is checked in a short container for what
+the build needs (python3.X with bases.python: system, nvcc of the entry's CUDA major on the devel
+base), so a wrong base fails in seconds, not at a compile step. Then, for each entry: fetch and
+sha256-check the sdist on the host, build the image in one build
 (the wheel compiles in its builder stage, against the torch stage's venv), export and verify
 the wheel into --dist, run the import check in a container (and the GPU check when the engine
 has a GPU runtime), push. The runtime image is the torch stage (base, Python, torch: shared by
@@ -128,8 +133,10 @@ every entry with the same three) plus one layer with flash-attn, so an update pu
 Entries that differ only in Python (one `group` in `fa-images plan --json`) share a
 compiler cache: the first compiles the kernels, the others take them from the cache.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
-Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input,
-7 no engine, 130 interrupted. Re-run with --only to build just what is missing.
+Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input (the
+matrix, a flag, a path), 3 the base images cannot be provided (a pull failed, --pull never and
+one is missing, a base lacks the Python or nvcc the build needs), 7 no engine, 70 a bug in
+fa-images (please report it), 130 interrupted. Re-run with --only to build just what is missing.
 
 protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
 through a symlink; sources are fetched bounded and sha256-checked on the host.
@@ -239,7 +246,8 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
     placed = dist.merge(args.sources, args.dist, log=lambda line: print(shown(line), file=sys.stderr))
     for path in placed:
         print(f"merged {shown(str(path))}")
-    print(f"{args.dist}: {len(dist.read_manifest(args.dist).wheels)} wheels; index {args.dist / dist.SIMPLE}/")
+    wheels = counted(len(dist.read_manifest(args.dist).wheels), "wheel")
+    print(f"{args.dist}: {wheels}; index {args.dist / dist.SIMPLE}/")
     return 0
 
 

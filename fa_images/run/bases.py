@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from ..builder.wording import counted
 from ..config.grammar import PullPolicy
 from ..errors import EnvironmentProblem, StepFailed
 from .engine import Engine, PullProgress, registry_of
@@ -60,7 +61,7 @@ def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Consol
     missing = engine.missing_images(refs)
     if policy == "never" and missing:
         raise EnvironmentProblem(
-            f"base image{'s' if len(missing) > 1 else ''} not in the engine: {', '.join(missing)}; "
+            f"base {'images' if len(missing) > 1 else 'image'} not in the engine: {', '.join(missing)}; "
             "--pull never forbids pulling",
             hint=provide_hint(missing),
         )
@@ -70,8 +71,8 @@ def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Consol
     started = time.monotonic()
     for ref in wanted:
         _pull(engine, ref, console)
-    count = f"{len(wanted)} base image{'s' if len(wanted) > 1 else ''}"
-    console.line(f"pulled {count} in {duration(time.monotonic() - started)} (--pull {policy})")
+    took = duration(time.monotonic() - started)
+    console.line(f"pulled {counted(len(wanted), 'base image')} in {took} (--pull {policy})")
 
 
 def provide_hint(missing: list[str]) -> str:

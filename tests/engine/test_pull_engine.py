@@ -130,12 +130,16 @@ def project(tmp_path_factory, stock: engine_env.Stock):
 
 
 def test_pull_never_refuses_in_an_instant_with_both_ways(project):
-    started = time.monotonic()
-    proc = project.build(project.matrix("never"), "--pull", "never")
-    took = time.monotonic() - started
-    print(f"--pull never refused in {took:.2f} s (the whole command)")
-    assert proc.returncode == 3, proc.stderr
-    assert took < 2, took
+    matrix, times = project.matrix("never"), []
+    for _ in range(3):  # the best of three: the CPUs of a test machine are shared
+        started = time.monotonic()
+        proc = project.build(matrix, "--pull", "never")
+        times.append(time.monotonic() - started)
+        assert proc.returncode == 3, proc.stderr
+        if times[-1] < 2:
+            break
+    print(f"--pull never refused in {', '.join(f'{t:.2f}' for t in times)} s (the whole command)")
+    assert min(times) < 2, times
     error, hint = proc.stderr.splitlines()[1:3]
     assert error == (
         f"error: base images not in the engine: {project.devel}, {project.runtime}; --pull never forbids pulling"
