@@ -22,6 +22,7 @@ from .run.gpus import resolve as resolve_gpus
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
 
+  fa-images init                     write a commented starter matrix.yaml for this machine
   fa-images plan                     show what the matrix expands to
   fa-images render                   write dockerfiles/<id>.Dockerfile
   fa-images build                    build, check and export every entry (needs Docker)
@@ -407,6 +408,29 @@ over --out only then: a refusal or a failure leaves --out as it was. --out is ne
 """
 
 
+INIT_EXAMPLES = """\
+examples:
+  fa-images init                         ./matrix.yaml for this machine's Python, torch and GPUs (as doctor sees them)
+  fa-images init --target aws            the same Python and torch, for AWS G5/G6 (A10G, L4: arch 80)
+  fa-images init --target H100 --out h100.yaml
+then: fa-images plan, fa-images build
+
+Exit status: 0 written, 2 bad input (an unknown target, a file already there without --force),
+3 no entry fits this machine (doctor says why).
+
+protected: the file is validated as `plan` would load it before it is written; it is written
+only where no file is (--force replaces one, atomically), never through a symlink.
+"""
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from . import starter
+
+    path = starter.write(args.out, force=args.force, python=args.python, target=args.target)
+    print(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import doctor
 
@@ -448,6 +472,21 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python to examine")
     doctor.add_argument("--json", action="store_true", help="one JSON object")
     doctor.set_defaults(func=cmd_doctor)
+    init = sub.add_parser(
+        "init",
+        help="write a commented starter matrix.yaml for this machine, or for a target",
+        epilog=INIT_EXAMPLES,
+        formatter_class=fmt,
+    )
+    init.add_argument("--out", type=Path, default=Path("matrix.yaml"), metavar="FILE", help="default: ./matrix.yaml")
+    init.add_argument(
+        "--target",
+        metavar="NAME",
+        help="a target of the compat table (aws) or a GPU (L4, H100, sm_90), not this machine's",
+    )
+    init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
+    init.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    init.set_defaults(func=cmd_init)
     comp = sub.add_parser("compat", help="the compatibility table", epilog=COMPAT_EXAMPLES, formatter_class=fmt)
     comp_sub = comp.add_subparsers(dest="compat_command", required=True, metavar="COMMAND")
     refresh = comp_sub.add_parser(
