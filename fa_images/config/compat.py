@@ -268,7 +268,8 @@ def _targets(c: _Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[s
         if not isinstance(names, list) or not names or not all(isinstance(g, str) and g for g in names):
             c.fail(("targets", name), f"target {name!r} must be a non-empty list of GPU names")
             continue
-        unknown = [g for g in names if gpu_key(g) not in gpus]
+        # A gpus section that is itself wrong has been reported already: one problem, not two.
+        unknown = [g for g in names if gpu_key(g) not in gpus] if isinstance(data.get("gpus"), dict) else []
         if unknown:
             c.fail(("targets", name), f"target {name!r} names GPUs the gpus section lacks: {', '.join(unknown)}")
             continue
