@@ -14,12 +14,15 @@ from pathlib import Path
 from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
+from .builder.wording import counted
+from .config.grammar import PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
 
+  fa-images init                     write a commented starter matrix.yaml for this machine
   fa-images plan                     show what the matrix expands to
   fa-images render                   write dockerfiles/<id>.Dockerfile
   fa-images build                    build, check and export every entry (needs Docker)
@@ -82,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         print(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
     groups = len({e.compile_group for e in entries})
-    print(f"{len(entries)} entries in {groups} compile group{'s' if groups > 1 else ''} (entries that share kernels)")
+    print(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels)")
     return 0
 
 
@@ -99,13 +102,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         if result.stale or result.extra:
             print(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", file=sys.stderr)
             return 1
-        print(f"{args.out}: {len(m.entries)} Dockerfiles up to date")
+        print(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")
         return 0
     for path in result.written:
         print(f"wrote {path}")
     for path in result.extra:
         print(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
-    print(f"{len(m.entries)} Dockerfiles in {args.out} ({len(result.written)} changed)")
+    print(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 
 
@@ -119,7 +122,11 @@ examples:
   fa-images build --wheels dist/ --push       images around the wheels in dist/ (built natively,
                                               on Slurm, by another job): no compile
 
-For each entry: fetch and sha256-check the sdist on the host, build the image in one build
+First the base images: those the engine lacks are pulled (--pull; a line per layer and per image,
+with the time taken; logins as for pushes), then each is checked in a short container for what
+the build needs (python3.X with bases.python: system, nvcc of the entry's CUDA major on the devel
+base), so a wrong base fails in seconds, not at a compile step. Then, for each entry: fetch and
+sha256-check the sdist on the host, build the image in one build
 (the wheel compiles in its builder stage, against the torch stage's venv), export and verify
 the wheel into --dist, run the import check in a container (and the GPU check when the engine
 has a GPU runtime), push. The runtime image is the torch stage (base, Python, torch: shared by
@@ -127,8 +134,10 @@ every entry with the same three) plus one layer with flash-attn, so an update pu
 Entries that differ only in Python (one `group` in `fa-images plan --json`) share a
 compiler cache: the first compiles the kernels, the others take them from the cache.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
-Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input,
-7 no engine, 130 interrupted. Re-run with --only to build just what is missing.
+Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input (the
+matrix, a flag, a path), 3 the base images cannot be provided (a pull failed, --pull never and
+one is missing, a base lacks the Python or nvcc the build needs), 7 no engine, 70 a bug in
+fa-images (please report it), 130 interrupted. Re-run with --only to build just what is missing.
 
 protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
 through a symlink; sources are fetched bounded and sha256-checked on the host.
@@ -142,7 +151,7 @@ def _default_compiler_cache() -> Path:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .errors import EntriesFailed, EnvironmentProblem, UsageError
+    from .errors import EntriesFailed, UsageError
     from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
@@ -170,15 +179,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     engine = DockerEngine.from_env()
     description = engine.describe()
     console.line(f"engine: {description}")
-    bases = sorted({ref for p in plans for ref in p.bases})
-    missing = engine.missing_images(bases)
-    if missing:
-        raise EnvironmentProblem(
-            f"base image{'s' if len(missing) > 1 else ''} not in the engine: {', '.join(missing)}; "
-            "fa-images never pulls implicitly",
-            hint=f"docker pull {missing[0]} (or docker load -i FILE.tar), "
-            "or point bases.devel / bases.runtime in the matrix at a registry mirror you can reach",
-        )
     options = Options(
         dist=args.dist,
         log_dir=args.log_dir,
@@ -188,6 +188,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         force=args.force,
         gpus=gpus,
         compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
+        pull=args.pull or m.build.pull,
     )
     executor = Executor(engine, m, options, console)
     try:
@@ -246,7 +247,8 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
     placed = dist.merge(args.sources, args.dist, log=lambda line: print(shown(line), file=sys.stderr))
     for path in placed:
         print(f"merged {shown(str(path))}")
-    print(f"{args.dist}: {len(dist.read_manifest(args.dist).wheels)} wheels; index {args.dist / dist.SIMPLE}/")
+    wheels = counted(len(dist.read_manifest(args.dist).wheels), "wheel")
+    print(f"{args.dist}: {wheels}; index {args.dist / dist.SIMPLE}/")
     return 0
 
 
@@ -504,6 +506,29 @@ over --out only then: a refusal or a failure leaves --out as it was. --out is ne
 """
 
 
+INIT_EXAMPLES = """\
+examples:
+  fa-images init                         ./matrix.yaml for this machine's Python, torch and GPUs (as doctor sees them)
+  fa-images init --target aws            the same Python and torch, for AWS G5/G6 (A10G, L4: arch 80)
+  fa-images init --target H100 --out h100.yaml
+then: fa-images plan, fa-images build
+
+Exit status: 0 written, 2 bad input (an unknown target, a file already there without --force),
+3 no entry fits this machine (doctor says why).
+
+protected: the file is validated as `plan` would load it before it is written; it is written
+only where no file is (--force replaces one, atomically), never through a symlink.
+"""
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from . import starter
+
+    path = starter.write(args.out, force=args.force, python=args.python, target=args.target)
+    print(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import doctor
 
@@ -545,6 +570,21 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python to examine")
     doctor.add_argument("--json", action="store_true", help="one JSON object")
     doctor.set_defaults(func=cmd_doctor)
+    init = sub.add_parser(
+        "init",
+        help="write a commented starter matrix.yaml for this machine, or for a target",
+        epilog=INIT_EXAMPLES,
+        formatter_class=fmt,
+    )
+    init.add_argument("--out", type=Path, default=Path("matrix.yaml"), metavar="FILE", help="default: ./matrix.yaml")
+    init.add_argument(
+        "--target",
+        metavar="NAME",
+        help="a target of the compat table (aws) or a GPU (L4, H100, sm_90), not this machine's",
+    )
+    init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
+    init.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    init.set_defaults(func=cmd_init)
     comp = sub.add_parser("compat", help="the compatibility table", epilog=COMPAT_EXAMPLES, formatter_class=fmt)
     comp_sub = comp.add_subparsers(dest="compat_command", required=True, metavar="COMMAND")
     refresh = comp_sub.add_parser(
@@ -647,6 +687,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
         "(default; skipped without it), devices = pass /dev/nvidia* and the host's driver libraries "
         "explicitly (no toolkit needed; exit 3 if the host has none), none = skip the GPU check",
+    )
+    build.add_argument(
+        "--pull",
+        choices=PULL_POLICIES,
+        help="when to pull the base images, before any build: missing = those the engine lacks (default, "
+        "or build.pull in the matrix), always = every one (refreshes a moving tag), never = refuse a missing "
+        "one (exit 3; for bases from `docker load` or a local tag). Pulls log in as pushes do",
     )
     build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
     build.add_argument(

@@ -6,7 +6,8 @@ driver and the GPUs, the memory a build may use), runs any installed flash-attn 
 same checks as ``inspect`` (ABI from the symbols it imports, GPU archs, an import next to
 torch), and prints the matrix entry that fits, validated as ``plan`` would. Each probe runs in
 a child process or reads files, so a broken torch or extension cannot take doctor down.
-Exit 0 when nothing is broken; 1 with the reasons.
+Exit 0 when every finding is fine; 1 when one is marked ✕ (broken) or ! (flash-attn cannot
+work so: a CPU torch, no torch), with the reasons and their fixes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from .builder import contract, elf, environment, untrusted, verify
 from .builder.errors import EnvironmentProblem
 from .builder.gpucheck import IMPORTED_MODULES
+from .builder.wording import counted
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 _MARKS = {OK: "✓", WARN: "!", FAIL: "✕", INFO: "-"}
@@ -47,8 +49,13 @@ class Report:
     entry: dict[str, Any] | None = None
 
     @property
+    def problems(self) -> list[str]:
+        """What the marks say needs a fix: every ✕ (broken) and every ! (flash-attn cannot work so)."""
+        return [f.name for f in self.findings if f.status in (FAIL, WARN)]
+
+    @property
     def ok(self) -> bool:
-        return all(f.status != FAIL for f in self.findings)
+        return not self.problems
 
     def add(self, name: str, status: str, detail: str, fix: str | None = None) -> None:
         self.findings.append(Finding(name, status, detail, fix))
@@ -62,8 +69,8 @@ class Report:
         if self.entry:
             out += ["", "matrix entry for this machine (paste under entries:):", "  - " + entry_line(self.entry)]
         out.append("")
-        problems = [f.name for f in self.findings if f.status == FAIL]
-        out.append("all is well" if self.ok else f"{len(problems)} problem(s): {', '.join(problems)}")
+        problems = self.problems
+        out.append("all is well" if self.ok else f"{counted(len(problems), 'problem')}: {', '.join(problems)}")
         # Versions, paths and messages come from the Python, torch and driver examined: escaped.
         return [untrusted.shown(line) for line in out]
 
@@ -138,7 +145,7 @@ def probe_torch(report: Report, python: str, table) -> environment.TorchInfo | N
             "torch",
             WARN,
             f"{torch.version}, a CPU build, {abi}: flash-attn needs a CUDA build of torch",
-            fix=f"pip install torch=={public} --index-url https://download.pytorch.org/whl/{tag}",
+            fix=environment.cuda_torch_command(public, tag),
         )
     else:
         report.add("torch", OK, f"{torch.version}, CUDA {torch.cuda}, {abi}")
@@ -239,7 +246,7 @@ def probe_build_memory(report: Report, archs: list[str]) -> None:
     report.add(
         "build resources",
         INFO,
-        f"{memory / environment.GIB:.1f} GiB usable, {cpus} CPUs: MAX_JOBS={sizing.max_jobs} "
+        f"{memory / environment.GIB:.1f} GiB usable, {counted(cpus, 'CPU')}: MAX_JOBS={sizing.max_jobs} "
         f"NVCC_THREADS={sizing.nvcc_threads} ({sizing.reason})",
     )
 

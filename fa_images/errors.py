@@ -18,6 +18,7 @@ from .builder.errors import (  # noqa: F401  (re-exported: one family for the wh
     UsageError,
     VerificationFailed,
 )
+from .builder.wording import counted
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class ConfigError(UsageError):
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
+        count = counted(len(problems), "problem")
         lines = [f"  {p}" for p in problems[: self.SHOWN]]
         if len(problems) > self.SHOWN:
             lines.append(f"  ... and {len(problems) - self.SHOWN} more")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from fa_images.builder import contract, verify
 from fa_images.builder.verify import WheelReport
 from fa_images.errors import StepFailed
-from fa_images.run.engine import BuildProgress, BuildResult, ImageInfo, RunResult
+from fa_images.run.engine import BuildProgress, BuildResult, ImageInfo, PullProgress, RunResult
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -24,9 +25,15 @@ class FakeEngine:
         gpu_exit: int = 0,
         interrupt_on: str | None = None,
         missing: frozenset[str] = frozenset(),
+        unpullable: frozenset[str] = frozenset(),
+        lacking: dict[str, set[str]] | None = None,
     ) -> None:
         self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
-        self.interrupt_on, self.missing = interrupt_on, missing
+        self.interrupt_on, self.missing = interrupt_on, set(missing)
+        # Bases a pull cannot get (no registry, no login, no such tag), and what a base lacks
+        # when the preflight looks into it: ref -> {"python3.11", "nvcc"}.
+        self.unpullable, self.lacking = unpullable, lacking or {}
+        self.nvcc = "12.8"  # the release every devel base's nvcc reports
         self.calls: list[tuple] = []
         self.memory_limits: list[int | None] = []  # what each build call was limited to
         self.labels: dict[str, dict[str, str]] = {}  # the labels each tag was built with
@@ -89,6 +96,8 @@ class FakeEngine:
         return len(f"compiled in {image}")
 
     def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
+        if command and command[:2] == ["sh", "-c"]:  # the base preflight's probe
+            return self._probe(image, command[2])
         self.calls.append(("run", image, tuple(command or ()), gpu))
         code = self.gpu_exit if gpu else 0
         return RunResult(code, ["flash_attn imports"], kept_container="fa-images-kept" if keep and code else None)
@@ -108,6 +117,29 @@ class FakeEngine:
     def missing_images(self, refs: list[str]) -> list[str]:
         self.calls.append(("missing_images", tuple(refs)))
         return [r for r in refs if r in self.missing]
+
+    def pull(self, ref: str, on_progress) -> ImageInfo:
+        self.calls.append(("pull", ref))
+        if ref in self.unpullable:
+            raise StepFailed(f"pull of {ref} failed: manifest unknown")
+        for status in ("Pulling fs layer", "Downloading", "Pull complete"):
+            on_progress(PullProgress("0123456789ab", status, 10_000_000, 20_000_000))
+        self.missing.discard(ref)
+        self.held[ref] = f"sha256:pulled-{ref}"
+        return ImageInfo(labels={}, size=1_000_000, id=self.held[ref])
+
+    def _probe(self, image: str, script: str) -> RunResult:
+        """What a base holds, as the preflight's script prints it."""
+        self.calls.append(("probe", image))
+        lacking = self.lacking.get(image, set())
+        lines = [
+            f"fa-images-probe {name}=/usr/bin/{name}"
+            for name in re.findall(r"command -v '?(python3\.\d+)", script)
+            if name not in lacking
+        ]
+        if "nvcc" in script and "nvcc" not in lacking:
+            lines.append(f"fa-images-probe nvcc=Cuda compilation tools, release {self.nvcc}, V{self.nvcc}.1")
+        return RunResult(0, lines)
 
     def debug_command(self, container: str) -> str:
         return f"fake-engine enter {container}"

@@ -17,7 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .contract import cuda_tag
 from .errors import EnvironmentProblem
+from .wording import counted
 
 GIB = 1024**3
 # nvcc peaks at 3-5 GB per thread on flash-attn's kernels; size for the worst case.
@@ -34,8 +36,21 @@ class TorchInfo:
     site_packages: str = ""  # the directory that holds torch; its path differs per Python
 
     @property
+    def public(self) -> str:
+        """'2.13.0' of '2.13.0+cpu': the release, without its local label."""
+        return self.version.split("+")[0]
+
+    @property
     def major_minor(self) -> str:
-        return ".".join(self.version.split("+")[0].split(".")[:2])
+        return ".".join(self.public.split(".")[:2])
+
+
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+def cuda_torch_command(version: str, tag: str) -> str:
+    """How to install the CUDA build ``tag`` ('cu128') of torch ``version`` from torch's own index."""
+    return f"pip install torch=={version} --index-url {TORCH_INDEX}/{tag}"
 
 
 @dataclass(frozen=True)
@@ -59,8 +74,8 @@ _TORCH_PROBE = (
 def probe_torch(python: str = sys.executable) -> TorchInfo:
     """Asks ``python`` about its torch, in a child process so nothing heavy loads here."""
     hint = (
-        "install the exact torch the wheel is for, e.g. "
-        "pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
+        f"install the torch the wheel is for: {cuda_torch_command('X.Y.Z', 'cuXYZ')} "
+        "(`fa-images doctor` names the CUDA builds of each torch)"
     )
     try:
         proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, errors="replace")
@@ -133,9 +148,11 @@ def probe_nvcc() -> NvccInfo:
 def check_toolchain(torch: TorchInfo, nvcc: NvccInfo) -> None:
     """A CUDA torch and an nvcc of the same major version, or one clear error."""
     if torch.cuda is None:
+        # The CUDA build of this very torch, for the CUDA of the nvcc here: the two must agree.
         raise EnvironmentProblem(
             f"torch {torch.version} is a CPU build; building flash-attn needs a CUDA build of torch",
-            hint="e.g. pip install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128",
+            hint=f"{cuda_torch_command(torch.public, cuda_tag(nvcc.version))} (the CUDA build of this torch "
+            f"for the CUDA {nvcc.version} of {nvcc.path}; `fa-images doctor` names its other CUDA builds)",
         )
     if torch.cuda.split(".")[0] != nvcc.version.split(".")[0]:
         raise EnvironmentProblem(
@@ -251,7 +268,7 @@ def size_parallelism(
     by_cpus = max(1, cpus // threads)  # never more compiler threads than CPUs
     by_memory = max(1, memory // (threads * BYTES_PER_NVCC_THREAD))
     jobs = max_jobs or min(by_cpus, by_memory)
-    why_threads = "given" if nvcc_threads else f"{targets} gencode target{'s' if targets > 1 else ''} per kernel"
+    why_threads = "given" if nvcc_threads else f"{counted(targets, 'gencode target')} per kernel"
     why_jobs = f"min({cpus} CPUs / {threads}, {memory / GIB:.0f} GiB / ({threads} x 5 GiB))"
     reason = f"{jobs} jobs x {threads} nvcc threads ({why_threads}); " + ("MAX_JOBS given" if max_jobs else why_jobs)
     return Parallelism(max_jobs=jobs, nvcc_threads=threads, reason=reason)

@@ -131,10 +131,12 @@ class OutputDir:
         if not stat.S_ISREG(mode):
             raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
 
-    def _write(self, rel: Rel, fill: Callable[[int], None], mode: int) -> Path:
+    def _write(self, rel: Rel, fill: Callable[[int], None], mode: int, *, replace: bool = True) -> Path:
         parts = _parts(rel)
         with self._dir_fd(parts[:-1], create=True) as fd:
             self._check_target(fd, parts)
+            if not replace and self.kind(rel) is not None:
+                raise UnsafeOutput(f"{self._shown(parts)} already exists; nothing was written")
             tmp = _temp_name(parts[-1])
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
             try:
@@ -148,8 +150,22 @@ class OutputDir:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp, dir_fd=fd)
                 raise
-            _rename_in(fd, tmp, parts[-1])
+            if replace:
+                _rename_in(fd, tmp, parts[-1])
+            else:
+                _link_in(fd, tmp, parts[-1], self._shown(parts))
         return self.path.joinpath(*parts)
+
+    def create_text(self, rel: Rel, text: str, *, mode: int = 0o644) -> Path:
+        """Writes ``rel`` only where nothing is: a file that appeared meanwhile is never replaced."""
+        data = text.encode("utf-8")
+
+        def fill(out: int) -> None:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+
+        return self._write(rel, fill, mode, replace=False)
 
     def write_bytes(self, rel: Rel, data: bytes, *, mode: int = 0o644) -> Path:
         """Writes ``rel`` atomically: a temporary file beside it, then a rename over it."""
@@ -274,6 +290,18 @@ def _rename_in(fd: int, tmp: str, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=fd)
         raise
+
+
+def _link_in(fd: int, tmp: str, name: str, shown: str) -> None:
+    """Links ``tmp`` as ``name`` (which must not exist: link, unlike rename, never replaces), then
+    removes ``tmp``."""
+    try:
+        os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+    except FileExistsError:
+        raise UnsafeOutput(f"{shown} already exists; nothing was written") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=fd)
 
 
 def _temp_name(name: str) -> str:

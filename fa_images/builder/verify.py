@@ -127,7 +127,8 @@ def gpu_archs(so: Path) -> tuple[set[str], set[str], str]:
 # when the import fails (which is when the ABI comparison matters most).
 _IMPORT_PROBE = (
     "import json, sys, torch; "
-    "print(json.dumps({'torch': torch.__version__, 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}), flush=True); "
+    "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+    "'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}), flush=True); "
     "sys.path.insert(0, sys.argv[1]); import flash_attn_2_cuda"
 )
 
@@ -144,14 +145,15 @@ def run_python(python: str, args: list[str], *, timeout: float = 600) -> subproc
 
 
 def torch_facts(line: str) -> dict | None:
-    """{'torch': str, 'cxx11_abi': bool} from the probe's first line, or None if it says anything else."""
+    """{'torch': str, 'cuda': str | None, 'cxx11_abi': bool} from the probe's first line, or None
+    if it says anything else."""
     try:
         info = json.loads(line) if line.startswith("{") and len(line) < 4096 else None
     except (ValueError, RecursionError):
         return None
     if not isinstance(info, dict) or not isinstance(info.get("torch"), str):
         return None
-    if not isinstance(info.get("cxx11_abi"), bool):
+    if not isinstance(info.get("cxx11_abi"), bool) or not isinstance(info.get("cuda"), (str, type(None))):
         return None
     return info
 
@@ -198,8 +200,6 @@ def inspect_wheel(
     if not zipfile.is_zipfile(path):
         raise UsageError(f"{path.name} is not a wheel: it is not a zip archive")
     label = _LABEL.search(version.local or "")
-    if expect_cxx11_abi is None and label:
-        expect_cxx11_abi = label["abi"].lower() == "true"
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -214,16 +214,21 @@ def inspect_wheel(
         report.extension = so_names[0]
         report.add("extension", "pass", so_names[0])
         so = _extract_bounded(zf, so_names[0], Path(tmp), path.name)
+        # The torch it is next to, first: the ABI and the label are compared with that torch.
+        imported = _import_next_to_torch(Path(tmp), python, tags) if import_check else None
+        torch_here = imported[2] if imported else {}
+        expected, against = _expected_abi(expect_cxx11_abi, torch_here, label)
         try:
-            _check_abi(report, so, expect_cxx11_abi)
+            _check_abi(report, so, expected, against)
+            _check_label(report, label, torch_here)
             _check_archs(report, so, expect_archs)
             _check_glibc_floor(report, so, on_this_host=import_check)
             _check_manylinux(report, so, tags)
         except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
             report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
             return report
-        if import_check:
-            _check_import(report, Path(tmp), python, tags)
+        if imported:
+            _report_import(report, python, *imported)
     return report
 
 
@@ -439,7 +444,19 @@ def _check_manylinux(report: WheelReport, so: Path, tags) -> None:
         report.add("manylinux", "pass", f"{policy or 'no manylinux policy'} ({why})")
 
 
-def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
+def _expected_abi(given: bool | None, torch_here: dict, label: re.Match[str] | None) -> tuple[bool | None, str]:
+    """The ABI the extension must use, and whose it is: what the caller expects, else the torch it
+    is next to (read from that torch), else what the wheel's own label says."""
+    if given is not None:
+        return given, "torch"
+    if torch_here:
+        return torch_here["cxx11_abi"], f"torch {torch_here['torch']}"
+    if label:
+        return label["abi"].lower() == "true", "its label"
+    return None, ""
+
+
+def _check_abi(report: WheelReport, so: Path, expected: bool | None, against: str = "torch") -> None:
     abi, why = _abi_from_symbols(elf.undefined_dynamic_symbols(so))
     report.cxx11_abi = abi
     if abi is None:
@@ -450,10 +467,37 @@ def _check_abi(report: WheelReport, so: Path, expected: bool | None) -> None:
         report.add(
             "C++ ABI",
             "fail",
-            f"cxx11_abi={abi} but torch uses {expected}: it would fail to import with 'undefined symbol' ({why})",
+            f"cxx11_abi={abi} but {against} uses {expected}: it would fail to import with 'undefined symbol' ({why})",
         )
     else:
-        report.add("C++ ABI", "pass", f"cxx11_abi={abi}, as torch ({why})")
+        report.add("C++ ABI", "pass", f"cxx11_abi={abi}, as {against} ({why})")
+
+
+def _check_label(report: WheelReport, label: re.Match[str] | None, torch_here: dict) -> None:
+    """The wheel's +label (torch X.Y, CUDA, ABI) against the torch it is next to: a wheel built for
+    another torch fails there even when its symbols happen to resolve."""
+    if not torch_here:
+        return
+    if label is None:
+        report.add("label", "skip", "no +cuXYZtorchX.Ycxx11abiBOOL label to compare with torch")
+        return
+    here, cuda = torch_here["torch"], torch_here.get("cuda")
+    series = ".".join(here.split("+")[0].split(".")[:2])
+    said_cuda, said_abi = label["cuda"], label["abi"].lower() == "true"
+    wrong = []
+    if label["torch"] != series:
+        wrong.append(f"torch {label['torch']}, not {series}")
+    if cuda is None:
+        wrong.append(f"CUDA {said_cuda}, but torch {here} is a CPU build")
+    elif said_cuda[:2] != cuda.replace(".", "")[:2]:  # cu12 and cu128 are both CUDA 12
+        wrong.append(f"CUDA {said_cuda}, not {cuda}")
+    if said_abi != torch_here["cxx11_abi"]:
+        wrong.append(f"cxx11_abi={said_abi}, not {torch_here['cxx11_abi']}")
+    text = label.group(0)
+    if wrong:
+        report.add("label", "fail", f"{text} says {'; '.join(wrong)}: built for another torch than {here}")
+    else:
+        report.add("label", "pass", f"{text} fits torch {here} (CUDA {cuda}, cxx11_abi={torch_here['cxx11_abi']})")
 
 
 def _check_archs(report: WheelReport, so: Path, expected) -> None:
@@ -470,19 +514,25 @@ def _check_archs(report: WheelReport, so: Path, expected) -> None:
         report.add("GPU code", "pass", f"{found} ({how})")
 
 
-def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
+def _import_next_to_torch(unpacked: Path, python: str, tags) -> tuple[str, str, dict]:
+    """(status, detail, torch's facts) of importing the extension with ``python``; skipped when
+    ``python`` is not the interpreter the wheel is for."""
     proc = run_python(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], timeout=120)
     here = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
     interpreter = sorted(tags, key=str)[0].interpreter
     if here != interpreter:
-        report.add("import", "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}")
-        return
-    status, detail, info = _import_check(unpacked, python)
+        return "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}", {}
+    return _import_check(unpacked, python)
+
+
+def _report_import(report: WheelReport, python: str, status: str, detail: str, info: dict) -> None:
     report.add("import", status, detail)
     if info and info.get("torch") and _pin_excludes(report, info["torch"]):
         report.add("torch pin", "fail", f"requires {report.torch_requirement}, but {python} has torch {info['torch']}")
-    if info and report.cxx11_abi is not None and info.get("cxx11_abi") != report.cxx11_abi:
-        report.add("C++ ABI", "fail", f"local torch {info['torch']} uses cxx11_abi={info['cxx11_abi']}")
+
+
+def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
+    _report_import(report, python, *_import_next_to_torch(unpacked, python, tags))
 
 
 def accept_wheel(

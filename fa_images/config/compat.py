@@ -32,6 +32,7 @@ SECTIONS = (
     "rules",
     "archs",
     "gpus",
+    "targets",
     "build_tools",
     "build_tools_python",
     "runtime_deps",
@@ -89,6 +90,7 @@ class Compat:
     build_tools_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     runtime_deps: tuple[str, ...] = ()
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
+    targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
 
     def tools_for(self, python: str) -> tuple[str, ...]:
         """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
@@ -260,6 +262,21 @@ def _gpus(c: _Checker, data: dict) -> dict[str, str]:
     return gpus
 
 
+def _targets(c: _Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    targets = {}
+    for name, names in c.mapping(("targets",), data.get("targets", {})).items():
+        if not isinstance(names, list) or not names or not all(isinstance(g, str) and g for g in names):
+            c.fail(("targets", name), f"target {name!r} must be a non-empty list of GPU names")
+            continue
+        # A gpus section that is itself wrong has been reported already: one problem, not two.
+        unknown = [g for g in names if gpu_key(g) not in gpus] if isinstance(data.get("gpus"), dict) else []
+        if unknown:
+            c.fail(("targets", name), f"target {name!r} names GPUs the gpus section lacks: {', '.join(unknown)}")
+            continue
+        targets[str(name)] = tuple(names)
+    return targets
+
+
 def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
     """What plan and render accept: the builder's own SUPPORTED_FLASH_ATTN, which is the one fact.
     A table (or an override) may narrow it with flash_attn_range; it can never widen it, since
@@ -330,6 +347,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     torch = _torch(c, data, cuda)
     archs = _archs(c, data)
     gpus = _gpus(c, data)
+    targets = _targets(c, data, gpus)
     supported = _flash_attn_range(c, data)
     flash = _flash_attn(c, data, supported)
     tools = _pins(c, ("build_tools",), data.get("build_tools", []))
@@ -352,6 +370,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         build_tools_python=per_python,
         runtime_deps=runtime_deps,
         flash_attn_range=supported,
+        targets=targets,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from collections.abc import Callable
+from typing import Literal, get_args
 
 from packaging.version import InvalidVersion, Version
 
@@ -149,6 +150,15 @@ def without_credentials(url: str) -> str:
 def network(value: str) -> str | None:
     """A ``docker build --network`` mode: default, host, none, bridge or a network's name."""
     return None if NETWORK.fullmatch(value) else f"{value!r} is not a network mode (e.g. host, none, or a name)"
+
+
+# When `build` pulls the base images (build.pull, build --pull); the first is the default.
+PullPolicy = Literal["missing", "always", "never"]
+PULL_POLICIES: tuple[str, ...] = get_args(PullPolicy)
+
+
+def pull_policy(value: str) -> str | None:
+    return None if value in PULL_POLICIES else f"must be one of {', '.join(PULL_POLICIES)}, not {value!r}"
 
 
 def memory_bytes(value: str) -> int:

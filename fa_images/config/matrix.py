@@ -37,6 +37,7 @@ SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("packages", "flash_attn_index"): grammar.index_url,
     ("build", "network"): grammar.network,
     ("build", "memory"): grammar.memory,
+    ("build", "pull"): grammar.pull_policy,
 }
 TEMPLATED = {("bases", "devel"), ("bases", "runtime"), ("packages", "torch_index")}
 

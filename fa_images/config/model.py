@@ -48,6 +48,9 @@ class BuildOptions:
     # The memory the compile may use (e.g. "16g"): a limit on the build's containers, which the
     # builder reads from its cgroup and sizes its parallel jobs by. None: the engine's whole memory.
     memory: str | None = None
+    # When `build` pulls the base images: "missing" (those the engine lacks), "always", "never"
+    # (refuse a missing one: an offline site's bases come from `docker load`). --pull overrides it.
+    pull: grammar.PullPolicy = "missing"
 
     @property
     def memory_bytes(self) -> int | None:

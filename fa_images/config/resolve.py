@@ -124,12 +124,12 @@ class EntryResolver:
                 self._fail(combo, "target", f"target {name!r} must be a name or a compute capability")
                 return None
             name = as_written(name)
-            gpus += self.targets.get(name, [name])
+            gpus += self.targets.get(name) or list(self.compat.targets.get(name, [name]))
         archs: set[str] = set()
         for gpu in gpus:
             cc = self.compat.capability_of(gpu)
             if cc is None:
-                known = list(self.targets) + sorted(self.compat.gpus)
+                known = list(self.targets) + sorted(self.compat.targets) + sorted(self.compat.gpus)
                 self._fail(
                     combo,
                     "target",

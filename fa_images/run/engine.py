@@ -1,4 +1,4 @@
-"""The container engine, behind the few calls fa-images needs: build, export, run, push.
+"""The container engine, behind the few calls fa-images needs: pull, build, export, run, push.
 
 ``DockerEngine`` drives the Docker Engine API through the docker SDK's low-level client
 with decoded streaming, so a 20-minute build shows progress instead of blocking. It turns
@@ -66,6 +66,16 @@ class ImageInfo:
     id: str = ""
 
 
+@dataclass(frozen=True)
+class PullProgress:
+    """One status line of a pull: a layer (None for the image as a whole) and what it is doing."""
+
+    layer: str | None
+    status: str
+    current: int | None = None  # bytes, while a layer downloads or extracts
+    total: int | None = None
+
+
 @dataclass
 class RunResult:
     exit_code: int
@@ -109,6 +119,10 @@ class Engine(Protocol):
 
     def missing_images(self, refs: list[str]) -> list[str]: ...
 
+    def pull(self, ref: str, on_progress: Callable[[PullProgress], None]) -> ImageInfo:
+        """Pulls ``ref`` with the client's registry logins; what the engine then holds."""
+        ...
+
     def run(
         self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
     ) -> RunResult: ...
@@ -128,15 +142,19 @@ _PUSHED_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 _AUTH_REFUSED = re.compile(r"no basic auth credentials|unauthorized|authentication required|denied", re.IGNORECASE)
 
 
+def registry_of(ref: str) -> str:
+    """The registry host of an image reference, as Docker reads it (docker.io without one)."""
+    first = ref.split("/", 1)[0]
+    return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
 def _login_hint(ref: str, message: str) -> str:
     """How to give the engine a login, when the registry refused it one."""
     if not _AUTH_REFUSED.search(message):
         return ""
-    first = ref.split("/", 1)[0]
-    registry = first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
     return (
-        f"; log in first with `docker login {registry}`: the push uses the Docker client config "
-        "($DOCKER_CONFIG/config.json, else ~/.docker/config.json), credential helpers included"
+        f"; log in first with `docker login {registry_of(ref)}`: pushes and pulls use the Docker client "
+        "config ($DOCKER_CONFIG/config.json, else ~/.docker/config.json), credential helpers included"
     )
 
 
@@ -305,6 +323,32 @@ class DockerEngine:
             except docker.errors.ImageNotFound:
                 missing.append(ref)
         return missing
+
+    def pull(self, ref: str, on_progress: Callable[[PullProgress], None]) -> ImageInfo:
+        """Pulls ``ref``, streaming each layer's status. The login comes from the client config
+        and its credential helpers, as for a push; the engine gets it in a header, nothing else."""
+        import docker.errors
+        import requests
+
+        try:
+            for chunk in self.api.pull(ref, stream=True, decode=True):
+                if "error" in chunk or "errorDetail" in chunk:
+                    message = str(chunk.get("error") or chunk["errorDetail"].get("message", "pull failed"))
+                    raise StepFailed(f"pull of {ref} failed: {message.strip()}{_login_hint(ref, message)}")
+                detail = chunk.get("progressDetail") if isinstance(chunk.get("progressDetail"), dict) else {}
+                status = str(chunk.get("status") or "").strip()
+                if status:
+                    layer = chunk.get("id") if isinstance(chunk.get("id"), str) else None
+                    on_progress(PullProgress(layer, status, detail.get("current"), detail.get("total")))
+        except docker.errors.APIError as exc:
+            message = str(exc.explanation or exc)
+            raise StepFailed(f"pull of {ref} failed: {message}{_login_hint(ref, message)}") from None
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise StepFailed(f"pull of {ref}: lost the engine at {_where()}: {exc}") from None
+        info = self.image_info(ref)
+        if info is None:
+            raise StepFailed(f"pull of {ref} ended, but the engine holds no image by that name")
+        return info
 
     @contextmanager
     def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:

@@ -1,4 +1,5 @@
-"""Carries out a build plan through an ``Engine``: for each entry, fetch the source (or take
+"""Carries out a build plan through an ``Engine``: first the base images (pulled as the pull
+policy says, then checked for what the build needs: ``bases.py``); then for each entry, fetch the source (or take
 and verify a wheel that exists), build the image in one build, tag the builder stage, export
 and verify the wheel from its stage, check the image, push.
 
@@ -19,9 +20,11 @@ from typing import Any, Literal
 
 from ..builder import contract, scratch, source, verify
 from ..builder import dist as dist_dir
+from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
 from ..outputs import context, group_cache
+from . import bases
 from .engine import BuildProgress, BuildResult, Engine, RunResult
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, EntryLog, duration
@@ -50,6 +53,7 @@ class Options:
     gpus: GpuAccess = field(default_factory=GpuAccess)  # how the GPU check's container gets the GPUs (--gpus)
     # Where each compile group's compiler cache is kept between builds (group_cache); None: not kept.
     compiler_cache: Path | None = None
+    pull: PullPolicy = "missing"  # when the base images are pulled (build --pull, build.pull)
 
 
 @dataclass
@@ -120,6 +124,7 @@ class Executor:
         self.results: list[EntryResult] = []
 
     def run(self, plans: list[EntryPlan]) -> list[EntryResult]:
+        self.prepare_bases(plans)
         self.results = results = [EntryResult(id=p.entry.id, image=p.entry.image) for p in plans]
         for index, (plan, result) in enumerate(zip(plans, results), start=1):
             self.console.line(f"[{index}/{len(plans)}] {plan.entry.id}  ({', '.join(plan.steps)})")
@@ -132,6 +137,13 @@ class Executor:
                 self.console.line("stopping: --fail-fast")
                 break
         return results
+
+    def prepare_bases(self, plans: list[EntryPlan]) -> None:
+        """Every base image in the engine and fit for the build, before any entry starts: a
+        refusal here (exit 3) names the image and its fix, and costs seconds, not a compile."""
+        refs = sorted({ref for p in plans for ref in p.bases})
+        bases.provide(self.engine, refs, self.options.pull, self.console)
+        bases.preflight(self.engine, bases.needs(plans, self.matrix.bases.python), self.console)
 
     def _run_entry(self, plan: EntryPlan, result: EntryResult, label: str) -> None:
         log = EntryLog(self.options.log_dir.resolve() / f"{plan.entry.id}.log")  # never resolve a planted link

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..builder import safe_io
+from ..builder.wording import counted
 from .executor import EntryResult
 from .logger import Console, duration
 
@@ -37,7 +38,7 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
         if r.log and r.status == "failed":
             console.line(f"{r.id}: {r.error.splitlines()[0] if r.error else 'failed'}  (log: {r.log})")
     ok = len(results) - len(failed)
-    console.line(f"{ok} of {len(results)} entries succeeded")
+    console.line(f"{ok} of {counted(len(results), 'entry')} succeeded")
 
 
 def write_report(path: Path, results: list[EntryResult], engine: str) -> None:

@@ -265,3 +265,11 @@ def test_did_you_mean() -> None:
     assert did_you_mean("gpu", compat_mod.SECTIONS) == "did you mean 'gpus'?"
     assert did_you_mean("zzz", ["a", "b"]) == "known: a, b"
     assert did_you_mean("2.9.2", ["2.9.1", "2.8.0"]) == "did you mean '2.9.1'?"
+
+
+def test_targets_name_known_gpus(tmp_path: Path) -> None:
+    assert compat_mod.load().targets["aws"] == ("A10G", "L4")
+    (p,) = override_problems(tmp_path, "targets:\n  lab: [A100, Z9]\n")
+    assert (p.line, p.message) == (2, "target 'lab' names GPUs the gpus section lacks: Z9")
+    (p,) = override_problems(tmp_path, "targets:\n  lab: A100\n")
+    assert p.message == "target 'lab' must be a non-empty list of GPU names"

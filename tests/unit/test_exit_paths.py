@@ -53,17 +53,6 @@ def test_keep_work_keeps_the_context_and_logs_where(tiny_matrix, private_tmp: Pa
     assert (kept / "Dockerfile").is_file() and f"kept the work dir for debugging: {kept}" in capsys.readouterr().err
 
 
-def test_a_missing_base_image_is_refused_before_any_build(tiny_matrix, monkeypatch, capsys) -> None:
-    engine = FakeEngine(missing=frozenset({"nvidia/cuda:12.8.1-devel-ubuntu22.04"}))
-    assert run_build(monkeypatch, engine) == 3
-    err = capsys.readouterr().err
-    assert err.splitlines()[0] == "engine: fake engine"
-    assert err.splitlines()[1].startswith("error: base image not in the engine: nvidia/cuda:12.8.1-devel-ubuntu22.04;")
-    assert "docker pull nvidia/cuda:12.8.1-devel-ubuntu22.04" in err and "bases.devel" in err
-    assert [c[0] for c in engine.calls] == ["missing_images"]  # asked, never built or pulled
-    assert not Path("dist").exists()
-
-
 def test_the_report_is_written_when_stderr_is_a_closed_pipe(tiny_matrix, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
     read, write = os.pipe()

@@ -79,7 +79,7 @@ def _stray(path: Path) -> bool:
     """A module neither at the top (the command line and what it shares) nor in a layer."""
     where = path.relative_to(PACKAGE).parts
     if len(where) == 1:
-        return path.stem not in {"__init__", "__main__", "cli", "doctor", "errors"}
+        return path.stem not in {"__init__", "__main__", "cli", "doctor", "errors", "starter"}
     return where[0] not in LAYERS
 
 

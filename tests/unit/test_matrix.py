@@ -612,12 +612,12 @@ REFUSED = [
         f"""
         image: acme/fa
         targets:
-          aws: A10G
+          lab: A10G
         entries:
-          - {ENTRY.replace("A100", "aws")}
+          - {ENTRY.replace("A100", "lab")}
         """,
-        Want(3, "target 'aws' must be a non-empty list of GPU names"),
-        Want(5, "unknown GPU or target 'aws'"),
+        Want(3, "target 'lab' must be a non-empty list of GPU names"),
+        Want(5, "unknown GPU or target 'lab'"),
     ),
     # --- files
     refused(

@@ -1,0 +1,203 @@
+"""The first run on a fresh engine: `fa-images build` pulls the base images it lacks, with
+progress, from a registry that wants a login (a real `docker-registry` standing in for Docker
+Hub or a mirror), checks them, and builds; `--pull never` refuses at once with both ways to
+provide them; a base without the Python asked for is refused before any compile.
+
+The registry serves the stock bases under names the engine does not hold, so the pulled images
+are the stock ones, id for id: the torch stage (and, after test_build_engine.py, the compile
+of the same sdist) is a layer-cache hit, and this module adds little to the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import engine_env
+import pytest
+import yaml
+from fixtures.tiny import make_tiny_sdist
+
+from fa_images.builder.source import sha256_of
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+# test_build_engine.py's first good version: the same sdist bytes, so the same compile layers.
+VERSION = "2.8.3.dev0"
+USER, HELPER = "fa-pull", "fa-pull-test"
+
+
+@dataclass
+class Project:
+    dir: Path
+    env: dict[str, str]
+    registry: str
+    devel: str  # the bases as the registry names them; the engine holds neither name at first
+    runtime: str
+    password: str
+    stock: engine_env.Stock
+
+    def matrix(self, name: str, *, python: str = "3.11", **bases: str) -> Path:
+        data = {
+            "image": f"fa-images-test/pulled-{name}",
+            "bases": {"devel": self.devel, "runtime": self.runtime, "python": "system", **bases},
+            "packages": self.stock.packages(),
+            "build": {"network": "host"},
+            "compat": "compat.yaml",
+            "entries": [{"python": python, "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": [80]}],
+        }
+        path = self.dir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def build(self, matrix: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "fa_images", "build", "--matrix", str(matrix), "--gpus", "none", *args],
+            cwd=self.dir,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=3000,
+        )
+
+
+def _push(client, image: str, ref: str, password: str) -> None:
+    client.images.get(image).tag(ref)
+    repository, tag = ref.rsplit(":", 1)
+    auth = {"username": USER, "password": password}
+    for chunk in client.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth):
+        assert "error" not in chunk, chunk
+    client.images.remove(ref)  # only the name: the stock tag keeps the image
+
+
+def _credential_helper(root: Path, password: str) -> Path:
+    """A Docker credential helper (the helper protocol's `get`), the way `docker login` leaves one."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / f"docker-credential-{HELPER}"
+    helper.write_text(
+        f"#!{sys.executable}\nimport json, sys\nserver = sys.stdin.read().strip()\n"
+        f"print(json.dumps({{'ServerURL': server, 'Username': {USER!r}, 'Secret': {password!r}}}))\n"
+    )
+    helper.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, stock: engine_env.Stock):
+    root = tmp_path_factory.mktemp("pull-engine")
+    sha = sha256_of(make_tiny_sdist(root / "sdists", version=VERSION))
+    pinned = {"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}}
+    (root / "compat.yaml").write_text(yaml.safe_dump(pinned))
+    password = secrets.token_urlsafe(24)
+    client = stock.engine.client
+    with engine_env.local_registry(users={USER: password}) as registry:
+        refs = {role: f"{registry}/fa-images-test/base-{role}:1" for role in ("devel", "runtime")}
+        started = time.monotonic()
+        with ThreadPoolExecutor(2) as pool:
+            pushes = [
+                pool.submit(_push, client, stock.devel, refs["devel"], password),
+                pool.submit(_push, client, stock.runtime, refs["runtime"], password),
+            ]
+            for push in pushes:
+                push.result()
+        print(f"the stock bases pushed to the registry in {time.monotonic() - started:.1f} s")
+        config = root / "docker-config"
+        config.mkdir()
+        (config / "config.json").write_text(json.dumps({"credHelpers": {registry: HELPER}}))
+        env = stock.engine.env(
+            PYTHONPATH=str(REPO),
+            PYTHONUNBUFFERED="1",
+            XDG_CACHE_HOME=str(root / "cache-home"),
+            DOCKER_CONFIG=str(config),
+            PATH=os.pathsep.join([str(_credential_helper(root, password)), os.environ["PATH"]]),
+        )
+        project = Project(root, env, registry, refs["devel"], refs["runtime"], password, stock)
+        try:
+            yield project
+        finally:
+            for ref in refs.values():
+                if client.images.list(name=ref.rsplit(":", 1)[0]):
+                    client.images.remove(ref)
+
+
+def test_pull_never_refuses_in_an_instant_with_both_ways(project):
+    matrix, times = project.matrix("never"), []
+    for _ in range(3):  # the best of three: the CPUs of a test machine are shared
+        started = time.monotonic()
+        proc = project.build(matrix, "--pull", "never")
+        times.append(time.monotonic() - started)
+        assert proc.returncode == 3, proc.stderr
+        if times[-1] < 2:
+            break
+    print(f"--pull never refused in {', '.join(f'{t:.2f}' for t in times)} s (the whole command)")
+    assert min(times) < 2, times
+    error, hint = proc.stderr.splitlines()[1:3]
+    assert error == (
+        f"error: base images not in the engine: {project.devel}, {project.runtime}; --pull never forbids pulling"
+    )
+    assert f"docker pull {project.devel} && docker pull {project.runtime}" in hint
+    assert "docker load -i base.tar" in hint and "bases.devel / bases.runtime" in hint and "local tag" in hint
+    assert not (project.dir / "logs").exists()  # no entry started
+
+
+def test_a_pull_that_fails_names_the_image_before_any_compile(project):
+    unknown = project.matrix("unknown", devel=project.devel.replace(":1", ":no-such-tag"))
+    proc = project.build(unknown)
+    assert proc.returncode == 3, proc.stderr
+    assert f"error: cannot pull base image {project.devel.replace(':1', ':no-such-tag')}: pull of" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (project.dir / "logs").exists()
+    # Without the login the client config gives, the registry refuses: one line, with the fix.
+    no_login = project.dir / "no-docker-config"
+    no_login.mkdir()
+    proc = project.build(project.matrix("nologin"), env={**project.env, "DOCKER_CONFIG": str(no_login)})
+    assert proc.returncode == 3, proc.stderr
+    assert "error: cannot pull base image" in proc.stderr and f"docker login {project.registry}" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def pulled(project):
+    started = time.monotonic()
+    proc = project.build(project.matrix("first"), "--report", "report.json")
+    took = time.monotonic() - started
+    print(f"the first build on an engine without its bases: {took:.1f} s")
+    print(f"{proc.stderr[:3000]}\n…\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def test_build_pulls_the_missing_bases_with_progress_and_succeeds(project, pulled):
+    assert pulled.returncode == 0, pulled.stderr[-4000:]
+    err = pulled.stderr
+    for ref in (project.devel, project.runtime):
+        assert f"pull {ref} · " in err  # a line per layer's status
+        assert f"✓ pull {ref} (" in err  # and one per image, with its time, id and size
+    assert "pulled 2 base images in " in err and "(--pull missing)" in err
+    assert err.index("pulled 2 base images") < err.index("[1/1]")  # before the entry starts
+    assert f"✓ preflight {project.runtime} (" in err and "python3.11 " in err and "nvcc 12." in err
+    (entry,) = json.loads((project.dir / "report.json").read_text())["entries"]
+    assert entry["status"] == "ok" and entry["wheel"] and entry["check"] == "passed", entry
+    # The login came from the credential helper and went to the engine only.
+    assert project.password not in pulled.stdout + err
+    for path in [project.dir / "report.json", *(project.dir / "logs").iterdir()]:
+        assert project.password not in path.read_text(errors="replace"), path
+
+
+def test_preflight_refuses_a_base_without_the_python_before_any_compile(project, pulled):
+    started = time.monotonic()
+    proc = project.build(project.matrix("py313", python="3.13"), "--dist", "dist-py313")
+    took = time.monotonic() - started
+    print(f"preflight refusal in {took:.1f} s (the whole command)\n{proc.stderr}")
+    assert proc.returncode == 3, proc.stderr
+    assert f"error: base image {project.devel} has no python3.13 on its PATH" in proc.stderr
+    assert "set bases.python: uv" in proc.stderr
+    assert "pull " not in proc.stderr  # pulled by the first build: nothing to pull
+    assert not (project.dir / "dist-py313").exists() and "Step 1/" not in proc.stderr
+    assert took < 30, took

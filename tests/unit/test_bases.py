@@ -1,0 +1,128 @@
+"""The base images before any build: pulled as the policy says, with progress, or refused with
+both ways to provide them; then checked for the Python and nvcc the build needs.
+
+A fake engine stands in for the daemon (the fast tests of each path); the real pull from a
+registry, and the real preflight, run in tests/engine/test_pull_engine.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fakes import FakeEngine, accept_every_wheel
+
+from fa_images import cli
+from fa_images.run.engine import DockerEngine
+
+DEVEL = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+RUNTIME = "nvidia/cuda:12.8.1-base-ubuntu22.04"
+
+
+def run_build(monkeypatch, engine: FakeEngine, *args: str) -> int:
+    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    return cli.main(["build", "--matrix", "matrix.yaml", "--gpus", "none", *args])
+
+
+def add_to_matrix(text: str) -> None:
+    path = Path("matrix.yaml")
+    path.write_text(path.read_text() + text)
+
+
+def builds(engine: FakeEngine) -> list[tuple]:
+    return [c for c in engine.calls if c[0] == "build"]
+
+
+def test_missing_bases_are_pulled_with_progress_before_any_build(tiny_matrix, monkeypatch, capsys) -> None:
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}))
+    assert run_build(monkeypatch, engine) == 0
+    names = [c[0] for c in engine.calls]
+    assert names.index("pull") < names.index("build")
+    assert [c[1] for c in engine.calls if c[0] == "pull"] == sorted([DEVEL, RUNTIME])
+    err = capsys.readouterr().err
+    assert f"pull {DEVEL} · 0123456789ab · Downloading 10.0/20.0 MB" in err  # a line per layer's status
+    assert f"✓ pull {DEVEL} (" in err and f"✓ pull {RUNTIME} (" in err  # a line per image
+    assert "pulled 2 base images in " in err and "(--pull missing)" in err
+
+
+def test_bases_the_engine_holds_are_not_pulled_unless_always(tiny_matrix, monkeypatch, capsys) -> None:
+    accept_every_wheel(monkeypatch)
+    held = FakeEngine()
+    assert run_build(monkeypatch, held) == 0
+    assert not [c for c in held.calls if c[0] == "pull"]
+    again = FakeEngine()
+    assert run_build(monkeypatch, again, "--pull", "always") == 0
+    assert [c[1] for c in again.calls if c[0] == "pull"] == sorted([DEVEL, RUNTIME])
+
+
+def test_pull_never_refuses_in_an_instant_with_both_ways(tiny_matrix, monkeypatch, capsys) -> None:
+    engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}))
+    started = time.monotonic()
+    assert run_build(monkeypatch, engine, "--pull", "never") == 3
+    assert time.monotonic() - started < 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "engine: fake engine"
+    assert lines[1] == f"error: base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
+    hint = lines[2]
+    assert f"docker pull {RUNTIME} && docker pull {DEVEL}" in hint  # every image, not only the first
+    assert "docker load -i" in hint and "bases.devel / bases.runtime" in hint and "local tag" in hint
+    assert [c[0] for c in engine.calls] == ["missing_images"]  # asked, never built or pulled
+    assert not Path("dist").exists()
+
+
+def test_the_matrix_can_forbid_pulls_and_the_flag_wins(tiny_matrix, monkeypatch, capsys) -> None:
+    add_to_matrix("build: {pull: never}\n")
+    assert run_build(monkeypatch, FakeEngine(missing=frozenset({DEVEL}))) == 3
+    assert "--pull never forbids pulling" in capsys.readouterr().err
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(missing=frozenset({DEVEL}))
+    assert run_build(monkeypatch, engine, "--pull", "missing") == 0
+    assert ("pull", DEVEL) in engine.calls
+
+
+def test_a_pull_that_fails_is_one_error_naming_the_image(tiny_matrix, monkeypatch, capsys) -> None:
+    engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}), unpullable=frozenset({DEVEL}))
+    assert run_build(monkeypatch, engine) == 3
+    err = capsys.readouterr().err
+    assert f"error: cannot pull base image {DEVEL}: pull of {DEVEL} failed: manifest unknown" in err
+    assert "docker.io is reachable" in err and "docker load -i" in err
+    assert not builds(engine) and "Traceback" not in err
+
+
+def test_preflight_refuses_a_base_without_the_python_asked_for(tiny_matrix, monkeypatch, capsys) -> None:
+    add_to_matrix("bases: {python: system}\n")
+    engine = FakeEngine(lacking={RUNTIME: {"python3.12"}})
+    started = time.monotonic()
+    assert run_build(monkeypatch, engine) == 3
+    assert time.monotonic() - started < 2
+    err = capsys.readouterr().err
+    assert f"error: base image {RUNTIME} has no python3.12 on its PATH, which bases.python: system needs" in err, err
+    assert "set bases.python: uv" in err
+    assert not builds(engine)
+    assert ("probe", DEVEL) in engine.calls and ("probe", RUNTIME) in engine.calls
+
+
+def test_preflight_refuses_a_devel_base_without_nvcc_or_of_another_major(tiny_matrix, monkeypatch, capsys) -> None:
+    engine = FakeEngine(lacking={DEVEL: {"nvcc"}})
+    assert run_build(monkeypatch, engine) == 3
+    err = capsys.readouterr().err
+    assert f"error: base image {DEVEL} has no nvcc" in err and "the compile needs CUDA 12.8" in err
+    assert "point bases.devel at a CUDA devel image" in err and not builds(engine)
+    other = FakeEngine()
+    other.nvcc = "13.0"
+    assert run_build(monkeypatch, other) == 3
+    assert "has nvcc 13.0, but the entries need CUDA 12.8 (another major version)" in capsys.readouterr().err
+
+
+def test_preflight_names_what_it_found(tiny_matrix, monkeypatch, capsys) -> None:
+    accept_every_wheel(monkeypatch)
+    add_to_matrix("bases: {python: system}\n")
+    engine = FakeEngine()
+    engine.nvcc = "12.4"  # another minor of the same major builds: named, not refused
+    assert run_build(monkeypatch, engine) == 0
+    err = capsys.readouterr().err
+    assert f"✓ preflight {DEVEL} (" in err
+    assert "python3.11 /usr/bin/python3.11; python3.12 /usr/bin/python3.12; nvcc 12.4" in err
+    assert "(the entries name CUDA 12.8: same major)" in err
+    assert f"✓ preflight {RUNTIME} (" in err

@@ -1,0 +1,104 @@
+"""`fa-images init`: a commented starter matrix that `plan` loads, for this machine or a target;
+never over a file that is there (without --force), never through a symlink."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fa_images import cli, doctor
+from fa_images.config import matrix
+
+
+def machine(entry: dict | None) -> doctor.Report:
+    report = doctor.Report(entry=entry)
+    report.facts = {"python": "3.12.3", "torch": {"version": "2.9.1+cu128"}, "gpus": [{"name": "NVIDIA L4"}]}
+    if entry is None:
+        report.add("matrix entry", doctor.WARN, "fa-images builds for Python 3.9, ..., not 3.8")
+    return report
+
+
+ENTRY = {"python": "3.12", "torch": "2.9.1", "flash_attn": "2.8.3", "archs": [80]}
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(doctor, "run", lambda python: machine(dict(ENTRY)))
+    return tmp_path
+
+
+def test_init_writes_a_commented_matrix_for_this_machine_that_plan_loads(here: Path, capsys) -> None:
+    assert cli.main(["init"]) == 0
+    text = (here / "matrix.yaml").read_text()
+    assert "for this machine: Python 3.12.3, torch 2.9.1+cu128, NVIDIA L4" in text.splitlines()[0]
+    assert '  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}' in text
+    assert "#   pull: missing" in text and "docker load -i" in text and "#   python: uv" in text
+    (entry,) = matrix.load(here / "matrix.yaml").entries
+    assert (entry.python, entry.torch, entry.cuda, entry.archs) == ("3.12", "2.9.1", "12.8", ("80",))
+    assert capsys.readouterr().out.startswith("wrote matrix.yaml; next: fa-images plan")
+    assert cli.main(["plan"]) == 0
+
+
+@pytest.mark.parametrize(("target", "archs"), [("aws", ("80",)), ("H100", ("90",)), ("sm_89", ("80",))])
+def test_init_for_a_target(here: Path, target: str, archs: tuple[str, ...]) -> None:
+    assert cli.main(["init", "--target", target, "--out", "t.yaml"]) == 0
+    text = (here / "t.yaml").read_text()
+    assert f"for target {target}." in text.splitlines()[0] and f'target: ["{target}"]' in text
+    (entry,) = matrix.load(here / "t.yaml").entries
+    assert entry.archs == archs
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("L5", "neither a target nor a GPU fa-images knows"),
+        ("T4", "compute capability 7.5) cannot run flash-attn 2"),
+        ("aws\nimage: x", "is not a target name or a GPU"),
+        ("-rf", "is not a target name or a GPU"),
+    ],
+)
+def test_init_refuses_a_target_it_does_not_know(here: Path, capsys, target: str, says: str) -> None:
+    assert cli.main(["init", f"--target={target}"]) == 2
+    assert says in capsys.readouterr().err
+    assert not (here / "matrix.yaml").exists()
+
+
+def test_init_never_overwrites_without_force(here: Path, capsys) -> None:
+    (here / "matrix.yaml").write_text("mine\n")
+    assert cli.main(["init"]) == 2
+    assert "matrix.yaml already exists; fa-images init does not overwrite it" in capsys.readouterr().err
+    assert (here / "matrix.yaml").read_text() == "mine\n"
+    assert cli.main(["init", "--force"]) == 0
+    assert (here / "matrix.yaml").read_text().startswith("# The flash-attn images")
+    assert [p.name for p in here.iterdir()] == ["matrix.yaml"]  # no temp file left
+
+
+def test_init_never_writes_through_a_symlink(here: Path, capsys) -> None:
+    victim = here / "victim"
+    victim.write_text("keep\n")
+    os.symlink(victim, here / "matrix.yaml")
+    for args in (["init"], ["init", "--force"]):
+        assert cli.main(args) == 2
+        assert "is a symlink" in capsys.readouterr().err
+    assert victim.read_text() == "keep\n" and (here / "matrix.yaml").is_symlink()
+    linked_dir = here / "linked"
+    linked_dir.symlink_to(here)
+    assert cli.main(["init", "--out", "linked/m.yaml"]) == 2
+    assert not (here / "m.yaml").exists()
+
+
+def test_init_says_when_nothing_fits_this_machine(here: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "run", lambda python: machine(None))
+    assert cli.main(["init"]) == 3
+    err = capsys.readouterr().err
+    assert "error: no entry fits this machine: fa-images builds for Python 3.9" in err and "fa-images doctor" in err
+    assert not (here / "matrix.yaml").exists()
+
+
+def test_init_with_the_real_doctor(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["init"]) == 0  # this machine, as doctor sees it (a CPU torch here)
+    assert matrix.load(tmp_path / "matrix.yaml").entries
