@@ -33,7 +33,7 @@ REAL_SDISTS = {
 ENGINE_TIER = "engine"
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         engine = item.path.parent.name == ENGINE_TIER
