@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fixtures.build_settings import make_settings
 from setuptools import Extension
 
 from fa_images.builder import build, contract, environment
@@ -35,27 +36,6 @@ from fa_images.builder.setup_shim import (
 GENCODE_80 = "arch=compute_80,code=sm_80"
 GENCODE_90 = "arch=compute_90,code=sm_90"
 SHIM_FAILED = contract.EXIT_SHIM_REFUSED
-
-
-def make_settings(tmp_path: Path | None = None, **overrides) -> BuildSettings:
-    fields = dict(
-        flash_attn="2.8.3",
-        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
-        torch="2.9.1+cu128",
-        cuda="12.8",
-        cxx11_abi=True,
-        archs=("80",),
-        ptx=False,
-        max_jobs=2,
-        nvcc_threads=2,
-        local_version="cu128torch2.9cxx11abitrue",
-        source_dir=str(tmp_path or "/nonexistent"),
-        sdist="/nonexistent/flash_attn-2.8.3.tar.gz",
-        sha256="0" * 64,
-        honours_cuda_archs_env=True,
-    )
-    fields.update(overrides)
-    return BuildSettings(**fields)
 
 
 # --- flag stripping ----------------------------------------------------------------------

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures.build_settings import make_settings
 
 from fa_images.builder import shards
 from fa_images.builder.errors import BuildFailed
-from fa_images.builder.settings import BuildSettings
 from fa_images.builder.setup_shim import expected_seconds, longest_first
 
 COSTS = json.loads((Path(shards.__file__).with_name("compile_costs.json")).read_text())
@@ -76,28 +76,8 @@ def test_more_shards_than_kernels_leaves_some_empty() -> None:
     assert shards.partition(["a.cu"], 3, lambda _s: 1.0) == [["a.cu"], [], []]
 
 
-def _settings(tmp_path: Path, **changes) -> BuildSettings:
-    base = dict(
-        flash_attn="2.8.3",
-        python="3.11",
-        torch="2.9.1+cu128",
-        cuda="12.8",
-        cxx11_abi=True,
-        archs=("80",),
-        ptx=False,
-        max_jobs=2,
-        nvcc_threads=1,
-        local_version=None,
-        source_dir=str(tmp_path),
-        sdist="x",
-        sha256="0" * 64,
-        honours_cuda_archs_env=True,
-    )
-    return BuildSettings(**{**base, **changes})
-
-
 def test_the_final_run_needs_every_shard(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = make_settings(tmp_path)
     done = tmp_path / "shards"
     with pytest.raises(BuildFailed, match="no shard finished"):
         shards.check_shards_done(done, settings)
@@ -111,17 +91,17 @@ def test_the_final_run_needs_every_shard(tmp_path: Path) -> None:
 
 def test_shards_of_other_inputs_are_refused(tmp_path: Path) -> None:
     done = tmp_path / "shards"
-    shards.write_record(done, shards.Shard(1, 1), ["a.cu"], _settings(tmp_path, torch="2.8.0+cu128"))
+    shards.write_record(done, shards.Shard(1, 1), ["a.cu"], make_settings(tmp_path, torch="2.8.0+cu128"))
     with pytest.raises(BuildFailed, match=r"other inputs than this run \(torch differ"):
-        shards.check_shards_done(done, _settings(tmp_path))
+        shards.check_shards_done(done, make_settings(tmp_path))
 
 
 def test_mixed_splits_are_refused(tmp_path: Path) -> None:
     done = tmp_path / "shards"
-    shards.write_record(done, shards.Shard(1, 1), ["a.cu"], _settings(tmp_path))
-    shards.write_record(done, shards.Shard(1, 2), ["a.cu"], _settings(tmp_path))
+    shards.write_record(done, shards.Shard(1, 1), ["a.cu"], make_settings(tmp_path))
+    shards.write_record(done, shards.Shard(1, 2), ["a.cu"], make_settings(tmp_path))
     with pytest.raises(BuildFailed, match="mixes shard counts"):
-        shards.check_shards_done(done, _settings(tmp_path))
+        shards.check_shards_done(done, make_settings(tmp_path))
 
 
 def test_a_record_that_is_not_json_is_refused(tmp_path: Path) -> None:
@@ -129,4 +109,4 @@ def test_a_record_that_is_not_json_is_refused(tmp_path: Path) -> None:
     done.mkdir()
     (done / "shard-1-of-1.json").write_text("[1, 2")
     with pytest.raises(ValueError, match="not valid JSON"):
-        shards.check_shards_done(done, _settings(tmp_path))
+        shards.check_shards_done(done, make_settings(tmp_path))
