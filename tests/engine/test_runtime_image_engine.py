@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import docker.errors
 import engine_env
@@ -42,13 +43,20 @@ MAX_OVERHEAD = 1.02
 BUILD_MEMORY = "4g"
 
 
-def _run(client, image: str, command: str, **kwargs) -> tuple[int, str]:
-    """Runs ``sh -c command`` in a fresh container; (exit code, output). The container is removed."""
+class Ran(NamedTuple):
+    code: int
+    out: str  # stdout alone: a value read from it is never interleaved with a warning on stderr
+    err: str
+
+
+def _run(client, image: str, command: str, **kwargs) -> Ran:
+    """Runs ``sh -c command`` in a fresh container, which is then removed."""
     container = client.containers.create(image, ["sh", "-c", command], **kwargs)
     try:
         container.start()
         code = container.wait()["StatusCode"]
-        return code, container.logs().decode(errors="replace")
+        out, err = (container.logs(stdout=o, stderr=not o).decode(errors="replace") for o in (True, False))
+        return Ran(code, out, err)
     finally:
         container.remove(force=True)
 
@@ -102,27 +110,27 @@ def built(tmp_path_factory, stock: engine_env.Stock):
 def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
     client, entry = built.client, built.entry
     assert entry["status"] == "ok" and entry["check"] == "passed"
-    code, out = _run(client, entry["image"], "pip check")
-    assert code == 0 and "No broken requirements found" in out, out
+    code, out, err = _run(client, entry["image"], "pip check")
+    assert code == 0 and "No broken requirements found" in out, out + err
     imports = "; ".join(f"import {m}" for m in IMPORTED_MODULES)
-    code, out = _run(client, entry["image"], f"python -c '{imports}; import einops; print(einops.__version__)'")
+    code, out, err = _run(client, entry["image"], f"python -c '{imports}; import einops; print(einops.__version__)'")
     pinned = next(p for p in compat.load().runtime_deps if p.startswith("einops=="))
-    assert code == 0 and out.strip().splitlines()[-1] == pinned.partition("==")[2], out
-    code, out = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
+    assert code == 0 and out.strip() == pinned.partition("==")[2], out + err
+    code, out, err = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
     assert code == 0 and "bert_padding, layers.rotary, modules.mha" in out, out
 
 
 def test_runtime_image_holds_no_compiler_and_no_build_tools(built):
     client, entry = built.client, built.entry
-    code, out = _run(client, entry["image"], "command -v nvcc ninja; ls /opt/build-tools /usr/local/cuda 2>&1")
+    code, out, err = _run(client, entry["image"], "command -v nvcc ninja; ls /opt/build-tools /usr/local/cuda 2>&1")
     assert "nvcc" not in out.split("ls:")[0] and "ninja" not in out.split("ls:")[0], out
     assert "No such file" in out, out
     for module in ("ninja", "psutil", "wheel"):
-        code, out = _run(client, entry["image"], f"python -c 'import {module}'")
-        assert code != 0 and "ModuleNotFoundError" in out, (module, out)
+        code, out, err = _run(client, entry["image"], f"python -c 'import {module}'")
+        assert code != 0 and "ModuleNotFoundError" in err, (module, err)
     # torch is the builder's, untouched: same version and CUDA variant the entry asked for.
-    code, out = _run(client, entry["image"], "python -c 'import torch; print(torch.__version__)'")
-    assert out.strip().splitlines()[-1] == "2.9.1+cu128", out
+    code, out, err = _run(client, entry["image"], "python -c 'import torch; print(torch.__version__)'")
+    assert out.strip() == "2.9.1+cu128", out + err
 
 
 def test_runtime_image_is_no_larger_than_its_parts(built):
@@ -130,7 +138,7 @@ def test_runtime_image_is_no_larger_than_its_parts(built):
     image = client.images.get(entry["image"])
     assert entry["image_size"] == image.attrs["Size"]  # what the summary and the report say
     base = client.images.get(built.base)
-    code, out = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
+    code, out, err = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
     assert code == 0, out
     parts = {Path(line.split()[1]).name: int(line.split()[0]) for line in out.strip().splitlines()}
     expected = base.attrs["Size"] + sum(parts.values())
@@ -150,7 +158,7 @@ def test_runtime_image_runs_as_uid_1000_where_that_uid_exists(built):
     client, entry = built.client, built.entry
     image = client.images.get(entry["image"])
     assert image.attrs["Config"]["User"] == "1000:1000"
-    code, out = _run(client, entry["image"], "id -un; touch /home/flash/ok && echo writable")
+    code, out, err = _run(client, entry["image"], "id -un; touch /home/flash/ok && echo writable")
     assert code == 0 and out.split() == ["ubuntu", "writable"], out
 
 
@@ -179,18 +187,18 @@ def test_builder_stage_runs_setup_py_that_calls_git(built, git_calling_sdists, v
     unpack = f"cd /tmp && tar xzf /sdists/{sdist.name} && cd flash_attn-{version} && "
     run_setup = "FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE python setup.py --version"
     volumes = {str(sdist.parent): {"bind": "/sdists", "mode": "ro"}}
-    code, out = _run(
+    code, out, err = _run(
         client,
         builder,
         unpack + f"PYTHONPATH=/opt/build-tools PATH=/opt/build-tools/bin:$PATH {run_setup}",
         volumes=volumes,
     )
-    assert code == 0 and out.strip().splitlines()[-1] == version, out
+    assert code == 0 and out.strip().splitlines()[-1] == version, out + err
     # The same command without git on the PATH dies as the issue reported: the check can fail.
-    code, out = _run(
+    code, out, err = _run(
         client, builder, unpack + f"PYTHONPATH=/opt/build-tools PATH=/opt/venv/bin {run_setup}", volumes=volumes
     )
-    assert code != 0 and "No such file or directory: 'git'" in out, out
+    assert code != 0 and "No such file or directory: 'git'" in err, err
 
 
 def test_the_build_went_through_an_engine_that_does_not_share_the_hosts_files(built):
@@ -200,7 +208,7 @@ def test_the_build_went_through_an_engine_that_does_not_share_the_hosts_files(bu
     # The project directory, full on the host, is empty as the engine sees it...
     assert (built.root / "matrix.yaml").is_file()
     volumes = {str(built.root): {"bind": "/project", "mode": "ro"}}
-    code, out = _run(built.client, engine_env.RUNTIME_TAG, "ls -A /project | wc -l", volumes=volumes)
+    code, out, err = _run(built.client, engine_env.RUNTIME_TAG, "ls -A /project | wc -l", volumes=volumes)
     assert code == 0 and out.strip() == "0", out
     # ...and still the build read its context and the wheel came back.
     wheel = Path(built.entry["wheel"])
