@@ -139,7 +139,7 @@ def test_runtime_image_is_no_larger_than_its_parts(built):
     assert entry["image_size"] == image.attrs["Size"]  # what the summary and the report say
     base = client.images.get(built.base)
     code, out, err = _run(client, entry["image"], "du -sb /opt/venv /opt/fa-images")
-    assert code == 0, out
+    assert code == 0, out + err
     parts = {Path(line.split()[1]).name: int(line.split()[0]) for line in out.strip().splitlines()}
     expected = base.attrs["Size"] + sum(parts.values())
     ratio = image.attrs["Size"] / expected
@@ -159,7 +159,7 @@ def test_runtime_image_runs_as_uid_1000_where_that_uid_exists(built):
     image = client.images.get(entry["image"])
     assert image.attrs["Config"]["User"] == "1000:1000"
     code, out, err = _run(client, entry["image"], "id -un; touch /home/flash/ok && echo writable")
-    assert code == 0 and out.split() == ["ubuntu", "writable"], out
+    assert code == 0 and out.split() == ["ubuntu", "writable"], out + err
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_the_build_went_through_an_engine_that_does_not_share_the_hosts_files(bu
     assert (built.root / "matrix.yaml").is_file()
     volumes = {str(built.root): {"bind": "/project", "mode": "ro"}}
     code, out, err = _run(built.client, engine_env.RUNTIME_TAG, "ls -A /project | wc -l", volumes=volumes)
-    assert code == 0 and out.strip() == "0", out
+    assert code == 0 and out.strip() == "0", out + err
     # ...and still the build read its context and the wheel came back.
     wheel = Path(built.entry["wheel"])
     assert wheel.is_file() and wheel.is_relative_to(built.root)
