@@ -27,20 +27,31 @@ REAL_SDISTS = {
 }
 
 
-# The engine tier shares one engine for the whole run (tests/engine/conftest.py), so its modules
-# are one group for pytest-xdist: one worker, in order. Every other module is a group of its own,
-# so its module fixtures (a compile, a venv) are made once, on one worker.
+# The engine tier shares one Docker Engine for the whole run (tests/engine/conftest.py), so its
+# modules are one group for pytest-xdist: one worker, in order. A module that names a group of its
+# own (Podman, its own engine) keeps it. Every other module is a group of its own, so its module
+# fixtures (a compile, a venv) are made once, on one worker.
 ENGINE_TIER = "engine"
+TIERS = (ENGINE_TIER, "unit", "builder")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        engine = item.path.parent.name == ENGINE_TIER
-        item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
-    # The longest group first, so the other worker takes the rest beside it (a stable sort keeps
-    # the engine tier's own order).
-    items.sort(key=lambda item: item.path.parent.name != ENGINE_TIER)
+        if item.get_closest_marker("xdist_group") is None:
+            engine = item.path.parent.name == ENGINE_TIER
+            item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
+    # The groups in this order (`--no-loadscope-reorder`): the engine tier first on one worker,
+    # then the other engine groups first on the other. Each worker is also handed one more group
+    # at the start, which waits behind its first: a unit module, seconds long, is next.
+    items.sort(key=_rank)
+
+
+def _rank(item: pytest.Item) -> tuple[int, int]:
+    tier = item.path.parent.name
+    group = item.get_closest_marker("xdist_group")
+    shared = group is not None and group.args[0] == ENGINE_TIER
+    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 1)
 
 
 @pytest.fixture(scope="session")

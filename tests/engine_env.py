@@ -55,6 +55,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,6 +91,12 @@ TEST_NAMESPACE = "fa-images-test/"
 # left running can be told apart from everything else on the machine.
 CHILD_MARKER = "FA_IMAGES_TEST_CHILD"
 REGISTRY_DIR_PREFIX = "fa-images-registry-"
+# The engine tier's package index, a directory of its own per run under the cache.
+INDEX_DIR_PREFIX = "index-torch-"
+# Names the run a process, a registry's data or an index belongs to, so that what a killed run
+# left is told apart from what this run's other pytest-xdist worker uses at the same time.
+RUN_ID_VARIABLE = "FA_IMAGES_TEST_RUN"
+_PROCESS_RUN_ID = uuid.uuid4().hex
 
 # Images made here carry this label; its value is a hash of their recipe, so a
 # stale image (changed package list, changed CUDA tree) is rebuilt, not reused.
@@ -330,11 +337,25 @@ def _which(name: str, package: str) -> str:
     return found
 
 
+def run_id() -> str:
+    """This test run's name: shared by its pytest-xdist workers, new for every run."""
+    return os.environ.get(RUN_ID_VARIABLE) or os.environ.get("PYTEST_XDIST_TESTRUNUID") or _PROCESS_RUN_ID
+
+
+def run_prefix(prefix: str) -> str:
+    """The name prefix of this run's directories of a kind (registry data, index)."""
+    return f"{prefix}{run_id()}-"
+
+
+def _of_another_run(path: Path, prefix: str) -> bool:
+    return path.name.startswith(prefix) and not path.name.startswith(run_prefix(prefix))
+
+
 def child_env(marked: bool = True, /, **extra: str) -> dict[str, str]:
     """The environment of a process the tests start; ``marked`` ones are reaped if a run is killed."""
     env = {**os.environ, "PATH": _sbin_path(), **extra}
     if marked:
-        env[CHILD_MARKER] = str(RUN_DIR)
+        env[CHILD_MARKER] = run_id()
     # Keep loopback traffic (local registry, wheel server) off any proxy.
     if any(env.get(k) for k in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")):
         for key in ("no_proxy", "NO_PROXY"):
@@ -346,8 +367,7 @@ def _start_dockerd(base_url: str) -> docker.DockerClient:
     """Start a private dockerd and wait until it answers."""
     dockerd = _which("dockerd", "docker.io")
     _clear_stale_dockerd()
-    data_root = cache_dir() / "docker"
-    data_root.mkdir(parents=True, exist_ok=True)
+    data_root = _fresh_unless_stopped_cleanly(cache_dir() / "docker")
     # An empty config file, so a host /etc/docker/daemon.json cannot clash
     # with the flags below (e.g. "hosts").
     config = RUN_DIR / "daemon.json"
@@ -459,6 +479,27 @@ def _wait_for_dockerd(proc: subprocess.Popen[bytes], base_url: str) -> docker.Do
     return None
 
 
+def _clean_stop_mark() -> Path:
+    return cache_dir() / "docker.stopped-cleanly"
+
+
+def _fresh_unless_stopped_cleanly(data_root: Path) -> Path:
+    """The data-root, kept from the last run only if its daemon was stopped cleanly.
+
+    A daemon killed while it commits a layer leaves layer directories that it no longer lists
+    (25 GB of them, once), so no reaper through the API finds them: only a fresh data-root
+    does. What it costs is the base images, imported again from the cached rootfs tarballs.
+    """
+    mark = _clean_stop_mark()
+    if data_root.exists() and not mark.exists():
+        log.warning("discarding %s: the daemon that used it was not stopped cleanly", data_root)
+        _unmount_under(data_root, include_self=True)
+        shutil.rmtree(data_root)
+    mark.unlink(missing_ok=True)  # until this daemon, in turn, is stopped cleanly
+    data_root.mkdir(parents=True, exist_ok=True)
+    return data_root
+
+
 def _clear_stale_dockerd() -> None:
     """Remove what a killed run left: an unresponsive daemon, pidfile and socket."""
     pid = _read_pid(RUN_DIR / "docker.pid")
@@ -474,7 +515,8 @@ def _stop_dockerd() -> None:
     if pid is None or not _is_private_dockerd(pid):
         return
     started = time.monotonic()
-    _terminate(pid)
+    if _terminate(pid):
+        _clean_stop_mark().touch()
     # dockerd leaves its default network namespace bind-mounted in exec-root.
     _unmount_under(RUN_DIR / "exec", include_self=False)
     log.info("stopped dockerd %d in %.1f s", pid, time.monotonic() - started)
@@ -482,11 +524,11 @@ def _stop_dockerd() -> None:
 
 # Daemons started by this process, so that their exit status is reaped
 # (a zombie would still look alive to _alive()).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_CHILDREN: dict[int, subprocess.Popen[Any]] = {}
 
 
-def _terminate(pid: int, grace: float = 30.0) -> None:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
+def _terminate(pid: int, grace: float = 30.0) -> bool:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. True when SIGTERM was enough."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
@@ -495,11 +537,12 @@ def _terminate(pid: int, grace: float = 30.0) -> None:
             child = _CHILDREN.get(pid)
             if child is not None and child.poll() is not None:
                 _CHILDREN.pop(pid, None)
-                return
+                return sig == signal.SIGTERM
             if child is None and not _alive(pid):
-                return
+                return sig == signal.SIGTERM
             time.sleep(0.1)
     log.warning("process %d did not exit after SIGKILL", pid)
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -590,16 +633,22 @@ def reap_leftovers(client: docker.DockerClient) -> None:
         log.warning("removing container %s, left by an earlier test run", container.name)
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
-    for path in Path(tempfile.gettempdir()).glob(REGISTRY_DIR_PREFIX + "*"):
-        log.warning("removing registry data left by an earlier test run: %s", path)
-        shutil.rmtree(path, ignore_errors=True)
+    for kind, parent, prefix in (
+        ("registry data", Path(tempfile.gettempdir()), REGISTRY_DIR_PREFIX),
+        ("a package index", cache_dir(), INDEX_DIR_PREFIX),
+    ):
+        for path in parent.glob(prefix + "*"):
+            if _of_another_run(path, prefix):
+                log.warning("removing %s left by an earlier test run: %s", kind, path)
+                shutil.rmtree(path, ignore_errors=True)
     remove_test_images(client, prune=True)
 
 
 def marked_processes() -> list[int]:
-    """Live processes started by a test run (they carry CHILD_MARKER), but for this one and its parents."""
+    """Live processes started by another test run (they carry CHILD_MARKER with its name):
+    never this run's, on whichever worker, nor this process's parents."""
     spared = set(_ancestors(os.getpid()))
-    marker = f"{CHILD_MARKER}={RUN_DIR}".encode()
+    marker, ours = f"{CHILD_MARKER}=".encode(), f"{CHILD_MARKER}={run_id()}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in spared:
@@ -608,7 +657,8 @@ def marked_processes() -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ and _alive(int(entry.name)):
+        marked = any(v.startswith(marker) for v in environ)
+        if marked and ours not in environ and _alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -1340,6 +1390,11 @@ def python_standin(client: docker.DockerClient, base: str, prefix: Path, version
     return tag
 
 
+def index_packages(index: str, **overrides: object) -> dict[str, object]:
+    """A matrix's `packages`: everything from the tests' index, the sdists from sdists/."""
+    return {"index": index, "torch_index": index, "sdists": "sdists", **overrides}
+
+
 @dataclasses.dataclass(frozen=True)
 class Stock:
     """The shared engine and what every module's matrix builds on."""
@@ -1351,8 +1406,7 @@ class Stock:
     second_python: str | None  # 3.12 where the bases have it
 
     def packages(self, **overrides: object) -> dict[str, object]:
-        """The matrix's `packages`: everything from the shared index, the sdists from sdists/."""
-        return {"index": self.index, "torch_index": self.index, "sdists": "sdists", **overrides}
+        return index_packages(self.index, **overrides)
 
     def bases(self, **overrides: object) -> dict[str, object]:
         return {"devel": self.devel, "runtime": self.runtime, "python": "system", **overrides}
@@ -1436,7 +1490,7 @@ def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> 
         raise RuntimeError("docker-registry not found; install it with: apt-get install -y docker-registry")
     # The registry reads REGISTRY_* variables as config overrides.
     env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
-    with tempfile.TemporaryDirectory(prefix=REGISTRY_DIR_PREFIX) as tmp:
+    with tempfile.TemporaryDirectory(prefix=run_prefix(REGISTRY_DIR_PREFIX)) as tmp:
         log_path = Path(tmp) / "registry.log"
         auth = {}
         if users:

@@ -40,7 +40,7 @@ def _index_dir(second: bool) -> Path:
     """One directory of hard links: the cp311 wheelhouse, and the cp312-only wheels beside it
     (one version of every pure wheel, so both Pythons resolve alike). A directory of its own for
     each run, so that a second run on the machine never empties the one this run serves."""
-    root = Path(tempfile.mkdtemp(prefix="index-torch-", dir=engine_env.cache_dir()))
+    root = Path(tempfile.mkdtemp(prefix=engine_env.run_prefix(engine_env.INDEX_DIR_PREFIX), dir=engine_env.cache_dir()))
     sources = [toolchain.torch_wheelhouse("3.11")]
     if second:
         sources.append(toolchain.torch_wheelhouse(SECOND_PYTHON))
@@ -54,7 +54,18 @@ def _index_dir(second: bool) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stock() -> Iterator[engine_env.Stock]:
+def torch_index() -> Iterator[str]:
+    """The simple index URL, served for the whole run on each worker that asks for it."""
+    index_dir = _index_dir(engine_env.find_python(SECOND_PYTHON) is not None)
+    try:
+        with engine_env.pypi_server([index_dir]) as index:
+            yield index
+    finally:
+        shutil.rmtree(index_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stock(torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
         bases = engine_env.base_images(client)
@@ -67,9 +78,4 @@ def stock() -> Iterator[engine_env.Stock]:
                 client, runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_PYTHON_TAG
             )
         runtime = engine_env.uid_taken(client, runtime, engine_env.STOCK_RUNTIME_TAG)
-        index_dir = _index_dir(prefix is not None)
-        try:
-            with engine_env.pypi_server([index_dir]) as index:
-                yield engine_env.Stock(engine, devel, runtime, index, SECOND_PYTHON if prefix else None)
-        finally:
-            shutil.rmtree(index_dir, ignore_errors=True)
+        yield engine_env.Stock(engine, devel, runtime, torch_index, SECOND_PYTHON if prefix else None)

@@ -22,7 +22,9 @@ from fixtures.tiny import make_tiny_sdist
 
 from fa_images.builder.source import sha256_of
 
-pytestmark = pytest.mark.engine
+# An engine of its own, not the tier's shared Docker Engine: a group of its own for
+# pytest-xdist, so it runs on the other worker, beside the Docker modules.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("podman")]
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.8.3.dev0"
@@ -30,7 +32,7 @@ ENTRY = f"fa{VERSION}-py3.11-torch2.9.1-cu128"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, stock: engine_env.Stock):
+def built(tmp_path_factory, torch_index: str):
     root = tmp_path_factory.mktemp("podman")
     sha = sha256_of(make_tiny_sdist(root / "sdists", version=VERSION))
     (root / "compat.yaml").write_text(
@@ -42,7 +44,7 @@ def built(tmp_path_factory, stock: engine_env.Stock):
         matrix = {
             "image": f"{registry}/fa-images-test/podman",
             "bases": {"devel": devel, "runtime": devel, "python": "system"},
-            "packages": stock.packages(),
+            "packages": engine_env.index_packages(torch_index),
             "build": {"network": "host"},
             "compat": "compat.yaml",
             "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
