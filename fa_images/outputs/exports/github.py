@@ -141,15 +141,8 @@ def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, 
             )
     command = ["fa-images", "build", "--matrix", opts.matrix_file, "--only", *(e.id for e in entries)]
     if linked:
-        for entry in entries:
-            steps.append(
-                {
-                    "name": f"Download the wheel of {entry.id}",
-                    "uses": DOWNLOAD,
-                    "with": {"name": _wheel_artifact(entry), "path": f"{WHEELS}/{slug(entry.id)}"},
-                }
-            )
-        command += ["--wheels", *(f"{WHEELS}/{slug(e.id)}" for e in entries)]
+        steps += [_download_wheel(e) for e in entries]
+        command += ["--wheels", *(_wheel_dir(e) for e in entries)]
     command += ["--dist", "dist", "--log-dir", "logs", "--report", "report.json"] + (["--push"] if opts.push else [])
     steps.append(
         {
@@ -197,6 +190,19 @@ def _shard_artifact(group: str, index: str) -> str:
 
 def _wheel_artifact(entry: Entry) -> str:
     return f"{ARTIFACT_PREFIX}wheel-{slug(entry.id)}"
+
+
+def _wheel_dir(entry: Entry) -> str:
+    """A folder per entry: each linked wheel comes with a manifest.json of its own."""
+    return f"{WHEELS}/{slug(entry.id)}"
+
+
+def _download_wheel(entry: Entry) -> dict:
+    return {
+        "name": f"Download the wheel of {entry.id}",
+        "uses": DOWNLOAD,
+        "with": {"name": _wheel_artifact(entry), "path": _wheel_dir(entry)},
+    }
 
 
 def _builder_args(matrix: Matrix, entry: Entry) -> list[str]:
