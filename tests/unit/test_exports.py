@@ -200,60 +200,72 @@ def test_sharded_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path
     assert check_schema(broken).returncode != 0
 
 
-def test_shards_compile_each_group_then_link_and_image_each_entry(small_matrix: Path) -> None:
+@pytest.fixture
+def sharded(small_matrix: Path) -> tuple[matrix.Matrix, str]:
+    """The small matrix's workflow with --shards 3 and --push: (matrix, text)."""
     m = matrix.load(small_matrix)
-    opts = github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True)
-    text = github.render(m, m.entries, opts)
-    assert text == github.render(m, m.entries, opts), "deterministic"
-    assert (
-        set(re.findall(r"\$\{\{[^}]*\}\}", text))
-        - {"${{ secrets.REGISTRY_USERNAME }}", "${{ secrets.REGISTRY_TOKEN }}"}
-        == EXPRESSIONS
-    )
+    return m, github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True))
+
+
+def _step(job: dict, action: str) -> dict:
+    return next(s for s in job["steps"] if s.get("uses", "").startswith(f"actions/{action}@"))
+
+
+def test_shards_compile_each_group_in_a_matrix_then_link_each_entry(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    assert text == github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True))
+    secrets = {"${{ secrets.REGISTRY_USERNAME }}", "${{ secrets.REGISTRY_TOKEN }}"}
+    assert set(re.findall(r"\$\{\{[^}]*\}\}", text)) - secrets == EXPRESSIONS
     jobs = yaml.safe_load(text)["jobs"]
     assert all(NAME.fullmatch(j) for j in jobs)
     shards = {j: v for j, v in jobs.items() if j.startswith("shard-")}
     assert len(shards) == 2  # two compile groups, not one per Python
+    for shard in shards.values():
+        assert shard["strategy"] == {"fail-fast": False, "matrix": {"shard": [1, 2, 3]}}
+        assert shard["env"]["FA_IMAGES_SHARD"] == "${{ matrix.shard }}"
+        assert _flag(_args_of(_run_of(shard, "Compile")), "--shard") == "$FA_IMAGES_SHARD/3"
     for entry in m.entries:
         link = jobs[f"link-{github.slug(entry.id)}"]
         (shard_id,) = link["needs"]
-        shard = shards[shard_id]
-        assert "cancelled()" in link["if"]  # runs to name a shard that did not finish
-        assert shard["strategy"] == {"fail-fast": False, "matrix": {"shard": [1, 2, 3]}}
-        assert shard["container"]["image"] == link["container"]["image"] == entry.devel_image
-        compile_args = _args_of(_run_of(shard, "Compile"))
-        link_args = _args_of(_run_of(link, "Link"))
-        assert _flag(compile_args, "--shard") == "$FA_IMAGES_SHARD/3"
-        assert shard["env"]["FA_IMAGES_SHARD"] == "${{ matrix.shard }}"
-        # The same flags and the same two paths, so the link's cache keys are the shards'.
+        assert shard_id in shards and "cancelled()" in link["if"]  # it runs to name a shard that did not finish
+        assert shards[shard_id]["container"]["image"] == link["container"]["image"] == entry.devel_image
+
+
+def test_a_link_reads_the_cache_and_records_its_shards_wrote(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    jobs = yaml.safe_load(text)["jobs"]
+    for entry in m.entries:
+        link = jobs[f"link-{github.slug(entry.id)}"]
+        shard = jobs[link["needs"][0]]
+        compile_args, link_args = _args_of(_run_of(shard, "Compile")), _args_of(_run_of(link, "Link"))
+        # The same flags and the same two paths (cache, work dir), so the link's cache keys are the shards'.
         same = ("--shard", "--after-shards", "--out")
         assert _without(compile_args, *same) == _without(link_args, *same)
         cache, records = _flag(link_args, "--compiler-cache"), _flag(link_args, "--after-shards")
         assert _flag(compile_args, "--out") == records
-        # What a shard uploads is what its link downloads, into the same folder.
-        upload = next(s for s in shard["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
-        download = next(s for s in link["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
-        folder = download["with"]["path"]
-        assert upload["with"]["path"].rstrip("/") == folder and download["with"]["merge-multiple"] is True
+        # What each shard uploads, its link downloads into the same folder; no other group's.
+        upload, download = _step(shard, "upload-artifact")["with"], _step(link, "download-artifact")["with"]
+        folder = download["path"]
+        assert upload["path"].rstrip("/") == folder and download["merge-multiple"] is True
         assert cache.startswith(folder + "/") and records.startswith(folder + "/")
-        assert upload["with"]["if-no-files-found"] == "error"
-        names = [upload["with"]["name"].replace("${{ matrix.shard }}", str(i)) for i in (1, 2, 3)]
-        assert all(fnmatch.fnmatchcase(n, download["with"]["pattern"]) for n in names)
-        others = [s for s in shards if s != shard_id]
-        for other in others:
-            theirs = next(s for s in shards[other]["steps"] if "uses" in s and "upload" in s["uses"])
-            assert not fnmatch.fnmatchcase(
-                theirs["with"]["name"].replace("${{ matrix.shard }}", "1"), download["with"]["pattern"]
-            )
-        # The image: built around the linked wheel, no compile.
-        image = jobs[f"build-{github.slug(entry.id)}"]
-        assert image["needs"] == [f"link-{github.slug(entry.id)}"]
-        wheel = next(s for s in link["steps"] if "uses" in s and "upload" in s["uses"])
-        got = next(s for s in image["steps"] if "uses" in s and "download" in s["uses"])
-        assert got["with"]["name"] == wheel["with"]["name"]
+        assert upload["if-no-files-found"] == "error"
+        for job_id, job in jobs.items():
+            if job_id.startswith("shard-"):
+                names = [_step(job, "upload-artifact")["with"]["name"].replace("${{ matrix.shard }}", i) for i in "123"]
+                assert all(fnmatch.fnmatchcase(n, download["pattern"]) == (job is shard) for n in names), job_id
+
+
+def test_each_image_is_built_around_its_linked_wheel(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    jobs = yaml.safe_load(text)["jobs"]
+    for entry in m.entries:
+        link, image = jobs[f"link-{github.slug(entry.id)}"], jobs[f"build-{github.slug(entry.id)}"]
+        assert image["needs"] == [f"link-{github.slug(entry.id)}"] and "container" not in image
+        got = _step(image, "download-artifact")["with"]
+        assert got["name"] == _step(link, "upload-artifact")["with"]["name"]
         build = shlex.split(_run_of(image, "Build"))
-        assert build[:2] == ["fa-images", "build"] and _flag(build, "--wheels") == got["with"]["path"]
-        assert _flag(build, "--only") == entry.id and "--push" in build
+        assert build[:2] == ["fa-images", "build"] and _flag(build, "--wheels") == got["path"]
+        assert _flag(build, "--only") == entry.id and "--push" in build and "--shard" not in build
     assert jobs["merge"]["needs"] == [j for j in jobs if j.startswith("build-")]
 
 
@@ -269,7 +281,28 @@ def test_shard_jobs_install_what_the_dockerfile_installs(small_matrix: Path) -> 
         for line in setup.splitlines():
             if "pip install" in line and "--no-deps --target /opt/fa-images" not in line:
                 assert line.split("pip install", 1)[1].strip().removeprefix("--target /opt/build-tools ") in dockerfile
-        assert f"uv python install {entry.python}" in setup
+
+
+@pytest.mark.parametrize("python_from", ["uv", "system"])
+def test_shard_jobs_make_the_python_as_the_dockerfile_does(
+    small_matrix: Path, tmp_path: Path, python_from: str
+) -> None:
+    small_matrix.write_text(small_matrix.read_text() + f"bases: {{python: {python_from}}}\n")
+    m = matrix.load(small_matrix)
+    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
+        "jobs"
+    ]
+    for entry in m.entries:
+        setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
+        made = f"uv venv --python {entry.python} /opt/venv" if python_from == "uv" else f"python{entry.python} -m venv"
+        assert made in setup and (python_from == "uv") == ("uv python install" in setup)
+    if shutil.which("shellcheck"):  # every script a container job runs, as bash will read it
+        for job in (j for j in jobs.values() if "container" in j):
+            for step in (s for s in job["steps"] if "run" in s):
+                script = tmp_path / "step.sh"
+                script.write_text("#!/bin/bash\n" + step["run"])
+                proc = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+                assert proc.returncode == 0, proc.stdout
 
 
 def test_shards_pass_the_build_memory_to_the_container(small_matrix: Path) -> None:
