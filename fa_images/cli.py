@@ -229,7 +229,15 @@ EXPORT_EXAMPLES = """\
 examples:
   fa-images export github --out .github/workflows/fa-images.yml --runs-on self-hosted --runs-on docker
   fa-images export github --push --registry-username-secret GHCR_USER --registry-password-secret GHCR_TOKEN
+  fa-images export github --shards 8 --out .github/workflows/fa-images.yml
   fa-images export bake --out-dir bake && cd bake && docker buildx bake
+
+With --shards N, each compile group's kernels are compiled by a matrix of N jobs (wheel --shard
+I/N) in the entry's CUDA devel base as the job's container, each uploading its compiler cache and
+shard record as an artifact; a link job per entry downloads them all into one cache, links and
+verifies the wheel (wheel --after-shards, which names a shard that did not finish); the entry's
+image is then built around that wheel (build --wheels, no compile). Needs indexes the jobs can
+reach without credentials (a private index, a file:// URL or a host directory is refused).
 
 protected: every flag, path and matrix value that reaches the workflow or the bake file is
 checked against its grammar first: no newline, no ${{ }} or ${ }, runner labels and secret
@@ -267,8 +275,9 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         registry_username_secret=args.registry_username_secret,
         registry_password_secret=args.registry_password_secret,
         release=args.release,
+        shards=args.shards,
     )
-    text = github.render(m.select(args.only), opts)
+    text = github.render(m, m.select(args.only), opts)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -356,7 +365,8 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     export_sub = export.add_subparsers(dest="export_command", required=True, metavar="FORMAT")
     gh = export_sub.add_parser(
         "github",
-        help="a GitHub Actions workflow: one build job per entry, then a merge job",
+        help="a GitHub Actions workflow: one build job per entry (or, with --shards, shard, link and image "
+        "jobs), then a merge job",
         epilog=EXPORT_EXAMPLES,
         formatter_class=fmt,
     )
@@ -392,6 +402,15 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     )
     gh.add_argument(
         "--release", metavar="TAG", help="upload the merged wheels to this GitHub release (never replacing one)"
+    )
+    gh.add_argument(
+        "--shards",
+        type=builder_cli.positive,
+        default=1,
+        metavar="N",
+        help="split each compile group's kernels over a matrix of N jobs (wheel --shard I/N, 1 to 256) whose "
+        "compiler caches travel as artifacts to a link job per entry (wheel --after-shards); images are then "
+        "built around the linked wheels (build --wheels). Default: 1, each entry compiles in its build job",
     )
     gh.set_defaults(func=cmd_export_github)
 

@@ -9,9 +9,11 @@ stage it names.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 import yaml
 
 from fa_images.config import matrix
+from fa_images.outputs import render
 from fa_images.outputs.exports import bake, github
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,8 +77,8 @@ def test_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa
 def test_workflow_builds_each_entry_then_merges(small_matrix: Path, tmp_path: Path) -> None:
     m = matrix.load(small_matrix)
     opts = github.GithubOptions(matrix_file="matrix.yaml", runs_on=("self-hosted", "gpu-builder"), timeout_minutes=90)
-    text = github.render(m.entries, opts)
-    assert text == github.render(m.entries, opts), "deterministic"
+    text = github.render(m, m.entries, opts)
+    assert text == github.render(m, m.entries, opts), "deterministic"
     data = yaml.safe_load(text)
     jobs = data["jobs"]
     builds = [j for j in jobs if j != "merge"]
@@ -105,7 +108,7 @@ def test_secrets_appear_only_as_references(small_matrix: Path) -> None:
         registry_password_secret="GHCR_TOKEN",
         release="v1",
     )
-    text = github.render(m.entries, opts)
+    text = github.render(m, m.entries, opts)
     uses = re.findall(r"secrets\.\w+", text)
     assert set(uses) == {"secrets.GHCR_USER", "secrets.GHCR_TOKEN", "secrets.GITHUB_TOKEN"}
     assert len(re.findall(r"\$\{\{ secrets\.\w+ \}\}", text)) == len(uses)
@@ -147,6 +150,242 @@ def test_check_reports_a_stale_workflow(small_matrix: Path, tmp_path: Path, run_
     assert run_fa_images([*base, "--check"], cwd=tmp_path).returncode == 0
     stale = run_fa_images([*base, "--check", "--timeout-minutes", "30"], cwd=tmp_path)
     assert stale.returncode == 1 and "out of date" in stale.stderr
+
+
+# --- GitHub Actions, --shards N ------------------------------------------------------------
+
+EXPRESSIONS = {"${{ !cancelled() }}", "${{ matrix.shard }}"}
+
+
+def _args_of(run: str) -> list[str]:
+    """The builder's arguments in a job's compile or link step, as the shell will split them."""
+    line = next(x for x in run.splitlines() if "-m fa_images.builder" in x)
+    return shlex.split(line.split("-m fa_images.builder", 1)[1])
+
+
+def _flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def _without(args: list[str], *flags: str) -> list[str]:
+    """``args`` less each flag of ``flags`` and its value."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+def _run_of(job: dict, says: str) -> str:
+    return next(s["run"] for s in job["steps"] if says in s.get("name", ""))
+
+
+def test_sharded_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa_images) -> None:
+    out = tmp_path / "fa-images.yml"
+    args = ["export", "github", "--matrix", REPO / "matrix.yaml", "--out", out, "--shards", "4"]
+    proc = run_fa_images([*args, "--push", "--release", "wheels", "--runs-on", "self-hosted"], cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    checked = check_schema(out)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The control: a shard job's container without its image must fail the same check.
+    data = yaml.safe_load(out.read_text())
+    shard = next(j for j in data["jobs"] if j.startswith("shard-"))
+    del data["jobs"][shard]["container"]["image"]
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump(data))
+    assert check_schema(broken).returncode != 0
+
+
+@pytest.fixture
+def sharded(small_matrix: Path) -> tuple[matrix.Matrix, str]:
+    """The small matrix's workflow with --shards 3 and --push: (matrix, text)."""
+    m = matrix.load(small_matrix)
+    return m, github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True))
+
+
+def _step(job: dict, action: str) -> dict:
+    return next(s for s in job["steps"] if s.get("uses", "").startswith(f"actions/{action}@"))
+
+
+def test_shards_compile_each_group_in_a_matrix_then_link_each_entry(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    assert text == github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True))
+    secrets = {"${{ secrets.REGISTRY_USERNAME }}", "${{ secrets.REGISTRY_TOKEN }}"}
+    assert set(re.findall(r"\$\{\{[^}]*\}\}", text)) - secrets == EXPRESSIONS
+    jobs = yaml.safe_load(text)["jobs"]
+    assert all(NAME.fullmatch(j) for j in jobs)
+    shards = {j: v for j, v in jobs.items() if j.startswith("shard-")}
+    assert len(shards) == 2  # two compile groups, not one per Python
+    for shard in shards.values():
+        assert shard["strategy"] == {"fail-fast": False, "matrix": {"shard": [1, 2, 3]}}
+        assert shard["env"]["FA_IMAGES_SHARD"] == "${{ matrix.shard }}"
+        assert _flag(_args_of(_run_of(shard, "Compile")), "--shard") == "$FA_IMAGES_SHARD/3"
+    for entry in m.entries:
+        link = jobs[f"link-{github.slug(entry.id)}"]
+        (shard_id,) = link["needs"]
+        assert shard_id in shards and "cancelled()" in link["if"]  # it runs to name a shard that did not finish
+        assert shards[shard_id]["container"]["image"] == link["container"]["image"] == entry.devel_image
+
+
+def test_a_link_reads_the_cache_and_records_its_shards_wrote(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    jobs = yaml.safe_load(text)["jobs"]
+    for entry in m.entries:
+        link = jobs[f"link-{github.slug(entry.id)}"]
+        shard = jobs[link["needs"][0]]
+        compile_args, link_args = _args_of(_run_of(shard, "Compile")), _args_of(_run_of(link, "Link"))
+        # The same flags and the same two paths (cache, work dir), so the link's cache keys are the shards'.
+        same = ("--shard", "--after-shards", "--out")
+        assert _without(compile_args, *same) == _without(link_args, *same)
+        cache, records = _flag(link_args, "--compiler-cache"), _flag(link_args, "--after-shards")
+        assert _flag(compile_args, "--out") == records
+        # What each shard uploads, its link downloads into the same folder; no other group's.
+        upload, download = _step(shard, "upload-artifact")["with"], _step(link, "download-artifact")["with"]
+        folder = download["path"]
+        assert upload["path"].rstrip("/") == folder and download["merge-multiple"] is True
+        assert cache.startswith(folder + "/") and records.startswith(folder + "/")
+        assert upload["if-no-files-found"] == "error"
+        for job_id, job in jobs.items():
+            if job_id.startswith("shard-"):
+                names = [_step(job, "upload-artifact")["with"]["name"].replace("${{ matrix.shard }}", i) for i in "123"]
+                assert all(fnmatch.fnmatchcase(n, download["pattern"]) == (job is shard) for n in names), job_id
+
+
+def test_each_image_is_built_around_its_linked_wheel(sharded: tuple[matrix.Matrix, str]) -> None:
+    m, text = sharded
+    jobs = yaml.safe_load(text)["jobs"]
+    for entry in m.entries:
+        link, image = jobs[f"link-{github.slug(entry.id)}"], jobs[f"build-{github.slug(entry.id)}"]
+        assert image["needs"] == [f"link-{github.slug(entry.id)}"] and "container" not in image
+        got = _step(image, "download-artifact")["with"]
+        assert got["name"] == _step(link, "upload-artifact")["with"]["name"]
+        build = shlex.split(_run_of(image, "Build"))
+        assert build[:2] == ["fa-images", "build"] and _flag(build, "--wheels") == got["path"]
+        assert _flag(build, "--only") == entry.id and "--push" in build and "--shard" not in build
+    assert jobs["merge"]["needs"] == [j for j in jobs if j.startswith("build-")]
+
+
+def test_shard_jobs_install_what_the_dockerfile_installs(small_matrix: Path) -> None:
+    """One list of installs (wheelhouse.installs) for both: pins and indexes cannot drift."""
+    m = matrix.load(small_matrix)
+    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
+        "jobs"
+    ]
+    for entry in m.entries:
+        setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
+        dockerfile = render.render_entry(m, entry)
+        for line in setup.splitlines():
+            if "pip install" in line and "--no-deps --target /opt/fa-images" not in line:
+                assert line.split("pip install", 1)[1].strip().removeprefix("--target /opt/build-tools ") in dockerfile
+
+
+@pytest.mark.parametrize("python_from", ["uv", "system"])
+def test_shard_jobs_make_the_python_as_the_dockerfile_does(
+    small_matrix: Path, tmp_path: Path, python_from: str
+) -> None:
+    small_matrix.write_text(small_matrix.read_text() + f"bases: {{python: {python_from}}}\n")
+    m = matrix.load(small_matrix)
+    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
+        "jobs"
+    ]
+    for entry in m.entries:
+        setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
+        made = f"uv venv --python {entry.python} /opt/venv" if python_from == "uv" else f"python{entry.python} -m venv"
+        assert made in setup and (python_from == "uv") == ("uv python install" in setup)
+    if shutil.which("shellcheck"):  # every script a container job runs, as bash will read it
+        for job in (j for j in jobs.values() if "container" in j):
+            for step in (s for s in job["steps"] if "run" in s):
+                script = tmp_path / "step.sh"
+                script.write_text("#!/bin/bash\n" + step["run"])
+                proc = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+                assert proc.returncode == 0, proc.stdout
+
+
+def test_shards_pass_the_build_memory_to_the_container(small_matrix: Path) -> None:
+    small_matrix.write_text(small_matrix.read_text() + "build: {memory: 16g}\n")
+    m = matrix.load(small_matrix)
+    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
+        "jobs"
+    ]
+    containers = [j["container"] for j in jobs.values() if "container" in j]
+    assert containers and all(c["options"] == f"--memory {16 << 30}" for c in containers)
+
+
+def _one_error(proc: subprocess.CompletedProcess) -> str:
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("count", "says"),
+    [
+        ("0", "is not a positive integer"),
+        ("-3", "is not a positive integer"),
+        ("2.5", "is not a positive integer"),
+        ("three", "is not a positive integer"),
+        ("257", "must be between 1 and 256 (GitHub runs at most 256 jobs of one matrix)"),
+        ("1001", "must be between 1 and 256"),  # above the builder's MAX_SHARDS too
+    ],
+)
+def test_a_bad_shard_count_is_one_error(
+    small_matrix: Path, tmp_path: Path, count: str, says: str, run_fa_images
+) -> None:
+    out = tmp_path / "wf.yml"
+    proc = run_fa_images(["export", "github", "--matrix", small_matrix, "--out", out, "--shards", count], cwd=tmp_path)
+    assert says in _one_error(proc)
+    assert not out.exists(), "nothing is written for refused input"
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        (
+            "packages: {index: 'https://ci:s3cret@pypi.example.com/simple'}",
+            "packages.index https://pypi.example.com/simple carries credentials",
+        ),
+        ("packages: {find_links: [/srv/wheels]}", "packages.find_links /srv/wheels is on this host"),
+        ("packages: {torch_index: 'file:///srv/torch'}", "packages.torch_index file:///srv/torch is on this host"),
+        ("build: {network: host}", "build.network host cannot be given to a job's container"),
+        ("packages: {sdists: /}", "packages.sdists / is not a plain path inside the repository"),
+    ],
+)
+def test_shards_refuse_what_their_jobs_cannot_use(
+    small_matrix: Path, tmp_path: Path, setting: str, says: str, run_fa_images
+) -> None:
+    text = small_matrix.read_text().replace("packages: {sdists: sdists}\n", "")
+    small_matrix.write_text(text + setting + "\n")
+    out = tmp_path / "wf.yml"
+    base = ["export", "github", "--matrix", small_matrix, "--out", out]
+    line = _one_error(run_fa_images([*base, "--shards", "2"], cwd=tmp_path))
+    assert says in line and "--shards" in line and "s3cret" not in line
+    assert not out.exists()
+
+
+def test_without_shards_the_same_matrix_exports(small_matrix: Path, tmp_path: Path, run_fa_images) -> None:
+    """It is the combination that is refused: a build job of `fa-images build` takes build.network."""
+    small_matrix.write_text(small_matrix.read_text() + "build: {network: host}\n")
+    out = tmp_path / "wf.yml"
+    proc = run_fa_images(["export", "github", "--matrix", small_matrix, "--out", out], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "shard-" not in out.read_text()
+
+
+def test_help_teaches_shards(run_fa_images) -> None:
+    text = " ".join(run_fa_images(["export", "github", "--help"]).stdout.split())
+    for phrase in (
+        "--shards N",
+        "wheel --shard I/N",
+        "artifacts",
+        "wheel --after-shards",
+        "build --wheels",
+        "1 to 256",
+    ):
+        assert phrase in text, phrase
 
 
 # --- buildx bake ---------------------------------------------------------------------------

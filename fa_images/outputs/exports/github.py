@@ -4,10 +4,21 @@ Each build job runs ``fa-images build --only ID...`` for its entries on a runner
 uploads its wheels, manifest, report and logs as an artifact; a final job downloads them all and
 runs ``fa-images dist merge`` into one dist/. Jobs hold a tuple of entries, so grouping several
 entries into one job (one compile for several Pythons) changes ``job_entries`` only.
-Secrets are written as ``${{ secrets.NAME }}`` references, never as values. Those references
-and ``${{ !cancelled() }}`` are the only expressions in the file: every flag, path and matrix
-value that reaches it is checked against its grammar first, so none can add one, end a comment
-or a line, or hand ``gh`` an option.
+
+With ``--shards N``, the split of ``export slurm --shards`` (sharding.py), the cache travelling
+between jobs as artifacts: per compile group a matrix of N shard jobs, each compiling its part
+of the kernels (``wheel --shard I/N``) in the group's devel base (builder_env.py) into a
+compiler cache of its own, uploaded with its shard record; per entry a link job that downloads
+every shard's artifact of its group into one cache (their entries are distinct files), links
+with ``wheel --after-shards`` (which names a shard that did not finish) and uploads the wheel;
+per entry a build job as above, but around that wheel (``build --wheels``: no compile); then
+the merge. Artifacts rather than sccache's GitHub Actions cache backend: the README says why.
+
+Secrets are written as ``${{ secrets.NAME }}`` references, never as values. Those references,
+``${{ !cancelled() }}`` and ``${{ matrix.shard }}`` (of a matrix of whole numbers written here)
+are the only expressions in the file: every flag, path and matrix value that reaches it is
+checked against its grammar first, so none can add one, end a comment or a line, or hand ``gh``
+an option.
 """
 
 from __future__ import annotations
@@ -18,10 +29,11 @@ from dataclasses import dataclass
 
 import yaml
 
+from ...builder.shards import MAX_SHARDS
 from ...config import grammar
-from ...config.matrix import Entry
+from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
-from . import slug
+from . import builder_env, sharding, slug
 
 ARTIFACT_PREFIX = "fa-images-"
 CHECKOUT = "actions/checkout@v4"
@@ -29,6 +41,19 @@ SETUP_PYTHON = "actions/setup-python@v5"
 UPLOAD = "actions/upload-artifact@v4"
 DOWNLOAD = "actions/download-artifact@v4"
 LOGIN = "docker/login-action@v3"
+
+# GitHub runs at most 256 jobs of one matrix; a group's shards are one matrix.
+MAX_MATRIX_JOBS = 256
+# In a shard job, what its artifact holds; in a link job, where every shard's artifact lands.
+SHARD_DIR = "fa-shard"
+SHARD_CACHE = f"{SHARD_DIR}/cache"
+SHARD_RECORDS = f"{SHARD_DIR}/records"
+# In the container: shards and the link compile under one path, since the cache keys on it.
+WORK_DIR = "/tmp/fa-images-work"
+LINKED = "linked"  # the link job's --out: the wheel, manifest.json, simple/
+WHEELS = "wheels"  # where a build job puts the linked wheels, one folder per entry
+SHARD_INDEX = "${{ matrix.shard }}"
+NOT_CANCELLED = "${{ !cancelled() }}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,9 +68,14 @@ class GithubOptions:
     registry_username_secret: str = "REGISTRY_USERNAME"
     registry_password_secret: str = "REGISTRY_TOKEN"
     release: str | None = None  # a GitHub release tag the merged wheels are uploaded to
+    shards: int = 1  # 1: each entry compiles in its own build job, no split
 
     def check(self) -> None:
         """Every flag and path that reaches the workflow, against its own grammar (config/grammar.py)."""
+        limit = min(MAX_SHARDS, MAX_MATRIX_JOBS)
+        sharding.check_count(
+            self.shards, most=limit, why=f" (GitHub runs at most {MAX_MATRIX_JOBS} jobs of one matrix)"
+        )
         for flag, labels in (("--runs-on", self.runs_on), ("--merge-runs-on", self.merge_runs_on)):
             if not labels:
                 raise UsageError(f"{flag} needs at least one runner label")
@@ -93,7 +123,8 @@ def _install_steps(opts: GithubOptions) -> list[dict]:
     ]
 
 
-def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions) -> dict:
+def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, linked: bool = False) -> dict:
+    """``fa-images build`` of ``entries``; ``linked``: around the wheels their link jobs made."""
     steps = _install_steps(opts)
     if opts.push:
         for registry in sorted({registry_of(e.image) for e in entries}):
@@ -109,8 +140,16 @@ def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions) -> 
                 }
             )
     command = ["fa-images", "build", "--matrix", opts.matrix_file, "--only", *(e.id for e in entries)]
+    if linked:
+        steps += [_download_wheel(e) for e in entries]
+        command += ["--wheels", *(_wheel_dir(e) for e in entries)]
     command += ["--dist", "dist", "--log-dir", "logs", "--report", "report.json"] + (["--push"] if opts.push else [])
-    steps.append({"name": "Build, check and export", "run": shlex.join(command)})
+    steps.append(
+        {
+            "name": "Build the image around the linked wheel" if linked else "Build, check and export",
+            "run": shlex.join(command),
+        }
+    )
     steps.append(
         {
             "name": "Upload wheels, manifest, report and logs",
@@ -123,15 +162,149 @@ def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions) -> 
             },
         }
     )
-    job: dict = {
-        "name": ", ".join(e.id for e in entries),
-        "runs-on": list(opts.runs_on),
-        "timeout-minutes": opts.timeout_minutes,
-    }
+    job: dict = {"name": ", ".join(e.id for e in entries)}
+    if linked:
+        job["needs"] = [_link_job_id(e) for e in entries]
+    job |= {"runs-on": list(opts.runs_on), "timeout-minutes": opts.timeout_minutes}
     if opts.push:
         job["permissions"] = {"contents": "read", "packages": "write"}
     job["steps"] = steps
     return job
+
+
+# --- --shards: shard jobs and link jobs, the compiler cache travelling as artifacts ---------------
+
+
+def _shard_job_id(group: str) -> str:
+    return "shard-" + slug(group)
+
+
+def _link_job_id(entry: Entry) -> str:
+    return "link-" + slug(entry.id)
+
+
+def _shard_artifact(group: str, index: str) -> str:
+    """A '.' before the index: no group's slug holds one, so one group's pattern never takes another's."""
+    return f"{ARTIFACT_PREFIX}shard-{slug(group)}.{index}"
+
+
+def _wheel_artifact(entry: Entry) -> str:
+    return f"{ARTIFACT_PREFIX}wheel-{slug(entry.id)}"
+
+
+def _wheel_dir(entry: Entry) -> str:
+    """A folder per entry: each linked wheel comes with a manifest.json of its own."""
+    return f"{WHEELS}/{slug(entry.id)}"
+
+
+def _download_wheel(entry: Entry) -> dict:
+    return {
+        "name": f"Download the wheel of {entry.id}",
+        "uses": DOWNLOAD,
+        "with": {"name": _wheel_artifact(entry), "path": _wheel_dir(entry)},
+    }
+
+
+def _builder_args(matrix: Matrix, entry: Entry) -> list[str]:
+    """The builder's ``wheel`` arguments that a group's shards and every link share."""
+    return sharding.wheel_args(
+        entry,
+        compiler_cache=SHARD_CACHE,
+        work_dir=f"{WORK_DIR}/{slug(entry.compile_group)}",
+        sources_dir=builder_env.sources_dir(matrix, "--shards"),
+        index_url=matrix.packages.flash_attn_index,
+    )
+
+
+def _in_container(matrix: Matrix, entry: Entry, opts: GithubOptions) -> dict:
+    """A job's runner and container: the entry's devel base, set up as the builder stage is (builder_env.py)."""
+    return {
+        "runs-on": list(opts.runs_on),
+        "timeout-minutes": opts.timeout_minutes,
+        "container": builder_env.container(matrix, entry),
+        "defaults": {"run": {"shell": "bash"}},
+    }
+
+
+def _setup_steps(matrix: Matrix, entry: Entry, opts: GithubOptions) -> list[dict]:
+    return [
+        {"uses": CHECKOUT},
+        {
+            "name": f"Python {entry.python}, torch {entry.torch} and the build tools, as in the builder stage",
+            "run": builder_env.setup_script(matrix, entry, opts.install),
+        },
+    ]
+
+
+def _shard_job(matrix: Matrix, group: str, entry: Entry, opts: GithubOptions) -> dict:
+    """A matrix of N jobs: shard I compiles its kernels into a cache of its own and uploads it
+    with its record (written last: a shard that failed uploads nothing)."""
+    count = opts.shards
+    # The shard's index reaches the script through the environment, not as an expression in it.
+    arguments = shlex.join(_builder_args(matrix, entry)) + f' --shard "$FA_IMAGES_SHARD/{count}" --out {SHARD_RECORDS}'
+    job = {
+        "name": f"compile {group}: shards of {count}",
+        **_in_container(matrix, entry, opts),
+        "strategy": {"fail-fast": False, "matrix": {"shard": list(range(1, count + 1))}},
+        "env": {"FA_IMAGES_SHARD": SHARD_INDEX},
+    }
+    job["steps"] = [
+        *_setup_steps(matrix, entry, opts),
+        {
+            "name": f"Compile this shard of {count} into its compiler cache",
+            "run": builder_env.builder_command(arguments),
+        },
+        {
+            "name": "Upload this shard's compiler cache and record",
+            "uses": UPLOAD,
+            "with": {
+                "name": _shard_artifact(group, SHARD_INDEX),
+                "path": f"{SHARD_DIR}/",
+                "if-no-files-found": "error",
+                "retention-days": 1,  # read by this run's link jobs only
+                "compression-level": 0,  # sccache's entries are zstd-compressed already
+            },
+        },
+    ]
+    return job
+
+
+def _link_job(matrix: Matrix, entry: Entry, opts: GithubOptions) -> dict:
+    """Every shard's cache of the entry's group in one, then ``wheel --after-shards``: the link
+    refuses, naming it, when a shard did not finish; hence it runs whatever the shards' outcome."""
+    group = entry.compile_group
+    arguments = shlex.join([*_builder_args(matrix, entry), "--after-shards", SHARD_RECORDS, "--out", LINKED])
+    job = {
+        "name": f"link {entry.id}",
+        "needs": [_shard_job_id(group)],
+        "if": NOT_CANCELLED,
+        **_in_container(matrix, entry, opts),
+    }
+    job["steps"] = [
+        *_setup_steps(matrix, entry, opts),
+        {
+            "name": "Download every shard's compiler cache and record, into one",
+            "uses": DOWNLOAD,
+            "with": {"pattern": _shard_artifact(group, "*"), "path": SHARD_DIR, "merge-multiple": True},
+        },
+        {"name": "Link: every kernel from the cache, then verify", "run": builder_env.builder_command(arguments)},
+        {
+            "name": "Upload the wheel and its manifest",
+            "uses": UPLOAD,
+            "with": {"name": _wheel_artifact(entry), "path": f"{LINKED}/", "if-no-files-found": "error"},
+        },
+    ]
+    return job
+
+
+def _sharded_jobs(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> dict[str, dict]:
+    builder_env.refuse_what_a_job_cannot_reach(matrix, entries, "--shards")
+    for entry in entries:
+        sharding.check_entry(entry, "a workflow")
+    jobs = {_shard_job_id(g): _shard_job(matrix, g, e, opts) for g, e in sharding.group_firsts(entries).items()}
+    jobs |= {_link_job_id(e): _link_job(matrix, e, opts) for e in entries}
+    jobs |= {job_id: _build_job(job_id, group, opts, linked=True) for job_id, group in job_entries(entries)}
+    return jobs
 
 
 def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
@@ -153,7 +326,7 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
         "name": "merge wheels into dist/",
         "needs": needs,
         # Merge what did build even when some entries failed; their jobs stay red.
-        "if": "${{ !cancelled() }}",
+        "if": NOT_CANCELLED,
         "runs-on": list(opts.merge_runs_on),
         "timeout-minutes": 30,
     }
@@ -173,10 +346,14 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
     return job
 
 
-def workflow(entries: tuple[Entry, ...], opts: GithubOptions) -> dict:
+def workflow(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> dict:
     opts.check()
-    jobs = {job_id: _build_job(job_id, group, opts) for job_id, group in job_entries(entries)}
-    jobs["merge"] = _merge_job(list(jobs), opts)
+    builds = [job_id for job_id, _group in job_entries(entries)]
+    if opts.shards > 1:
+        jobs = _sharded_jobs(matrix, entries, opts)
+    else:
+        jobs = {job_id: _build_job(job_id, group, opts) for job_id, group in job_entries(entries)}
+    jobs["merge"] = _merge_job(builds, opts)
     return {
         "name": "flash-attn wheels and images",
         "on": {"workflow_dispatch": {}},
@@ -197,11 +374,13 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def render(entries: tuple[Entry, ...], opts: GithubOptions) -> str:
+def render(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> str:
     opts.check()  # the header's comment names the matrix file: checked before it is written anywhere
     header = (
         f"# Generated by `fa-images export github` from {opts.matrix_file}. Do not edit: change the matrix or\n"
         "# the flags and export again. Secrets are referenced by name; their values live in the repository.\n"
     )
-    body = yaml.dump(workflow(entries, opts), Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=False)
+    body = yaml.dump(
+        workflow(matrix, entries, opts), Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=False
+    )
     return header + body

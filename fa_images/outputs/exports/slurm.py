@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...builder import environment, safe_io
-from ...builder.shards import MAX_SHARDS
 from ...config import grammar
 from ...config.matrix import Entry
 from ...errors import UsageError
-from . import slug
+from . import sharding, slug
 
 GIB = 1 << 30
 # A fixed node-local parent for the work dirs: a shard and the link must compile under one path.
@@ -52,8 +51,7 @@ class SlurmOptions:
     python: str = "python"  # the interpreter (after --setup) that runs fa-images
 
     def check(self) -> None:
-        if not 1 <= self.shards <= MAX_SHARDS:
-            raise UsageError(f"--shards {self.shards} must be between 1 and {MAX_SHARDS}")
+        sharding.check_count(self.shards)
         if not 1 <= self.cpus <= 4096:
             raise UsageError(f"--cpus {self.cpus} must be between 1 and 4096")
         _refuse("--setup", [self.setup], grammar.shell_text)
@@ -79,14 +77,6 @@ def _refuse(flag: str, values: Iterable[str], check: Callable[[str], str | None]
             raise UsageError(f"{flag} {problem}")
 
 
-def _check_entry(entry: Entry) -> None:
-    """What reaches a script from a matrix entry was checked when the matrix loaded; again, cheaply."""
-    for value in (entry.id, entry.flash_attn, entry.cuda, entry.python, entry.torch, *entry.archs):
-        problem = grammar.generated_value(value) or (None if grammar.REPO_PATH.fullmatch(value) else "unsafe")
-        if problem:
-            raise UsageError(f"entry {entry.id!r}: {value!r} cannot go into a batch script")
-
-
 @dataclass(frozen=True)
 class Task:
     """One array task: what it runs, and the file its log goes to."""
@@ -98,25 +88,20 @@ class Task:
 
 def _wheel_args(entry: Entry, opts: SlurmOptions) -> list[str]:
     group = slug(entry.compile_group)
-    args = ["wheel", "--flash-attn", entry.flash_attn, "--archs", ",".join(entry.archs)]
-    args += ["--ptx"] if entry.ptx else []
-    args += ["--sha256", entry.sdist_sha256] if entry.sdist_sha256 else []
-    args += ["--sources-dir", opts.sources_dir] if opts.sources_dir else []
-    args += ["--expect-cuda", entry.cuda]
-    args += ["--expect-cxx11-abi", str(entry.cxx11_abi).lower()] if entry.cxx11_abi is not None else []
-    args += ["--compiler-cache", f"{opts.cache_dir or 'cache'}/{group}", "--work-dir", f"{opts.work_dir}/{group}"]
-    return args
+    return sharding.wheel_args(
+        entry,
+        compiler_cache=f"{opts.cache_dir or 'cache'}/{group}",
+        work_dir=f"{opts.work_dir}/{group}",
+        sources_dir=opts.sources_dir,
+    )
 
 
 def tasks(entries: tuple[Entry, ...], opts: SlurmOptions) -> list[Task]:
     """The array's tasks, in index order: an entry each, or each compile group's shards."""
     if opts.shards == 1:
         return [Task(e.id, e, (*_wheel_args(e, opts), "--out", f"wheels/{e.id}")) for e in entries]
-    firsts: dict[str, Entry] = {}
-    for entry in entries:
-        firsts.setdefault(entry.compile_group, entry)  # any Python of the group compiles the same kernels
     out: list[Task] = []
-    for group, entry in firsts.items():
+    for group, entry in sharding.group_firsts(entries).items():
         for index in range(1, opts.shards + 1):
             args = (*_wheel_args(entry, opts), "--shard", f"{index}/{opts.shards}", "--out", f"shards/{slug(group)}")
             out.append(Task(f"{slug(group)} shard {index}/{opts.shards}", entry, args))
@@ -248,7 +233,7 @@ def export(entries: tuple[Entry, ...], out_dir: Path, opts: SlurmOptions) -> lis
     if not entries:
         raise UsageError("no entries to export")
     for entry in entries:
-        _check_entry(entry)
+        sharding.check_entry(entry, "a batch script")
     texts = {"build.sbatch": build_script(entries, opts), "link.sbatch": link_script(entries, opts)}
     texts["submit.sh"] = submit_script()
     out = safe_io.OutputDir(out_dir, what="--out-dir")

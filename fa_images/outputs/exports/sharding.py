@@ -1,0 +1,60 @@
+"""One cold compile split over several machines, as every build farm's export writes it.
+
+``export slurm --shards N`` and ``export github --shards N`` run the same plan: each compile
+group's kernels compiled in N shards (``wheel --shard I/N``) by the group's first entry (any
+Python of a group compiles the same kernels), every shard into a compiler cache of its own
+that reaches the link; then each entry linked from that cache (``wheel --after-shards``),
+which refuses unless every shard finished from the same inputs. What differs between the
+farms is only how the cache travels: shared storage on Slurm, artifacts on GitHub.
+"""
+
+from __future__ import annotations
+
+from ...builder.shards import MAX_SHARDS
+from ...config import grammar
+from ...config.matrix import Entry
+from ...errors import UsageError
+
+
+def check_count(shards: int, *, most: int = MAX_SHARDS, why: str = "") -> None:
+    """``--shards N``: 1 (no split) to ``most``; ``why`` says where a farm's lower bound comes from."""
+    if not 1 <= shards <= most:
+        raise UsageError(f"--shards {shards} must be between 1 and {most}{why}")
+
+
+def group_firsts(entries: tuple[Entry, ...]) -> dict[str, Entry]:
+    """Each compile group, in matrix order, with the entry whose Python compiles its shards."""
+    firsts: dict[str, Entry] = {}
+    for entry in entries:
+        firsts.setdefault(entry.compile_group, entry)
+    return firsts
+
+
+def check_entry(entry: Entry, where: str) -> None:
+    """What reaches a script from a matrix entry was checked when the matrix loaded; again, cheaply."""
+    for value in (entry.id, entry.flash_attn, entry.cuda, entry.python, entry.torch, *entry.archs):
+        problem = grammar.generated_value(value) or (None if grammar.REPO_PATH.fullmatch(value) else "unsafe")
+        if problem:
+            raise UsageError(f"entry {entry.id!r}: {value!r} cannot go into {where}")
+
+
+def wheel_args(
+    entry: Entry,
+    *,
+    compiler_cache: str,
+    work_dir: str,
+    sources_dir: str | None = None,
+    index_url: str | None = None,
+) -> list[str]:
+    """The builder's ``wheel`` arguments of an entry, shard and link alike (without ``--shard``,
+    ``--after-shards`` and ``--out``): the same flags and the same two paths everywhere, since
+    the cache keys on them."""
+    args = ["wheel", "--flash-attn", entry.flash_attn, "--archs", ",".join(entry.archs)]
+    args += ["--ptx"] if entry.ptx else []
+    args += ["--sha256", entry.sdist_sha256] if entry.sdist_sha256 else []
+    args += ["--sources-dir", sources_dir] if sources_dir else []
+    args += ["--index-url", index_url] if index_url else []
+    args += ["--expect-cuda", entry.cuda]
+    args += ["--expect-cxx11-abi", str(entry.cxx11_abi).lower()] if entry.cxx11_abi is not None else []
+    args += ["--compiler-cache", compiler_cache, "--work-dir", work_dir]
+    return args
