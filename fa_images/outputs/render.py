@@ -17,7 +17,7 @@ from ..builder import contract, safe_io, untrusted
 from ..config import grammar
 from ..config.matrix import Entry, Matrix
 from ..errors import UsageError
-from . import wheelhouse
+from . import os_packages, wheelhouse
 
 # At the top of fa_images/, not in outputs/: the header of every rendered Dockerfile names fa_images/templates/.
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -75,6 +75,8 @@ def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False) -> str
             abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
             python_from=matrix.bases.python,
             uv_install=pip_args(installs["uv"]),
+            pip_os_install=os_packages.install_lines(os_packages.PIP),
+            git_os_install=os_packages.install_lines(os_packages.GIT),
             torch_install=pip_args(installs["torch"]),
             tools_install=pip_args(installs["build tools"]),
             runtime_install=pip_args(installs["runtime deps"]),

@@ -6,8 +6,8 @@ cp39 wheels, 2.8.0, ``bases.python: system`` and one base for devel and runtime,
 builder stands on the torch stage) is carried out, with the python and torch stages under it,
 instruction by instruction in a chroot of Debian bullseye, whose python3.9 is CPython 3.9: their
 ENV, their RUNs as written (the venv and the image's user, torch by pip, the build tools at
-their 3.9 pins by pip from PyPI into /opt/build-tools; git comes with the base, as the stage
-allows) and the builder's COPYs from the entry's real build context
+their 3.9 pins by pip from PyPI into /opt/build-tools; git, which the base lacks, by its
+apt-get, as the stage would with dnf on a RHEL-family base) and the builder's COPYs from the entry's real build context
 (``fa_images.outputs.context.assemble``). The CUDA 12.4 toolkit of tests/toolchain.py stands in
 for the CUDA devel base at /usr/local/cuda, as in the engine tests.
 
@@ -54,8 +54,9 @@ pytestmark = [
 
 PYTHON = "3.9"
 SUITE = "bullseye"  # its python3 is CPython 3.9
-# The base besides CUDA: python3.9 with its venv module (bases.python: system) and git.
-PACKAGES = ("python3", "python3-venv", "git", "ca-certificates")
+# The base besides CUDA: python3.9 with its venv module (bases.python: system). No git: the
+# builder stage installs it through the base's package manager (fa_images/outputs/os_packages.py).
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
 VERSIONS = sorted(compat.load().flash_attn, key=Version)
 # flash-attn versions whose setup.py runs `git submodule` whatever the environment.
 GIT_CALLING = ("2.5.9.post1", "2.6.3")

