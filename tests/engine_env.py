@@ -97,6 +97,8 @@ INDEX_DIR_PREFIX = "index-torch-"
 # left is told apart from what this run's other pytest-xdist worker uses at the same time.
 RUN_ID_VARIABLE = "FA_IMAGES_TEST_RUN"
 _PROCESS_RUN_ID = uuid.uuid4().hex
+_RUN_NAME = re.compile(r"[A-Za-z0-9]{1,64}")
+_held_run_locks: dict[str, BinaryIO] = {}
 
 # Images made here carry this label; its value is a hash of their recipe, so a
 # stale image (changed package list, changed CUDA tree) is rebuilt, not reused.
@@ -106,6 +108,9 @@ KEY_LABEL = "org.fa-images-test.key"
 # exec-root (containerd puts its socket there) and pidfile live in a short
 # fixed directory rather than under the (arbitrarily long) cache directory.
 RUN_DIR = Path("/run/fa-images-test")
+# A run is alive while one of its processes holds a shared lock on its file here (each worker
+# does, none of their children): what a run whose lock is free left behind is a leftover.
+RUN_LOCKS = RUN_DIR / "runs"
 ENGINE_START_TIMEOUT = 60.0
 # Per-request read timeout of the clients handed out: a build step may print
 # nothing for minutes (compiling), and the SDK's 60 s default would abort it.
@@ -338,8 +343,37 @@ def _which(name: str, package: str) -> str:
 
 
 def run_id() -> str:
-    """This test run's name: shared by its pytest-xdist workers, new for every run."""
-    return os.environ.get(RUN_ID_VARIABLE) or os.environ.get("PYTEST_XDIST_TESTRUNUID") or _PROCESS_RUN_ID
+    """This test run's name: shared by its pytest-xdist workers, new for every run. Asking for it
+    marks the run alive for as long as this process lives."""
+    run = os.environ.get(RUN_ID_VARIABLE) or os.environ.get("PYTEST_XDIST_TESTRUNUID") or _PROCESS_RUN_ID
+    if run not in _held_run_locks:
+        if not _RUN_NAME.fullmatch(run):
+            raise RuntimeError(f"{RUN_ID_VARIABLE}={run!r}: a run's name is 1 to 64 letters and digits")
+        RUN_LOCKS.mkdir(parents=True, exist_ok=True)
+        lock = open(RUN_LOCKS / f"{run}.lock", "a+b")  # noqa: SIM115 (held until the process ends)
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        _held_run_locks[run] = lock
+    return run
+
+
+def _run_is_over(run: str) -> bool:
+    """No process of ``run`` holds its lock: it ended, or was killed. Names that are no run's
+    (what older runs wrote) are over."""
+    if run in _held_run_locks:
+        return False
+    if not _RUN_NAME.fullmatch(run):
+        return True
+    try:
+        lock = open(RUN_LOCKS / f"{run}.lock", "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return True
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return True
 
 
 def run_prefix(prefix: str) -> str:
@@ -347,8 +381,9 @@ def run_prefix(prefix: str) -> str:
     return f"{prefix}{run_id()}-"
 
 
-def _of_another_run(path: Path, prefix: str) -> bool:
-    return path.name.startswith(prefix) and not path.name.startswith(run_prefix(prefix))
+def _left_by_a_run_that_is_over(path: Path, prefix: str) -> bool:
+    run = path.name.removeprefix(prefix).split("-", 1)[0]
+    return path.name.startswith(prefix) and _run_is_over(run)
 
 
 def child_env(marked: bool = True, /, **extra: str) -> dict[str, str]:
@@ -638,17 +673,17 @@ def reap_leftovers(client: docker.DockerClient) -> None:
         ("a package index", cache_dir(), INDEX_DIR_PREFIX),
     ):
         for path in parent.glob(prefix + "*"):
-            if _of_another_run(path, prefix):
+            if _left_by_a_run_that_is_over(path, prefix):
                 log.warning("removing %s left by an earlier test run: %s", kind, path)
                 shutil.rmtree(path, ignore_errors=True)
     remove_test_images(client, prune=True)
 
 
 def marked_processes() -> list[int]:
-    """Live processes started by another test run (they carry CHILD_MARKER with its name):
-    never this run's, on whichever worker, nor this process's parents."""
+    """Live processes started by a test run that is over (they carry CHILD_MARKER with its name):
+    never a live run's, on whichever worker, nor this process's parents."""
     spared = set(_ancestors(os.getpid()))
-    marker, ours = f"{CHILD_MARKER}=".encode(), f"{CHILD_MARKER}={run_id()}".encode()
+    marker = f"{CHILD_MARKER}=".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in spared:
@@ -657,8 +692,8 @@ def marked_processes() -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        marked = any(v.startswith(marker) for v in environ)
-        if marked and ours not in environ and _alive(int(entry.name)):
+        runs = [v.removeprefix(marker).decode(errors="replace") for v in environ if v.startswith(marker)]
+        if runs and _run_is_over(runs[0]) and _alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -1390,7 +1425,7 @@ def python_standin(client: docker.DockerClient, base: str, prefix: Path, version
     return tag
 
 
-def index_packages(index: str, **overrides: object) -> dict[str, object]:
+def index_packages(index: str, /, **overrides: object) -> dict[str, object]:
     """A matrix's `packages`: everything from the tests' index, the sdists from sdists/."""
     return {"index": index, "torch_index": index, "sdists": "sdists", **overrides}
 

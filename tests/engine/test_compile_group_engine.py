@@ -26,9 +26,9 @@ from fa_images.builder.source import sha256_of
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
-# test_build_engine.py's first good version, the same sdist bytes: the first Python's compile,
-# from an empty compiler cache as there, is a layer-cache hit, and the cache it exports the same.
-VERSION = "2.8.3.dev0"
+# A version of its own: the first Python's compile must run (a layer-cache hit reports no
+# compiler-cache counters), so that the second's hits are from that compile.
+VERSION = "2.8.3.dev5"
 PYTHONS = ("3.11", "3.12")
 SECOND = PYTHONS[1]
 
