@@ -94,9 +94,10 @@ def _measure(
     return rc, wall, memory
 
 
-def _ninja_log(under: Path) -> Path | None:
+def _ninja_log(under: Path, keep_as: Path) -> Path | None:
+    """The newest .ninja_log under ``under``, copied to ``keep_as`` (the build dir is removed)."""
     logs = sorted(under.rglob(".ninja_log"), key=lambda p: p.stat().st_mtime)
-    return logs[-1] if logs else None
+    return Path(shutil.copy(logs[-1], keep_as)) if logs else None
 
 
 def _result(name: str, rc: int, wall: float, memory: Memory, ninja_log: Path | None, log: Path) -> Run:
@@ -138,7 +139,7 @@ def stock(sdist: Path, archs: str, out: Path, env: dict[str, str]) -> Run:
         stock_env.pop(var, None)  # flash-attn's own defaults
     log = out / "stock.log"
     rc, wall, memory = _measure([sys.executable, "setup.py", "bdist_wheel"], root, stock_env, log, None)
-    result = _result("stock", rc, wall, memory, _ninja_log(root / "build"), log)
+    result = _result("stock", rc, wall, memory, _ninja_log(root / "build", out / "stock.ninja_log"), log)
     shutil.rmtree(src, ignore_errors=True)  # its objects: GBs on a full build
     return result
 
@@ -148,7 +149,7 @@ def fa_images(name: str, sdist: Path, archs: str, out: Path, env: dict[str, str]
     cmd = [sys.executable, "-m", "fa_images.builder", "wheel", "--sdist", str(sdist), "--archs", archs]
     cmd += ["--out", str(out / name), "--work-dir", str(work), "--keep-work", "--compiler-cache", str(cache)]
     rc, wall, memory = _measure(cmd, out, env, log, cache)
-    result = _result(name, rc, wall, memory, _ninja_log(work), log)
+    result = _result(name, rc, wall, memory, _ninja_log(work, out / f"{name}.ninja_log"), log)
     shutil.rmtree(work, ignore_errors=True)  # the next build finds the same (fixed) work dir free
     return result
 
