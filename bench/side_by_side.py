@@ -204,7 +204,9 @@ def phase_table(runs: list[Run]) -> str:
 def machine() -> dict:
     import torch  # the one the builds compile against
 
-    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    cuda_home = os.environ.get("CUDA_HOME")  # the nvcc the builds use: CUDA_HOME's, else PATH's
+    nvcc_path = str(Path(cuda_home, "bin", "nvcc")) if cuda_home else "nvcc"
+    nvcc = subprocess.run([nvcc_path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     return {
         "cpus": os.cpu_count(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)),
@@ -275,7 +277,7 @@ def main() -> int:
     if args.kernels is not None:
         trimmed = trim(sdist, args.kernels, out / "sdist")
         sdist = Path(trimmed.sdist)
-        facts["trimmed"] = asdict(trimmed)
+        facts["trimmed"] = {**asdict(trimmed), "sdist": str(sdist.relative_to(out))}  # OUTDIR/sdist/...
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     steps: dict[str, Callable[[], Run]] = {
         "stock": lambda: stock(sdist, args.archs, out, env),

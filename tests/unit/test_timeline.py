@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+from fixtures.tiny import make_tiny_sdist
 from test_elf_versions import make_elf
 
-from fa_images.builder import contract
+from fa_images.builder import build, cli, contract, environment
 from fa_images.builder.setup_shim import _platform_of
 from fa_images.builder.timeline import Timeline
 
@@ -63,3 +65,20 @@ def test_the_wheel_is_named_for_its_extension_before_it_is_zipped(
 
 def test_without_one_extension_the_tag_stays(tmp_path: Path) -> None:
     assert _platform_of(tmp_path, "linux_x86_64") == "linux_x86_64"
+
+
+def test_torch_is_probed_once_for_prepare_and_compile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each probe imports torch in a child Python (3 to 4 s on the GPU machine); ``wheel`` probes
+    once and hands the answer to both steps."""
+    probe = environment.probe_torch  # the unit tier's cached one
+    calls: list[str] = []
+    monkeypatch.setattr(environment, "probe_torch", lambda python=sys.executable: calls.append(python) or probe(python))
+    compiled: dict = {}
+    monkeypatch.setattr(build, "compile_wheel", lambda settings, out, **kwargs: compiled.update(kwargs))
+    sdist = make_tiny_sdist(tmp_path / "in")
+    assert cli.main(["wheel", "--sdist", str(sdist), "--out", str(tmp_path / "dist")]) == 0, capsys.readouterr().err
+    assert len(calls) == 1
+    assert compiled["torch"] == probe(calls[0])  # the compile does not probe again
+    assert compiled["timeline"].marks[0][0] == "torch probe"
