@@ -21,10 +21,11 @@ from pathlib import Path
 from . import dist as dist_dir
 from . import environment, manylinux, source
 from .compiler_cache import CompilerCache
-from .contract import MILESTONE, SETTINGS_FILE
+from .contract import MILESTONE, SETTINGS_FILE, parse_phase_mark
 from .errors import BuildFailed, UsageError
 from .settings import BuildSettings, local_version_label
 from .shards import Shard, check_shards_done, write_record
+from .timeline import Timeline
 from .verify import accept_wheel
 
 # gcc/nvcc diagnostics ("x.cu:1:2: error: ...", "fatal error: ..."), not setuptools' traceback.
@@ -47,10 +48,16 @@ def prepare(
     expect_cxx11_abi: bool | None = None,
     expect_cuda: str | None = None,
     python: str = sys.executable,
+    torch: environment.TorchInfo | None = None,
+    timeline: Timeline | None = None,
 ) -> BuildSettings:
+    """``torch``: what ``environment.probe_torch(python)`` said, if the caller asked already."""
+    timeline = timeline or Timeline()
     if version is not None:
         source.check_supported(version, allow_untested=allow_untested)
-    torch = environment.probe_torch(python)
+    if torch is None:
+        torch = environment.probe_torch(python)
+        timeline.mark("torch probe")
     if expect_cxx11_abi is not None and torch.cxx11_abi != expect_cxx11_abi:
         raise environment.EnvironmentProblem(
             f"torch {torch.version} uses cxx11_abi={torch.cxx11_abi}, but this build expects "
@@ -70,6 +77,7 @@ def prepare(
         sources_dir=sources_dir,
     )
     tree = source.unpack(sdist_path, work_dir / "src", sha)
+    timeline.mark("sdist")
     if version is None:
         source.check_supported(tree.version, allow_untested=allow_untested)
     warnings: list[str] = []
@@ -138,6 +146,8 @@ def compile_wheel(
     shard: Shard | None = None,
     after_shards: Path | None = None,
     log=print,
+    torch: environment.TorchInfo | None = None,
+    timeline: Timeline | None = None,
 ) -> Path | None:
     """Compiles, verifies and moves the wheel into ``out_dir`` with a manifest beside it.
 
@@ -145,16 +155,20 @@ def compile_wheel(
     ``shard``, only that shard's kernels are compiled into the cache, and ``out_dir`` gets the
     shard's record instead of a wheel (None is returned). With ``after_shards``, every shard
     recorded there must have finished from these inputs before anything is compiled (shards.py).
+    ``torch``: the probe's answer where the caller has it (each probe imports torch, seconds).
+    The log's last lines say how long each phase took (timeline.py), the compile and all else.
     """
+    timeline = timeline or Timeline()
     if (shard or after_shards) and cache_dir is None:
         raise UsageError("--shard and --after-shards need --compiler-cache: the kernels travel through it")
     shard_count = check_shards_done(after_shards, settings) if after_shards else None
     if shard is not None:
         settings = dataclasses.replace(settings, shard=shard.index, shards=shard.count)
         settings.write()  # the shim reads the shard from the settings file
-    torch = environment.probe_torch(python)
+    torch = torch or environment.probe_torch(python)
     nvcc = environment.probe_nvcc()
     environment.check_toolchain(torch, nvcc)
+    timeline.mark("toolchain probe")
     src = Path(settings.source_dir)
     dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
     cmd = [
@@ -181,18 +195,25 @@ def compile_wheel(
     running: AbstractContextManager[dict[str, str]] = cache.running(nvcc.path, log=log) if cache else nullcontext({})
     with running as cache_env:
         env.update(cache_env)
+        timeline.mark("compiler cache start")
         with subprocess.Popen(
             cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
+                phase = parse_phase_mark(line)
+                if phase is not None:  # the shim's own timing, folded into this build's
+                    timeline.mark(*phase)
+                    continue
                 sys.stdout.write(line)
                 tail = (tail + [line.rstrip()])[-30:]
                 if line.startswith(f"{MILESTONE}shard "):
                     shard_lines.append(line.rstrip())
                 if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
                     compiler_errors.append(line.strip())
+        timeline.mark("setup.py exit")
         stats = cache.stats(cache_env) if cache else None
+    timeline.mark("compiler cache stats and stop")
     if stats is not None:
         log(stats.line())
         if shard_count and stats.misses:
@@ -211,12 +232,15 @@ def compile_wheel(
     if shard is not None:
         kernels = shard_kernels(shard_lines)
         done = write_record(out_dir, shard, kernels, settings)
+        timeline.mark("dist")
+        log(timeline.line())
         log(f"{MILESTONE}shard {shard}: {len(kernels)} kernels in the cache in {elapsed:.0f} s; no wheel ({done})")
         shutil.rmtree(dist, ignore_errors=True)
         return None
     wheels = sorted(dist.glob("*.whl"))
     # Tagged before it is verified: the verifier checks the manylinux tag against the extension.
     wheels = [manylinux.tag_wheel(wheels[0], log)] if len(wheels) == 1 else wheels
+    timeline.mark("platform tag")
     report = accept_wheel(
         wheels,
         expect_python=settings.python,
@@ -225,10 +249,13 @@ def compile_wheel(
         log=log,
         python=python,
     )
+    timeline.mark("verify")
     wheel = wheels[0]
     record = wheel_record(settings, wheel, report.sha256, elapsed)
     (final,) = dist_dir.add_wheels(out_dir, [dist_dir.Incoming(wheel, record, "this build")], move=True, log=log)
     shutil.rmtree(dist, ignore_errors=True)
+    timeline.mark("dist")
+    log(timeline.line())
     log(f"{MILESTONE}wheel {final} ({final.stat().st_size / 1e6:.1f} MB) built in {elapsed:.0f} s")
     return final
 

@@ -15,10 +15,11 @@ import threading
 import traceback
 from pathlib import Path
 
-from . import build, compiler_cache, gpucheck, scratch, source
+from . import build, compiler_cache, environment, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
 from .shards import Shard, parse_shard
+from .timeline import Timeline
 from .untrusted import shown
 from .verify import inspect_wheel
 
@@ -224,6 +225,12 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr)
 
+    timeline = Timeline()  # from here: the phases of this build, logged at its end
+    if args.flash_attn is not None:  # a version it cannot build is refused before anything is probed
+        source.check_supported(args.flash_attn, allow_untested=args.allow_untested)
+    torch = environment.probe_torch()  # once for both steps: each probe imports torch
+    timeline.mark("torch probe")
+
     # A compiler cache keys on the source's path: the same one on every build (compiler_cache).
     kind, fixed = (compiler_cache.STABLE_WORK_NAME, True) if args.compiler_cache else ("wheel", False)
     with scratch.scratch_dir(kind, parent=args.work_dir, keep=args.keep_work, fixed_name=fixed, log=say) as work:
@@ -241,6 +248,8 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             allow_untested=args.allow_untested,
             expect_cxx11_abi=args.expect_cxx11_abi,
             expect_cuda=args.expect_cuda,
+            torch=torch,
+            timeline=timeline,
         )
         for warning in settings.warnings:
             say(f"warning: {warning}")
@@ -254,6 +263,8 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             cache_dir=args.compiler_cache and args.compiler_cache.resolve(),
             shard=args.shard,
             after_shards=args.after_shards,
+            torch=torch,
+            timeline=timeline,
         )
     return 0
 

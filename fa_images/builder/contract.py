@@ -62,3 +62,45 @@ def parse_cache_stats(line: str) -> tuple[int, int] | None:
     """(kernels from the cache, kernels in all) from a builder's output line, or None."""
     match = _CACHE_PATTERN.search(line)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# Where a build's time goes (timeline.py). The shim, a child process, marks the end of each of its
+# phases with one line, which the builder folds into its timeline instead of passing it on; the
+# builder then logs one line with every phase, which the host and bench/side_by_side.py read.
+COMPILE_PHASE = "ninja"  # the kernel compile; every other phase is time outside it
+_PHASE_MARK = MILESTONE + "phase-end "
+_PHASES_LINE = "time by phase: "
+_PHASE_ITEM = re.compile(r"(\S(?:[^,]*\S)?) (\d+(?:\.\d+)?) s")
+
+
+def phase_mark_line(name: str, at: float) -> str:
+    """The shim's mark: phase ``name`` ended at ``at`` (time.time(), shared with the builder)."""
+    return f"{_PHASE_MARK}{at:.3f} {name}"
+
+
+def parse_phase_mark(line: str) -> tuple[str, float] | None:
+    """(phase, end time) from a shim's mark line, or None for any other line."""
+    if not line.startswith(_PHASE_MARK):
+        return None
+    at, _, name = line[len(_PHASE_MARK) :].strip().partition(" ")
+    try:
+        return (name, float(at)) if name else None
+    except ValueError:
+        return None
+
+
+def phases_line(phases: list[tuple[str, float]]) -> str:
+    """'[fa-images] time by phase: sdist 0.8 s, ..., ninja 1180.2 s, ...; outside ninja 46.0 s'."""
+    outside = sum(s for name, s in phases if name != COMPILE_PHASE)
+    items = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)
+    return f"{MILESTONE}{_PHASES_LINE}{items}; outside {COMPILE_PHASE} {outside:.1f} s"
+
+
+def parse_phases(line: str) -> list[tuple[str, float]] | None:
+    """The phases of a builder's ``phases_line``, in order, or None for any other line."""
+    start = line.find(_PHASES_LINE)
+    if start < 0:
+        return None
+    items = line[start + len(_PHASES_LINE) :].rsplit("; outside ", 1)[0]
+    found = [_PHASE_ITEM.fullmatch(item.strip()) for item in items.split(", ")]
+    return [(m.group(1), float(m.group(2))) for m in found if m]
