@@ -293,11 +293,16 @@ def podman_engine() -> Iterator[EngineHandle]:
 
 def _only_user(users_lock: BinaryIO) -> bool:
     """True when no other process holds the engine (call with start.lock held)."""
+    return _held_by_none(users_lock)
+
+
+def _held_by_none(lock: BinaryIO) -> bool:
+    """No other process holds ``lock`` (a file's flock), shared or not."""
     try:
-        fcntl.flock(users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
-    fcntl.flock(users_lock, fcntl.LOCK_UN)
+    fcntl.flock(lock, fcntl.LOCK_UN)
     return True
 
 
@@ -368,12 +373,7 @@ def _run_is_over(run: str) -> bool:
     except FileNotFoundError:
         return True
     with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        return True
+        return _held_by_none(lock)
 
 
 def run_prefix(prefix: str) -> str:
