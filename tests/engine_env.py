@@ -382,8 +382,8 @@ def run_prefix(prefix: str) -> str:
 
 
 def _left_by_a_run_that_is_over(path: Path, prefix: str) -> bool:
-    run = path.name.removeprefix(prefix).split("-", 1)[0]
-    return path.name.startswith(prefix) and _run_is_over(run)
+    """``path``, named ``prefix`` + run + ``-`` + a random part, belongs to a run that is over."""
+    return _run_is_over(path.name.removeprefix(prefix).split("-", 1)[0])
 
 
 def child_env(marked: bool = True, /, **extra: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ reused by every module, as they are for a user's entries of the same base, Pytho
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
 flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
 from it by the same URL, so the torch stage's RUN line, and with it the layer cache's key, is
-the same everywhere. The engine's test images are removed when the run ends.
+the same everywhere. The engine's test images are removed when the run ends. Podman's module,
+an engine of its own on the other pytest-xdist worker, is served by an index of its own there.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _index_dir(second: bool) -> Path:
     """One directory of hard links: the cp311 wheelhouse, and the cp312-only wheels beside it
     (one version of every pure wheel, so both Pythons resolve alike). A directory of its own for
-    each run, so that a second run on the machine never empties the one this run serves."""
+    each worker of each run, so that nothing else on the machine empties the one it serves."""
     root = Path(tempfile.mkdtemp(prefix=engine_env.run_prefix(engine_env.INDEX_DIR_PREFIX), dir=engine_env.cache_dir()))
     sources = [toolchain.torch_wheelhouse("3.11")]
     if second:

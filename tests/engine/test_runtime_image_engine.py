@@ -55,7 +55,8 @@ def _run(client, image: str, command: str, **kwargs) -> Ran:
     try:
         container.start()
         code = container.wait()["StatusCode"]
-        out, err = (container.logs(stdout=o, stderr=not o).decode(errors="replace") for o in (True, False))
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
         return Ran(code, out, err)
     finally:
         container.remove(force=True)
