@@ -79,11 +79,11 @@ DEVEL_PACKAGES: tuple[str, ...] = (*RUNTIME_PACKAGES, "g++", "python3-dev")
 RUNTIME_TAG = f"fa-images-test/debian:{SUITE}-runtime"
 DEVEL_TAG = f"fa-images-test/debian:{SUITE}-devel"
 CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
-# The bases every engine module's matrix builds on (tests/engine/conftest.py): the above with a
-# second CPython (3.12) where the machine has one, and the runtime base with uid 1000 taken.
-STOCK_DEVEL_TAG = f"{CUDA_STANDIN_TAG}-stock"
-STOCK_RUNTIME_PYTHON_TAG = f"{RUNTIME_TAG}-py3.12"
-STOCK_RUNTIME_TAG = f"{RUNTIME_TAG}-stock"
+# The one base, devel and runtime alike, that every Docker module's matrix builds on
+# (tests/engine/conftest.py): the CUDA stand-in with a second CPython (3.12) where the machine
+# has one, and uid 1000 taken as on Ubuntu 24.04's CUDA images.
+STOCK_PYTHON_TAG = f"{CUDA_STANDIN_TAG}-py3.12"
+STOCK_TAG = f"{CUDA_STANDIN_TAG}-stock"
 
 # Every image a test makes is named in this namespace, behind a registry host or not.
 TEST_NAMESPACE = "fa-images-test/"
@@ -624,7 +624,7 @@ def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]
     """
     if os.environ.get("FA_IMAGES_TEST_KEEP_IMAGES") == "1":
         return []
-    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG, STOCK_DEVEL_TAG, STOCK_RUNTIME_PYTHON_TAG, STOCK_RUNTIME_TAG}
+    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG, STOCK_PYTHON_TAG, STOCK_TAG}
     removed = []
     try:
         for image in client.images.list():
@@ -1432,19 +1432,23 @@ def index_packages(index: str, /, **overrides: object) -> dict[str, object]:
 
 @dataclasses.dataclass(frozen=True)
 class Stock:
-    """The shared engine and what every module's matrix builds on."""
+    """The shared engine and what every module's matrix builds on.
+
+    One base serves as devel and runtime: the compile then runs on the torch stage itself, and no
+    module copies a 7 GB venv into a devel base (a copy and its commit took about three minutes
+    here). The two-base shape, a runtime base without a compiler, is Podman's module's.
+    """
 
     engine: EngineHandle
-    devel: str  # the CUDA devel stand-in, with Python 3.11 and (where this machine has one) 3.12
-    runtime: str  # the runtime base: the same Pythons, uid 1000 taken as on Ubuntu 24.04's images
+    base: str  # the CUDA stand-in: Python 3.11 and (where this machine has one) 3.12, uid 1000 taken
     index: str  # the simple index with torch and everything the builds install
-    second_python: str | None  # 3.12 where the bases have it
+    second_python: str | None  # 3.12 where the base has it
 
     def packages(self, **overrides: object) -> dict[str, object]:
         return index_packages(self.index, **overrides)
 
     def bases(self, **overrides: object) -> dict[str, object]:
-        return {"devel": self.devel, "runtime": self.runtime, "python": "system", **overrides}
+        return {"devel": self.base, "runtime": self.base, "python": "system", **overrides}
 
 
 _UID_TAKEN_DOCKERFILE = """\

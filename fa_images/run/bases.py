@@ -78,8 +78,9 @@ def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Consol
 def provide_hint(missing: list[str]) -> str:
     """Both ways to give the engine its bases: from a registry, or from a file saved elsewhere."""
     pulls = " && ".join(f"docker pull {ref}" for ref in missing)
+    them = "them" if len(missing) > 1 else "it"
     return (
-        f"let fa-images pull them (--pull missing, the default), or {pulls}; offline: "
+        f"let fa-images pull {them} (--pull missing, the default), or {pulls}; offline: "
         "`docker save IMAGE -o base.tar` where a registry is reachable, `docker load -i base.tar` here, "
         "and point bases.devel / bases.runtime in the matrix at that local tag (or at a registry mirror)"
     )

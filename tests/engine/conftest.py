@@ -1,6 +1,8 @@
-"""What the engine tests share for the whole run: one Docker Engine, the base images, and one
+"""What the engine tests share for the whole run: one Docker Engine, one base image, and one
 package index, so that the torch stage every entry stands on is built once and its layers are
 reused by every module, as they are for a user's entries of the same base, Python and torch.
+The base is devel and runtime alike, so each compile runs on that torch stage itself, with no
+copy of its 7 GB venv (engine_env.Stock).
 
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
 flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
@@ -69,14 +71,9 @@ def torch_index() -> Iterator[str]:
 def stock(torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
-        bases = engine_env.base_images(client)
-        devel = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
-        runtime = bases.runtime
+        base = engine_env.cuda_devel_standin(client, engine_env.base_images(client).devel, toolchain.cuda_home())
         prefix = engine_env.find_python(SECOND_PYTHON)
         if prefix is not None:
-            devel = engine_env.python_standin(client, devel, prefix, SECOND_PYTHON, engine_env.STOCK_DEVEL_TAG)
-            runtime = engine_env.python_standin(
-                client, runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_PYTHON_TAG
-            )
-        runtime = engine_env.uid_taken(client, runtime, engine_env.STOCK_RUNTIME_TAG)
-        yield engine_env.Stock(engine, devel, runtime, torch_index, SECOND_PYTHON if prefix else None)
+            base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
+        base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)
+        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON if prefix else None)

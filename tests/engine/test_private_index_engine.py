@@ -142,10 +142,10 @@ def test_a_private_index_authenticates_and_its_token_leaks_nowhere(tmp_path: Pat
             for tag in (f"{image}:{entry_id}", f"{image}:{entry_id}-builder"):
                 history = engine.client.api.history(tag)
                 assert not any(token in (layer.get("CreatedBy") or "") for layer in history), tag
-            # Every layer this build added above the shared torch stage, and every layer of the builder.
+            # Every layer this build added above the shared torch stage, the runtime's and the
+            # builder's (which stands on that stage: one base is devel and runtime here).
             runtime = _layer_dirs(engine.client, f"{image}:{entry_id}", torch_stage)
-            builder = _layer_dirs(engine.client, f"{image}:{entry_id}-builder", stock.devel)
-            builder = builder and builder[:-1]  # the lowest is the torch stage's venv, copied as it is
+            builder = _layer_dirs(engine.client, f"{image}:{entry_id}-builder", torch_stage)
             if runtime is None or builder is None:  # not overlay2 on this host: the whole images
                 for tag in (f"{image}:{entry_id}", f"{image}:{entry_id}-builder"):
                     assert not _contains(engine.client.images.get(tag).save(chunk_size=1 << 22), token.encode()), tag

@@ -1,6 +1,6 @@
 """The compile group's compiler cache on the host: carried into each build context, replaced
 after each build, never an input and never a reason to fail. Against a fake engine; the real
-round trip through an engine and sccache is in tests/engine/test_compile_group_engine.py."""
+round trip through an engine and sccache is in tests/engine/test_build_engine.py (the second Python)."""
 
 from __future__ import annotations
 
