@@ -84,6 +84,8 @@ CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
 # has one, and uid 1000 taken as on Ubuntu 24.04's CUDA images.
 STOCK_PYTHON_TAG = f"{CUDA_STANDIN_TAG}-py3.12"
 STOCK_TAG = f"{CUDA_STANDIN_TAG}-stock"
+# A runtime base without a compiler, with that second CPython: for the one two-base build.
+STOCK_RUNTIME_TAG = f"{RUNTIME_TAG}-py3.12"
 
 # Every image a test makes is named in this namespace, behind a registry host or not.
 TEST_NAMESPACE = "fa-images-test/"
@@ -624,7 +626,7 @@ def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]
     """
     if os.environ.get("FA_IMAGES_TEST_KEEP_IMAGES") == "1":
         return []
-    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG, STOCK_PYTHON_TAG, STOCK_TAG}
+    kept = {RUNTIME_TAG, DEVEL_TAG, CUDA_STANDIN_TAG, STOCK_PYTHON_TAG, STOCK_TAG, STOCK_RUNTIME_TAG}
     removed = []
     try:
         for image in client.images.list():
@@ -1435,14 +1437,16 @@ class Stock:
     """The shared engine and what every module's matrix builds on.
 
     One base serves as devel and runtime: the compile then runs on the torch stage itself, and no
-    module copies a 7 GB venv into a devel base (a copy and its commit took about three minutes
-    here). The two-base shape, a runtime base without a compiler, is Podman's module's.
+    module copies a 7 GB venv into a devel base (a copy and its commit took two to three minutes
+    here). The two-base shape, as on NVIDIA's images, is built once, for the second Python, whose
+    torch stage is its own anyway: on ``runtime``, a base without a compiler.
     """
 
     engine: EngineHandle
     base: str  # the CUDA stand-in: Python 3.11 and (where this machine has one) 3.12, uid 1000 taken
     index: str  # the simple index with torch and everything the builds install
-    second_python: str | None  # 3.12 where the base has it
+    second_python: str | None  # 3.12 where the bases have it
+    runtime: str | None  # Debian's runtime base with that Python: no compiler, no CUDA toolkit
 
     def packages(self, **overrides: object) -> dict[str, object]:
         return index_packages(self.index, **overrides)

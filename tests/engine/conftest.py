@@ -2,7 +2,8 @@
 package index, so that the torch stage every entry stands on is built once and its layers are
 reused by every module, as they are for a user's entries of the same base, Python and torch.
 The base is devel and runtime alike, so each compile runs on that torch stage itself, with no
-copy of its 7 GB venv (engine_env.Stock).
+copy of its 7 GB venv; only the second Python's build has a runtime base of its own
+(engine_env.Stock).
 
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
 flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
@@ -71,9 +72,14 @@ def torch_index() -> Iterator[str]:
 def stock(torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
-        base = engine_env.cuda_devel_standin(client, engine_env.base_images(client).devel, toolchain.cuda_home())
+        bases = engine_env.base_images(client)
+        base = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
+        runtime = None
         prefix = engine_env.find_python(SECOND_PYTHON)
         if prefix is not None:
             base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
+            runtime = engine_env.python_standin(
+                client, bases.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG
+            )
         base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)
-        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON if prefix else None)
+        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON if prefix else None, runtime)

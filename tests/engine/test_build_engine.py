@@ -392,34 +392,41 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
     assert not dist.exists() or not any(dist.iterdir())
 
 
-# A second Python for the first build's good entry: the same compile group, later.
+# A second Python for the first build's good entry: the same compile group, later, and the
+# two-base shape of NVIDIA's images, which no other Docker build has: its torch stage (its own
+# anyway) on a runtime base without a compiler, the venv copied into the devel base to compile.
 SECOND = "3.12"
 
 
 @pytest.fixture(scope="module")
 def second_python(project, first_build):
-    """`fa-images build` of the good entry for Python 3.11 and 3.12: 3.11 is up to date, 3.12
-    compiles with the group's compiler cache as the first build left it on the host."""
-    if project.stock.second_python != SECOND:
-        pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in image")
+    """`fa-images build` of the good entry for Python 3.12, with the group's compiler cache as the
+    first build left it on the host (the 3.11 entry is in the plan, as a user's matrix would
+    have it, but up to date: --only)."""
+    stock = project.stock
+    if stock.second_python != SECOND or stock.runtime is None:
+        pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
     matrix = project.matrix(
-        "pythons.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD], pythons=("3.11", SECOND)
+        "pythons.yaml", image="fa-images-test/flash-attn-pythons", versions=[GOOD], pythons=("3.11", SECOND)
     )
+    data = yaml.safe_load(matrix.read_text())
+    data["bases"] = stock.bases(runtime=stock.runtime)
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
     plan = project.run("plan", "--matrix", str(matrix), "--json")
     assert plan.returncode == 0, plan.stderr
+    second = entry_id(GOOD, SECOND)
     started = time.monotonic()
-    proc = project.run("build", "--matrix", str(matrix), "--gpus", "none", "--report", "pythons.json")
+    proc = project.run("build", "--matrix", str(matrix), "--only", second, "--gpus", "none", "--report", "pythons.json")
     print(f"second Python: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
-    report = json.loads((project.dir / "pythons.json").read_text())
-    yield json.loads(plan.stdout), proc, {e["id"]: e for e in report["entries"]}
-    # Its torch stage is no other module's: freed now, not at the end of the run.
-    image = report["entries"][-1]["image"]
-    for tag in (image, f"{image}-builder"):
+    (result,) = json.loads((project.dir / "pythons.json").read_text())["entries"]
+    yield json.loads(plan.stdout), proc, result
+    # Its torch stage and the builder's copy of it are no other module's: freed now.
+    for tag in (result["image"], f"{result['image']}-builder"):
         project.client.images.remove(tag)
 
 
 def test_the_two_pythons_are_one_group(second_python) -> None:
-    plan, _proc, _results = second_python
+    plan, _proc, _result = second_python
     assert [e["python"] for e in plan] == ["3.11", SECOND]
     assert len({e["group"] for e in plan}) == 1
 
@@ -427,11 +434,10 @@ def test_the_two_pythons_are_one_group(second_python) -> None:
 def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(first_build, second_python) -> None:
     """sccache's own counters, as the builder reports them: the kernel (.cu) compiled once."""
     _, first_entries = first_build
-    _plan, proc, results = second_python
+    _plan, proc, second = second_python
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first, again, second = first_entries[entry_id(GOOD)], results[entry_id(GOOD)], results[entry_id(GOOD, SECOND)]
+    first = first_entries[entry_id(GOOD)]
     assert (first["kernels"], first["kernels_from_cache"]) == (1, 0)
-    assert again["up_to_date"] is True
     assert (second["status"], second["check"]) == ("ok", "passed"), second
     assert (second["kernels"], second["kernels_from_cache"]) == (1, 1)
     assert re.search(r"-cp312-cp312-manylinux_2_\d+_x86_64\.whl$", Path(second["wheel"]).name), second["wheel"]
@@ -441,10 +447,40 @@ def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(fi
 
 
 def test_the_host_keeps_the_groups_cache_for_the_next_run(project, second_python) -> None:
-    plan, _proc, _results = second_python
+    plan, _proc, _result = second_python
     caches = project.dir / "cache-home" / "fa-images" / "compiler-cache"
     group = plan[0]["group"]
     assert group in [p.name for p in caches.iterdir()]
     assert all(p.name.startswith("fa") for p in caches.iterdir())  # no staging dir left
     objects = [p for p in (caches / group).rglob("*") if p.is_file()]
     assert objects and sum(p.stat().st_size for p in objects) > 10_000
+
+
+def _run(client, image: str, command: str) -> tuple[int, str]:
+    """``sh -c command`` in a fresh container, then removed: its exit code and stdout."""
+    out = client.containers.run(image, ["sh", "-c", f"{command}; echo exit=$?"], remove=True).decode()
+    body, _, code = out.rstrip().rpartition("exit=")
+    return int(code), body
+
+
+def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_compiled_on_its_torch(
+    project, second_python
+) -> None:
+    """The runtime base has no compiler and gets none; the builder, on the devel base, compiled
+    against the torch stage's venv, copied file for file."""
+    _plan, _proc, result = second_python
+    image, client = result["image"], project.client
+    code, out = _run(client, image, "command -v nvcc g++; ls /usr/local/cuda /opt/build-tools 2>&1")
+    assert "nvcc" not in out.split("ls:")[0] and "g++" not in out.split("ls:")[0], out
+    assert out.count("No such file") == 2, out
+    # The same torch install: its version, place and RECORD (every file's sha256, as pip wrote it).
+    torch = (
+        "python -c 'import torch; print(torch.__version__, torch.__file__)' && "
+        "sha256sum /opt/venv/lib/*/site-packages/torch-*.dist-info/RECORD"
+    )
+    in_runtime, in_builder = (_run(client, ref, torch) for ref in (image, f"{image}-builder"))
+    assert in_runtime == in_builder and in_runtime[1].startswith("2.9.1+cu128 /opt/venv/"), (in_runtime, in_builder)
+    code, out = _run(client, f"{image}-builder", "command -v nvcc")
+    assert code == 0 and out.strip() == "/usr/local/cuda/bin/nvcc", out
+    log = Path(result["log"]).read_text()
+    assert f"FROM {project.stock.base} AS builder" in log and "COPY --from=torch /opt/venv /opt/venv" in log

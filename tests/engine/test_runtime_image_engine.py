@@ -6,7 +6,7 @@ common modules import (they need einops); nothing of the builder stage rides alo
 is no larger than its parts; it runs as uid 1000 even where the base already has a user with
 that uid (Ubuntu 24.04's `ubuntu`, as in the tests' stock base). The stock base is the devel
 base too, so its compiler is the base's own: that a runtime base without one gets none is
-Podman's module's test, which builds the two-base shape.
+tested on the two-base build of test_build_engine.py (the second Python).
 
 And what the builder stage can run: the real setup.py of flash-attn 2.5.9.post1 and 2.6.3,
 which call `git submodule` unconditionally, run inside the builder image itself.
