@@ -32,6 +32,7 @@ REAL_SDISTS = {
 # own (Podman, its own engine) keeps it. Every other module is a group of its own, so its module
 # fixtures (a compile, a venv) are made once, on one worker.
 ENGINE_TIER = "engine"
+TIERS = (ENGINE_TIER, "unit", "builder")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
@@ -40,27 +41,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("xdist_group") is None:
             engine = item.path.parent.name == ENGINE_TIER
             item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    units = sorted({item.path for item in items if item.path.parent.name == "unit"})
-    items.sort(key=lambda item: _rank(item, slow, set(units[:2])))
+    # The groups in this order (`--no-loadscope-reorder`): the engine tier first on one worker,
+    # then the other engine groups first on the other. Each worker is also handed one more group
+    # at the start, which waits behind its first: a unit module, seconds long, is next.
+    items.sort(key=_rank)
 
 
-def _rank(item: pytest.Item, slow: set[Path], first_units: set[Path]) -> int:
-    """Where a module's group goes in the order pytest-xdist hands them out
-    (`--no-loadscope-reorder`): the longest first, so that the shortest fill the end. The engine
-    tier's shared group first, on one worker; the other engine groups first on the other. Each
-    worker is also handed one more group at the start, which waits behind its first: two unit
-    modules, seconds long, are next. Then the slow modules (a compile, a chroot, a Slurm
-    cluster), the rest of the builder tier, and the unit tier."""
+def _rank(item: pytest.Item) -> tuple[int, int]:
     tier = item.path.parent.name
-    if tier == ENGINE_TIER:
-        group = item.get_closest_marker("xdist_group")
-        return 0 if group is not None and group.args[0] == ENGINE_TIER else 1
-    if item.path in first_units:
-        return 2
-    if item.path in slow:
-        return 3
-    return 4 if tier == "builder" else 5
+    group = item.get_closest_marker("xdist_group")
+    shared = group is not None and group.args[0] == ENGINE_TIER
+    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 1)
 
 
 @pytest.fixture(scope="session")
