@@ -401,8 +401,8 @@ SECOND = "3.12"
 @pytest.fixture(scope="module")
 def second_python(project, first_build):
     """`fa-images build` of the good entry for Python 3.12, with the group's compiler cache as the
-    first build left it on the host (the 3.11 entry is in the plan, as a user's matrix would
-    have it, but up to date: --only)."""
+    first build left it on the host. The 3.11 entry is in the matrix, as a user's would have it;
+    --only builds the 3.12 one (3.11 on this runtime base would be a torch stage more)."""
     stock = project.stock
     if stock.second_python != SECOND or stock.runtime is None:
         pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
