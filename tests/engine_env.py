@@ -59,7 +59,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import docker
 import docker.errors
@@ -646,6 +646,25 @@ def remove_test_images(client: docker.DockerClient, *, prune: bool) -> list[str]
     if removed:
         log.info("removed %d test images: %s", len(removed), ", ".join(sorted(removed)))
     return removed
+
+
+class Ran(NamedTuple):
+    code: int
+    out: str  # stdout alone: a value read from it is never interleaved with a warning on stderr
+    err: str
+
+
+def run_in(client: docker.DockerClient, image: str, command: str, **kwargs: Any) -> Ran:
+    """Runs ``sh -c command`` in a fresh container of ``image``, which is then removed."""
+    container = client.containers.create(image, ["sh", "-c", command], **kwargs)
+    try:
+        container.start()
+        code = container.wait()["StatusCode"]
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        return Ran(code, out, err)
+    finally:
+        container.remove(force=True)
 
 
 def remove_images(client: docker.DockerClient, repository: str) -> None:
@@ -1674,6 +1693,7 @@ __all__ = [
     "RUNTIME_TAG",
     "BaseImages",
     "EngineHandle",
+    "Ran",
     "Stock",
     "base_images",
     "cache_dir",
@@ -1691,6 +1711,7 @@ __all__ = [
     "remove_images",
     "remove_test_images",
     "run_build",
+    "run_in",
     "serve_directory",
     "uid_taken",
     "unreachable_registry",

@@ -55,10 +55,18 @@ class Project:
     stock: engine_env.Stock
     password: str = ""
 
-    def matrix(self, name: str, *, image: str, versions: list[str], pythons: tuple[str, ...] = ("3.11",)) -> Path:
+    def matrix(
+        self,
+        name: str,
+        *,
+        image: str,
+        versions: list[str],
+        pythons: tuple[str, ...] = ("3.11",),
+        bases: dict[str, object] | None = None,
+    ) -> Path:
         data = {
             "image": image,
-            "bases": self.stock.bases(),  # Debian bookworm ships Python 3.11
+            "bases": bases or self.stock.bases(),  # Debian bookworm ships Python 3.11
             "packages": self.stock.packages(),
             "build": {"network": "host"},
             "compat": "compat.yaml",
@@ -406,12 +414,9 @@ def second_python(project, first_build):
     stock = project.stock
     if stock.second_python != SECOND or stock.runtime is None:
         pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
-    matrix = project.matrix(
-        "pythons.yaml", image="fa-images-test/flash-attn-pythons", versions=[GOOD], pythons=("3.11", SECOND)
-    )
-    data = yaml.safe_load(matrix.read_text())
-    data["bases"] = stock.bases(runtime=stock.runtime)
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    image = "fa-images-test/flash-attn-pythons"
+    bases = stock.bases(runtime=stock.runtime)
+    matrix = project.matrix("pythons.yaml", image=image, versions=[GOOD], pythons=("3.11", SECOND), bases=bases)
     plan = project.run("plan", "--matrix", str(matrix), "--json")
     assert plan.returncode == 0, plan.stderr
     second = entry_id(GOOD, SECOND)
@@ -421,8 +426,7 @@ def second_python(project, first_build):
     (result,) = json.loads((project.dir / "pythons.json").read_text())["entries"]
     yield json.loads(plan.stdout), proc, result
     # Its torch stage and the builder's copy of it are no other module's: freed now.
-    for tag in (result["image"], f"{result['image']}-builder"):
-        project.client.images.remove(tag)
+    engine_env.remove_images(project.client, image)
 
 
 def test_the_two_pythons_are_one_group(second_python) -> None:
@@ -456,13 +460,6 @@ def test_the_host_keeps_the_groups_cache_for_the_next_run(project, second_python
     assert objects and sum(p.stat().st_size for p in objects) > 10_000
 
 
-def _run(client, image: str, command: str) -> tuple[int, str]:
-    """``sh -c command`` in a fresh container, then removed: its exit code and stdout."""
-    out = client.containers.run(image, ["sh", "-c", f"{command}; echo exit=$?"], remove=True).decode()
-    body, _, code = out.rstrip().rpartition("exit=")
-    return int(code), body
-
-
 def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_compiled_on_its_torch(
     project, second_python
 ) -> None:
@@ -470,7 +467,7 @@ def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_compiled_
     against the torch stage's venv, copied file for file."""
     _plan, _proc, result = second_python
     image, client = result["image"], project.client
-    code, out = _run(client, image, "command -v nvcc g++; ls /usr/local/cuda /opt/build-tools 2>&1")
+    out = engine_env.run_in(client, image, "command -v nvcc g++; ls /usr/local/cuda /opt/build-tools 2>&1").out
     assert "nvcc" not in out.split("ls:")[0] and "g++" not in out.split("ls:")[0], out
     assert out.count("No such file") == 2, out
     # The same torch install: its version, place and RECORD (every file's sha256, as pip wrote it).
@@ -478,9 +475,9 @@ def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_compiled_
         "python -c 'import torch; print(torch.__version__, torch.__file__)' && "
         "sha256sum /opt/venv/lib/*/site-packages/torch-*.dist-info/RECORD"
     )
-    in_runtime, in_builder = (_run(client, ref, torch) for ref in (image, f"{image}-builder"))
+    in_runtime, in_builder = (engine_env.run_in(client, ref, torch)[:2] for ref in (image, f"{image}-builder"))
     assert in_runtime == in_builder and in_runtime[1].startswith("2.9.1+cu128 /opt/venv/"), (in_runtime, in_builder)
-    code, out = _run(client, f"{image}-builder", "command -v nvcc")
-    assert code == 0 and out.strip() == "/usr/local/cuda/bin/nvcc", out
+    code, out, err = engine_env.run_in(client, f"{image}-builder", "command -v nvcc")
+    assert code == 0 and out.strip() == "/usr/local/cuda/bin/nvcc", out + err
     log = Path(result["log"]).read_text()
     assert f"FROM {project.stock.base} AS builder" in log and "COPY --from=torch /opt/venv /opt/venv" in log

@@ -20,7 +20,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import docker.errors
 import engine_env
@@ -45,23 +44,7 @@ MAX_OVERHEAD = 1.02
 BUILD_MEMORY = "4g"
 
 
-class Ran(NamedTuple):
-    code: int
-    out: str  # stdout alone: a value read from it is never interleaved with a warning on stderr
-    err: str
-
-
-def _run(client, image: str, command: str, **kwargs) -> Ran:
-    """Runs ``sh -c command`` in a fresh container, which is then removed."""
-    container = client.containers.create(image, ["sh", "-c", command], **kwargs)
-    try:
-        container.start()
-        code = container.wait()["StatusCode"]
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
-        return Ran(code, out, err)
-    finally:
-        container.remove(force=True)
+_run = engine_env.run_in
 
 
 @dataclass
