@@ -1534,6 +1534,19 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
         proc.wait(timeout=10)
 
 
+# The logins of the engine tier's registry (tests/engine/conftest.py): the first build pushes as
+# one, and the pull module's stand-in for Docker Hub serves the base to the other.
+PUSH_USER, PULL_USER = "fa-push", "fa-pull"
+
+
+@dataclasses.dataclass(frozen=True)
+class Registry:
+    """A running ``local_registry``: its ``host:port`` and the password of each of its users."""
+
+    address: str
+    passwords: Mapping[str, str]
+
+
 @contextlib.contextmanager
 def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> Iterator[str]:
     """Run Debian's ``docker-registry`` on 127.0.0.1; yield ``"127.0.0.1:PORT"``.

@@ -8,13 +8,15 @@ copy of its 7 GB venv; only the second Python's build has a runtime base of its 
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
 flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
 from it by the same URL, so the torch stage's RUN line, and with it the layer cache's key, is
-the same everywhere. The engine's test images are removed when the run ends. Podman's module,
+the same everywhere. One registry, which wants a login, takes the pushes of the whole run.
+The engine's test images are removed when the run ends. Podman's module,
 an engine of its own on the other pytest-xdist worker, is served by an index of its own there.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -83,3 +85,13 @@ def stock(torch_index: str) -> Iterator[engine_env.Stock]:
             )
         base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)
         yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON if prefix else None, runtime)
+
+
+@pytest.fixture(scope="session")
+def registry() -> Iterator[engine_env.Registry]:
+    """One registry for the run. The pull module's push of the stock base then finds every layer
+    of it there already (the first build pushed them, under its image): the engine mounts them
+    from that repository instead of compressing the base again, as it would for a user's."""
+    passwords = {user: secrets.token_urlsafe(24) for user in (engine_env.PUSH_USER, engine_env.PULL_USER)}
+    with engine_env.local_registry(users=passwords) as address:
+        yield engine_env.Registry(address, passwords)

@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -43,7 +42,7 @@ GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
 # A second good build, whose image differs from GOOD's only in flash-attn: an update of an image.
 UPDATE = "2.8.3.dev3"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
-REGISTRY_USER, CREDENTIAL_HELPER = "fa-push", "fa-test"
+REGISTRY_USER, CREDENTIAL_HELPER = engine_env.PUSH_USER, "fa-test"
 
 
 @dataclass
@@ -96,7 +95,7 @@ def entry_id(version: str, python: str = "3.11") -> str:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, stock: engine_env.Stock):
+def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Registry):
     root = tmp_path_factory.mktemp("build-engine")
     sdists = root / "sdists"
     sdists.mkdir()
@@ -108,21 +107,21 @@ def project(tmp_path_factory, stock: engine_env.Stock):
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
     )
-    password = secrets.token_urlsafe(24)
-    engine = stock.engine
-    with engine_env.local_registry(users={REGISTRY_USER: password}) as registry:
-        helper_dir = write_credential_helper(root, password)
-        config = root / "docker-config"
-        config.mkdir()
-        (config / "config.json").write_text(json.dumps({"credHelpers": {registry: CREDENTIAL_HELPER}}))
-        env = engine.env(
-            XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
-            PYTHONPATH=str(REPO),
-            PYTHONUNBUFFERED="1",
-            DOCKER_CONFIG=str(config),
-            PATH=os.pathsep.join([str(helper_dir), os.environ["PATH"]]),
-        )
-        yield Project(dir=root, env=env, registry=registry, client=engine.client, stock=stock, password=password)
+    password = registry.passwords[REGISTRY_USER]
+    helper_dir = write_credential_helper(root, password)
+    config = root / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"credHelpers": {registry.address: CREDENTIAL_HELPER}}))
+    env = stock.engine.env(
+        XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
+        PYTHONPATH=str(REPO),
+        PYTHONUNBUFFERED="1",
+        DOCKER_CONFIG=str(config),
+        PATH=os.pathsep.join([str(helper_dir), os.environ["PATH"]]),
+    )
+    return Project(
+        dir=root, env=env, registry=registry.address, client=stock.engine.client, stock=stock, password=password
+    )
 
 
 def write_credential_helper(root: Path, password: str) -> Path:

@@ -5,7 +5,9 @@ provide them; a base without the Python asked for is refused before any compile.
 
 The registry serves the stock base under a name the engine does not hold, so the pulled image
 is the stock one, id for id: the torch stage (and, after test_build_engine.py, the compile
-of the same sdist) is a layer-cache hit, and this module adds little to the suite. That base is
+of the same sdist) is a layer-cache hit, and this module adds little to the suite. The registry
+is the run's one (tests/engine/conftest.py), where test_build_engine.py pushed an image on this
+base: the engine mounts the base's layers from there instead of compressing them again. That base is
 devel and runtime alike, as for every Docker module (engine_env.Stock); a second name for the
 runtime would make the two-base shape, whose builder copies the 7 GB venv.
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
 # test_build_engine.py's first good version: the same sdist bytes, so the same compile layers.
 VERSION = "2.8.3.dev0"
-USER, HELPER = "fa-pull", "fa-pull-test"
+USER, HELPER = engine_env.PULL_USER, "fa-pull-test"
 
 
 @dataclass
@@ -69,13 +70,19 @@ class Project:
         )
 
 
-def _push(client, image: str, ref: str, password: str) -> None:
+def _push(client, image: str, ref: str, password: str) -> list[str]:
+    """Push ``image`` as ``ref``; the statuses of its layers (``Pushed``, ``Mounted from …``)."""
     client.images.get(image).tag(ref)
     repository, tag = ref.rsplit(":", 1)
     auth = {"username": USER, "password": password}
+    done = []
     for chunk in client.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth):
         assert "error" not in chunk, chunk
+        status = chunk.get("status", "")
+        if status in ("Pushed", "Layer already exists") or status.startswith("Mounted from"):
+            done.append(status)
     client.images.remove(ref)  # only the name: the stock tag keeps the image
+    return done
 
 
 def _credential_helper(root: Path, password: str) -> Path:
@@ -92,34 +99,36 @@ def _credential_helper(root: Path, password: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, stock: engine_env.Stock):
+def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Registry):
     root = tmp_path_factory.mktemp("pull-engine")
     sha = sha256_of(make_tiny_sdist(root / "sdists", version=VERSION))
     pinned = {"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}}
     (root / "compat.yaml").write_text(yaml.safe_dump(pinned))
-    password = secrets.token_urlsafe(24)
+    password = registry.passwords[USER]
     client = stock.engine.client
-    with engine_env.local_registry(users={USER: password}) as registry:
-        ref = f"{registry}/fa-images-test/base:1"
-        started = time.monotonic()
-        _push(client, stock.base, ref, password)
-        print(f"the stock base pushed to the registry in {time.monotonic() - started:.1f} s")
-        config = root / "docker-config"
-        config.mkdir()
-        (config / "config.json").write_text(json.dumps({"credHelpers": {registry: HELPER}}))
-        env = stock.engine.env(
-            PYTHONPATH=str(REPO),
-            PYTHONUNBUFFERED="1",
-            XDG_CACHE_HOME=str(root / "cache-home"),
-            DOCKER_CONFIG=str(config),
-            PATH=os.pathsep.join([str(_credential_helper(root, password)), os.environ["PATH"]]),
-        )
-        project = Project(root, env, registry, ref, password, stock)
-        try:
-            yield project
-        finally:
-            if client.images.list(name=ref.rsplit(":", 1)[0]):
-                client.images.remove(ref)
+    ref = f"{registry.address}/fa-images-test/base:1"
+    started = time.monotonic()
+    layers = _push(client, stock.base, ref, password)
+    mounted = sum(status.startswith("Mounted from") for status in layers)
+    print(
+        f"the stock base pushed to the registry in {time.monotonic() - started:.1f} s "
+        f"({mounted} of {len(layers)} layers mounted from another repository there)"
+    )
+    config = root / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"credHelpers": {registry.address: HELPER}}))
+    env = stock.engine.env(
+        PYTHONPATH=str(REPO),
+        PYTHONUNBUFFERED="1",
+        XDG_CACHE_HOME=str(root / "cache-home"),
+        DOCKER_CONFIG=str(config),
+        PATH=os.pathsep.join([str(_credential_helper(root, password)), os.environ["PATH"]]),
+    )
+    try:
+        yield Project(root, env, registry.address, ref, password, stock)
+    finally:
+        if client.images.list(name=ref.rsplit(":", 1)[0]):
+            client.images.remove(ref)
 
 
 def test_pull_never_refuses_in_an_instant_with_both_ways(project):

@@ -1,4 +1,5 @@
-"""The runtime image and the builder stage, built for real on a Docker Engine.
+"""The runtime image and the builder stage, built for real on a Docker Engine, with the build
+tools and flash-attn's runtime dependencies from a private index that wants a credential.
 
 What a user gets: one clean venv (torch, flash-attn and its runtime dependencies) on the
 runtime base, flash-attn in one layer above the torch stage; `pip check` passes; flash-attn's
@@ -8,6 +9,12 @@ that uid (Ubuntu 24.04's `ubuntu`, as in the tests' stock base). The stock base 
 base too, so its compiler is the base's own: that a runtime base without one gets none is
 tested on the two-base build of test_build_engine.py (the second Python).
 
+The index: a real pypiserver with an htpasswd file serves the build tools and the runtime
+dependencies only to ``fa:<token>``; the tests' open index serves torch, so the entry stands on
+the torch stage every other module built. The token must appear in no rendered Dockerfile, build
+context, log, report, image history, or layer above that torch stage (the layers below it are the
+other modules', made without the token).
+
 And what the builder stage can run: the real setup.py of flash-attn 2.5.9.post1 and 2.6.3,
 which call `git submodule` unconditionally, run inside the builder image itself.
 """
@@ -15,17 +22,24 @@ which call `git submodule` unconditionally, run inside the builder image itself.
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
 import engine_env
 import pytest
+import toolchain
 import yaml
 from fixtures.tiny import make_tiny_sdist
+from packaging.requirements import Requirement
 
 from fa_images.builder import environment
 from fa_images.builder.gpucheck import IMPORTED_MODULES
@@ -42,6 +56,9 @@ IMAGE = "fa-images-test/runtime-image"
 GIT_CALLING = ("2.5.9.post1", "2.6.3")
 MAX_OVERHEAD = 1.02
 BUILD_MEMORY = "4g"
+# What the private index serves: every build tool and runtime dependency the compat table pins
+# (a wheel's name starts with the distribution's name).
+PRIVATE = {Requirement(pin).name.replace("-", "_") for pin in (*compat.load().build_tools, *compat.load().runtime_deps)}
 
 
 _run = engine_env.run_in
@@ -52,9 +69,27 @@ class Built:
     client: docker.DockerClient
     entry: dict
     root: Path  # the project directory, on the host only
+    stdout: str
     stderr: str
     private_engine: bool  # the tests' own dockerd, which listens on TCP too
     base: str  # the runtime base (the devel base too)
+    token: str  # the private index's credential
+    rendered: subprocess.CompletedProcess[str]  # `render` of the same matrix
+
+
+def _private_index(root: Path, token: str) -> tuple[Path, Path]:
+    """The wheels the private index serves (hard links into the wheelhouse) and its htpasswd."""
+    from passlib.apache import HtpasswdFile
+
+    private = root / "private"
+    private.mkdir()
+    for wheel in toolchain.torch_wheelhouse().glob("*.whl"):
+        if wheel.name.split("-")[0] in PRIVATE:
+            os.link(wheel, private / wheel.name)
+    htpasswd = HtpasswdFile(str(root / "htpasswd"), new=True)
+    htpasswd.set_password("fa", token)
+    htpasswd.save()
+    return private, root / "htpasswd"
 
 
 @pytest.fixture(scope="module")
@@ -66,31 +101,42 @@ def built(tmp_path_factory, stock: engine_env.Stock):
         yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
     )
     engine, client = stock.engine, stock.engine.client
-    matrix = {
-        "image": IMAGE,
-        "bases": stock.bases(),  # a runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images
-        "packages": stock.packages(),
-        # A limit below one nvcc job's 5 GiB: the compile must size itself to one job.
-        "build": {"network": "host", "memory": BUILD_MEMORY},
-        "compat": "compat.yaml",
-        "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
-    }
-    (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-    # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be.
-    env = engine.env(tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "fa_images", "build", "--matrix", "matrix.yaml", "--report", "report.json"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3000,
-    )
+    token = "tok-" + secrets.token_hex(12)
+    private, htpasswd = _private_index(root, token)
+    with engine_env.pypi_server([private], htpasswd=htpasswd) as private_url:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(private_url + "ninja/", timeout=10)
+        assert refused.value.code == 401, "the private index must refuse a request without the credential"
+        matrix = {
+            "image": IMAGE,
+            "bases": stock.bases(),  # a runtime base where uid 1000 is taken, as on Ubuntu 24.04's CUDA images
+            "packages": stock.packages(index=private_url.replace("http://", f"http://fa:{token}@")),
+            # A limit below one nvcc job's 5 GiB: the compile must size itself to one job.
+            "build": {"network": "host", "memory": BUILD_MEMORY},
+            "compat": "compat.yaml",
+            "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}],
+        }
+        (root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+        # Over TCP, to an engine whose /tmp is not the host's: as a remote engine would be. The
+        # build context is kept (in the project directory, TMPDIR) for the token search.
+        env = engine.env(
+            tcp=True, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(root / "cache"), TMPDIR=str(root)
+        )
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "fa_images", *args]
+            return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=3000)
+
+        rendered = run("render", "--matrix", "matrix.yaml", "--out", "dockerfiles")
+        assert rendered.returncode == 0, rendered.stderr
+        proc = run("build", "--matrix", "matrix.yaml", "--report", "report.json", "--keep-work")
     print(proc.stderr[-6000:])
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads((root / "report.json").read_text())
     (entry,) = report["entries"]
-    yield Built(client, entry, root, proc.stderr, private_engine=engine.managed, base=stock.base)
+    yield Built(
+        client, entry, root, proc.stdout, proc.stderr, engine.managed, stock.base, token=token, rendered=rendered
+    )
 
 
 def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
@@ -104,6 +150,73 @@ def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
     assert code == 0 and out.strip() == pinned.partition("==")[2], out + err
     code, out, err = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
     assert code == 0 and "bert_padding, layers.rotary, modules.mha" in out, out
+
+
+def _contains(chunks: Iterator[bytes], needle: bytes) -> bool:
+    tail = b""
+    for chunk in chunks:
+        if needle in tail + chunk:
+            return True
+        tail = chunk[-len(needle) :]
+    return False
+
+
+def _layer_dirs(client, image: str, below: str) -> list[Path] | None:
+    """The files of each layer of ``image`` above the image ``below`` (its base), where the engine
+    keeps them as overlay2 dirs on this host; None where it does not (then the whole image is read)."""
+    driver = client.images.get(image).attrs.get("GraphDriver") or {}
+    if driver.get("Name") != "overlay2":
+        return None
+    data = driver["Data"]
+    dirs = [Path(data["UpperDir"]), *(Path(p) for p in (data.get("LowerDir") or "").split(":") if p)]
+    above = len(client.images.get(image).attrs["RootFS"]["Layers"]) - len(
+        client.images.get(below).attrs["RootFS"]["Layers"]
+    )
+    return dirs[:above] if all(d.is_dir() for d in dirs) else None
+
+
+def _holds(paths: list[Path], needle: bytes) -> list[Path]:
+    return [
+        p
+        for d in paths
+        for p in d.rglob("*")
+        if p.is_file() and not p.is_symlink() and _contains(iter([p.read_bytes()]), needle)
+    ]
+
+
+def test_the_private_index_authenticates_and_its_token_leaks_nowhere(built, stock: engine_env.Stock):
+    client, entry, root, token = built.client, built.entry, built.root, built.token
+    dockerfile = (root / "dockerfiles" / f"{ENTRY}.Dockerfile").read_text()
+    assert "--no-index --find-links /opt/fa-images/wheels/tools ninja==" in dockerfile
+    assert f"RUN pip install --index-url {stock.index} torch==2.9.1\n" in dockerfile
+    assert "fa:" not in dockerfile
+
+    # The kept build context: the wheels fetched with the token, and no token.
+    (context,) = root.glob("fa-images-context-*")
+    assert sorted(p.name for p in (context / "inputs" / "wheels").iterdir()) == ["tools"]
+    files = [p for p in root.rglob("*") if p.is_file() and p.parent.name in ("dockerfiles", "logs")]
+    files += [p for p in context.rglob("*") if p.is_file()]
+    files.append(root / "report.json")
+    for path in files:
+        assert token.encode() not in path.read_bytes(), f"the token leaked into {path}"
+    assert token not in built.stdout + built.stderr + built.rendered.stdout + built.rendered.stderr
+
+    builder = f"{entry['image']}-builder"
+    for tag in (entry["image"], builder):
+        history = client.api.history(tag)
+        assert not any(token in (layer.get("CreatedBy") or "") for layer in history), tag
+    # Every layer this build added above the shared torch stage, the runtime's and the
+    # builder's (which stands on that stage: one base is devel and runtime here).
+    runtime = _layer_dirs(client, entry["image"], entry["torch_stage"])
+    builder_layers = _layer_dirs(client, builder, entry["torch_stage"])
+    if runtime is None or builder_layers is None:  # not overlay2 on this host: the whole images
+        for tag in (entry["image"], builder):
+            assert not _contains(client.images.get(tag).save(chunk_size=1 << 22), token.encode()), tag
+    else:
+        assert len(runtime) == 1 and len(builder_layers) >= 5
+        assert _holds(runtime + builder_layers, token.encode()) == []
+        # The search can find what it looks for: the einops it installed is in the runtime layer.
+        assert _holds(runtime, b"einops")
 
 
 def test_nothing_of_the_builder_stage_rides_along(built):
