@@ -1539,12 +1539,37 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
 PUSH_USER, PULL_USER = "fa-push", "fa-pull"
 
 
+CREDENTIAL_HELPER = "fa-test"
+
+
 @dataclasses.dataclass(frozen=True)
 class Registry:
     """A running ``local_registry``: its ``host:port`` and the password of each of its users."""
 
     address: str
     passwords: Mapping[str, str]
+
+    def login_env(self, root: Path, user: str) -> dict[str, str]:
+        """``DOCKER_CONFIG`` and ``PATH`` for a client logged in as ``user`` the way `docker login`
+        leaves a credential helper: ``root/docker-config`` names the helper for this registry, and
+        the helper, in ``root/bin``, notes each server it is asked for in ``root/helper-calls``."""
+        bin_dir, config = root / "bin", root / "docker-config"
+        bin_dir.mkdir()
+        config.mkdir()
+        helper = bin_dir / f"docker-credential-{CREDENTIAL_HELPER}"
+        helper.write_text(
+            f"#!{sys.executable}\n"
+            "import json, sys\n"
+            "if sys.argv[1:] != ['get']:\n"
+            "    sys.exit(f'unsupported: {sys.argv[1:]}')\n"
+            "server = sys.stdin.read().strip()\n"
+            f"with open({str(root / 'helper-calls')!r}, 'a') as calls:\n"
+            "    calls.write(server + '\\n')\n"
+            f"print(json.dumps({{'ServerURL': server, 'Username': {user!r}, 'Secret': {self.passwords[user]!r}}}))\n"
+        )
+        helper.chmod(0o755)
+        (config / "config.json").write_text(json.dumps({"credHelpers": {self.address: CREDENTIAL_HELPER}}))
+        return {"DOCKER_CONFIG": str(config), "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])}
 
 
 @contextlib.contextmanager
@@ -1702,11 +1727,14 @@ __all__ = [
     "DEVEL_PACKAGES",
     "DEVEL_TAG",
     "KEY_LABEL",
+    "PULL_USER",
+    "PUSH_USER",
     "RUNTIME_PACKAGES",
     "RUNTIME_TAG",
     "BaseImages",
     "EngineHandle",
     "Ran",
+    "Registry",
     "Stock",
     "base_images",
     "cache_dir",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import signal
 import subprocess
@@ -42,7 +41,7 @@ GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
 # A second good build, whose image differs from GOOD's only in flash-attn: an update of an image.
 UPDATE = "2.8.3.dev3"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
-REGISTRY_USER, CREDENTIAL_HELPER = engine_env.PUSH_USER, "fa-test"
+REGISTRY_USER = engine_env.PUSH_USER
 
 
 @dataclass
@@ -108,39 +107,15 @@ def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Regi
         yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
     )
     password = registry.passwords[REGISTRY_USER]
-    helper_dir = write_credential_helper(root, password)
-    config = root / "docker-config"
-    config.mkdir()
-    (config / "config.json").write_text(json.dumps({"credHelpers": {registry.address: CREDENTIAL_HELPER}}))
     env = stock.engine.env(
         XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
         PYTHONPATH=str(REPO),
         PYTHONUNBUFFERED="1",
-        DOCKER_CONFIG=str(config),
-        PATH=os.pathsep.join([str(helper_dir), os.environ["PATH"]]),
+        **registry.login_env(root, REGISTRY_USER),
     )
     return Project(
         dir=root, env=env, registry=registry.address, client=stock.engine.client, stock=stock, password=password
     )
-
-
-def write_credential_helper(root: Path, password: str) -> Path:
-    """A Docker credential helper that follows the helper protocol, and notes each server asked for."""
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    helper = bin_dir / f"docker-credential-{CREDENTIAL_HELPER}"
-    helper.write_text(
-        f"#!{sys.executable}\n"
-        "import json, sys\n"
-        "if sys.argv[1:] != ['get']:\n"
-        "    sys.exit(f'unsupported: {sys.argv[1:]}')\n"
-        "server = sys.stdin.read().strip()\n"
-        f"with open({str(root / 'helper-calls')!r}, 'a') as calls:\n"
-        "    calls.write(server + '\\n')\n"
-        f"print(json.dumps({{'ServerURL': server, 'Username': {REGISTRY_USER!r}, 'Secret': {password!r}}}))\n"
-    )
-    helper.chmod(0o755)
-    return bin_dir
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,14 @@ The registry serves the stock base under a name the engine does not hold, so the
 is the stock one, id for id: the torch stage (and, after test_build_engine.py, the compile
 of the same sdist) is a layer-cache hit, and this module adds little to the suite. The registry
 is the run's one (tests/engine/conftest.py), where test_build_engine.py pushed an image on this
-base: the engine mounts the base's layers from there instead of compressing them again. That base is
-devel and runtime alike, as for every Docker module (engine_env.Stock); a second name for the
-runtime would make the two-base shape, whose builder copies the 7 GB venv.
+base: the engine mounts the base's layers from there instead of compressing them again. That
+base is devel and runtime alike, as for every Docker module (engine_env.Stock); a second name
+for the runtime would make the two-base shape, whose builder copies the 7 GB venv.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
 # test_build_engine.py's first good version: the same sdist bytes, so the same compile layers.
 VERSION = "2.8.3.dev0"
-USER, HELPER = engine_env.PULL_USER, "fa-pull-test"
+USER = engine_env.PULL_USER
 
 
 @dataclass
@@ -85,19 +84,6 @@ def _push(client, image: str, ref: str, password: str) -> list[str]:
     return done
 
 
-def _credential_helper(root: Path, password: str) -> Path:
-    """A Docker credential helper (the helper protocol's `get`), the way `docker login` leaves one."""
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    helper = bin_dir / f"docker-credential-{HELPER}"
-    helper.write_text(
-        f"#!{sys.executable}\nimport json, sys\nserver = sys.stdin.read().strip()\n"
-        f"print(json.dumps({{'ServerURL': server, 'Username': {USER!r}, 'Secret': {password!r}}}))\n"
-    )
-    helper.chmod(0o755)
-    return bin_dir
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Registry):
     root = tmp_path_factory.mktemp("pull-engine")
@@ -114,15 +100,11 @@ def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Regi
         f"the stock base pushed to the registry in {time.monotonic() - started:.1f} s "
         f"({mounted} of {len(layers)} layers mounted from another repository there)"
     )
-    config = root / "docker-config"
-    config.mkdir()
-    (config / "config.json").write_text(json.dumps({"credHelpers": {registry.address: HELPER}}))
     env = stock.engine.env(
         PYTHONPATH=str(REPO),
         PYTHONUNBUFFERED="1",
         XDG_CACHE_HOME=str(root / "cache-home"),
-        DOCKER_CONFIG=str(config),
-        PATH=os.pathsep.join([str(_credential_helper(root, password)), os.environ["PATH"]]),
+        **registry.login_env(root, USER),
     )
     try:
         yield Project(root, env, registry.address, ref, password, stock)

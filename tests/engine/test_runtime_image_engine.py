@@ -56,9 +56,10 @@ IMAGE = "fa-images-test/runtime-image"
 GIT_CALLING = ("2.5.9.post1", "2.6.3")
 MAX_OVERHEAD = 1.02
 BUILD_MEMORY = "4g"
+COMPAT = compat.load()
 # What the private index serves: every build tool and runtime dependency the compat table pins
 # (a wheel's name starts with the distribution's name).
-PRIVATE = {Requirement(pin).name.replace("-", "_") for pin in (*compat.load().build_tools, *compat.load().runtime_deps)}
+PRIVATE = {Requirement(pin).name.replace("-", "_") for pin in (*COMPAT.build_tools, *COMPAT.runtime_deps)}
 
 
 _run = engine_env.run_in
@@ -146,7 +147,7 @@ def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
     assert code == 0 and "No broken requirements found" in out, out + err
     imports = "; ".join(f"import {m}" for m in IMPORTED_MODULES)
     code, out, err = _run(client, entry["image"], f"python -c '{imports}; import einops; print(einops.__version__)'")
-    pinned = next(p for p in compat.load().runtime_deps if p.startswith("einops=="))
+    pinned = next(p for p in COMPAT.runtime_deps if p.startswith("einops=="))
     assert code == 0 and out.strip() == pinned.partition("==")[2], out + err
     code, out, err = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
     assert code == 0 and "bert_padding, layers.rotary, modules.mha" in out, out
@@ -268,7 +269,7 @@ def test_runtime_image_runs_as_uid_1000_where_that_uid_exists(built):
 
 @pytest.fixture(scope="module")
 def git_calling_sdists(sdist_cache) -> dict[str, Path]:
-    table = compat.load().flash_attn
+    table = COMPAT.flash_attn
     out = {}
     for version in GIT_CALLING:
         path, _ = obtain_sdist(
