@@ -1,6 +1,7 @@
 """A copy of a flash-attn sdist that compiles only some of its kernels, for benchmarks in a time box.
 
     python bench/trim_sdist.py SDIST --kernels N --out DIR
+    python bench/trim_sdist.py SDIST --gpu-check --out DIR
 
 The stock build, fa-images and fa-images with a warm cache can then all build the very same
 trimmed sdist, side by side, in a fraction of a full compile (bench/side_by_side.py --kernels N).
@@ -8,7 +9,9 @@ trimmed sdist, side by side, in a fraction of a full compile (bench/side_by_side
 Which kernels: the ``.cu`` files setup.py lists for ``flash_attn_2_cuda``, sorted by their
 expected compile time (the builder's cost model, fa_images/builder/compile_costs.json; name breaks
 ties), then the middle one of each of N equal slices of that order. So long and short kernels keep
-the proportions of the full build, and the same sdist and N always give the same kernels.
+the proportions of the full build, and the same sdist and N always give the same kernels. With
+``--gpu-check``: the kernels the GPU check calls (``GPU_CHECK_KERNELS``), so the trimmed wheel
+passes it, on any GPU its archs cover.
 
 A kernel left out is still called by flash_api.cpp. Its entry point (the template specialization
 or explicit instantiation that flash-attn's generated ``.cu`` files hold) goes into one stub file
@@ -77,6 +80,31 @@ def entry_points(cu: str) -> list[tuple[str, str]]:
     return [(namespace.group(1), " ".join(sig.split())) for sig in found] if namespace else []
 
 
+# What fa_images/builder/gpucheck.py calls: flash_attn_func on (2, 1024, 16, 128), forward and
+# backward, fp16 and bf16, causal and not; flash_attn_varlen_func with head dim 64, fp16, causal.
+# Neither shape makes flash-attn's split-KV heuristic split (too many blocks already, and varlen
+# splits only when decoding), but the split kernel of the varlen case is kept so that a heuristic
+# of another version still finds it.
+GPU_CHECK_KERNELS = tuple(
+    [
+        f"flash_{way}_hdim128_{dtype}{causal}_sm80.cu"
+        for way in ("fwd", "bwd")
+        for dtype in ("fp16", "bf16")
+        for causal in ("", "_causal")
+    ]
+    + ["flash_fwd_hdim64_fp16_causal_sm80.cu", "flash_fwd_split_hdim64_fp16_causal_sm80.cu"]
+)
+
+
+def pick_named(kernels: list[str], names: tuple[str, ...]) -> list[str]:
+    """The kernels whose file names are ``names``; every name must be one of them."""
+    kept = [k for k in kernels if Path(k).name in names]
+    missing = sorted(set(names) - {Path(k).name for k in kept})
+    if missing:
+        raise ValueError(f"setup.py lists no {', '.join(missing)}")
+    return kept
+
+
 def pick(kernels: list[str], n: int) -> list[str]:
     """``n`` of ``kernels``: the middle of each of n equal slices of the longest-first order."""
     costs = json.loads(COSTS_FILE.read_text())
@@ -131,8 +159,9 @@ def _top(names: list[str]) -> str:
     return tops.pop()
 
 
-def trim(sdist: Path, n: int, out_dir: Path) -> Trimmed:
-    """Writes ``out_dir/<sdist's name>``, a copy of ``sdist`` that compiles ``n`` of its kernels."""
+def trim(sdist: Path, n: int | None, out_dir: Path) -> Trimmed:
+    """Writes ``out_dir/<sdist's name>``, a copy of ``sdist`` that compiles ``n`` of its kernels
+    (None: those of ``GPU_CHECK_KERNELS``)."""
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
         files = {m.name: tar.extractfile(m).read() for m in members if m.isfile()}  # type: ignore[union-attr]
@@ -141,7 +170,7 @@ def trim(sdist: Path, n: int, out_dir: Path) -> Trimmed:
     kernels = kernel_sources(setup_py)
     texts = {k: files.get(f"{top}/{k}", b"").decode(errors="replace") for k in kernels}
     stubbable = [k for k in kernels if entry_points(texts[k])]
-    kept = pick(stubbable, n)
+    kept = pick(stubbable, n) if n is not None else pick_named(stubbable, GPU_CHECK_KERNELS)
     left_out = [k for k in kernels if k in stubbable and k not in kept]
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / sdist.name
@@ -156,7 +185,9 @@ def trim(sdist: Path, n: int, out_dir: Path) -> Trimmed:
     return Trimmed(
         sdist=str(target),
         rule=f"{len(kept)} of {len(stubbable)} kernels: the middle of each of {len(kept)} equal slices of the "
-        f"longest-first order ({COSTS_FILE.name})",
+        f"longest-first order ({COSTS_FILE.name})"
+        if n is not None
+        else f"{len(kept)} of {len(stubbable)} kernels: those the GPU check calls",
         kernels=len(kernels),
         kept=sorted(set(kept) | set(never), key=kernels.index),
         left_out=left_out,
@@ -189,7 +220,9 @@ def _write_tar(target: Path, members: list[tarfile.TarInfo], files: dict[str, by
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sdist", type=Path)
-    parser.add_argument("--kernels", type=int, required=True, help="how many kernels the copy compiles")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--kernels", type=int, help="how many kernels the copy compiles")
+    which.add_argument("--gpu-check", action="store_true", help="compile the kernels the GPU check calls")
     parser.add_argument("--out", type=Path, required=True, help="where the copy goes (same file name)")
     args = parser.parse_args()
     print(json.dumps(asdict(trim(args.sdist, args.kernels, args.out)), indent=2))

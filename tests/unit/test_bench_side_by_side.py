@@ -150,3 +150,14 @@ def test_a_meter_names_its_method_and_reads_a_build(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert memory.method.startswith("cgroup v" if group else "process trees"), why
     assert memory.peak_gib >= 0.1  # the 200 MiB the build held
+
+
+def test_the_gpu_check_trim_keeps_the_named_kernels_and_refuses_an_sdist_without_them(tmp_path: Path) -> None:
+    kernels = [f"csrc/flash_attn/src/{k}" for k in KERNELS]
+    assert trim_sdist.pick_named(kernels, ("flash_bwd_hdim128_fp16_sm80.cu",)) == [
+        "csrc/flash_attn/src/flash_bwd_hdim128_fp16_sm80.cu"
+    ]
+    with pytest.raises(ValueError, match=r"setup\.py lists no flash_bwd_hdim128_bf16_causal_sm80\.cu, "):
+        trim_sdist.trim(fake_sdist(tmp_path / "in"), None, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    assert len(trim_sdist.GPU_CHECK_KERNELS) == 10
