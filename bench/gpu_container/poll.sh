@@ -1,14 +1,14 @@
 #!/bin/bash
-# Starts device.sh in its own session (once per machine) from a copy of the repository in
+# Starts device.sh (or $SCRIPT, another script of this folder) in its own session (once per machine) from a copy of the repository in
 # WORK_DIR, then follows its log for at most SECONDS; call again to keep following.
-# Usage: bash bench/gpu_container/poll.sh WORK_DIR SECONDS [OUT_DIR]
+# Usage: [SCRIPT=real_check.sh] [EXTRA=REQUIREMENTS] bash bench/gpu_container/poll.sh WORK_DIR SECONDS [OUT_DIR]
 W=${1:-/tmp/gc}
 LIMIT=${2:-540}
 OUT_DIR=${3:-}
 mkdir -p "$W"
 if [ ! -f "$W/started" ]; then
     rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -a . "$W/repo/" && touch "$W/started"
-    (cd "$W/repo" && setsid nohup bash -c "bash bench/gpu_container/device.sh $W; touch $W/finished" >"$W/device.log" 2>&1 &)
+    (cd "$W/repo" && setsid nohup bash -c "bash bench/gpu_container/${SCRIPT:-device.sh} $W ${EXTRA:-}; touch $W/finished" >"$W/device.log" 2>&1 &)
 fi
 end=$(($(date +%s) + LIMIT))
 shown=0
