@@ -37,27 +37,30 @@ def matrix(image, archs):
         "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": version, "archs": [a]} for a in archs],
     }
 yaml.safe_dump(compat, open("compat.yaml", "w"), sort_keys=False)
-yaml.safe_dump(matrix("gc.local/fa-images/flash-attn", ["90", "80"]), open("matrix.yaml", "w"), sort_keys=False)
+# An entry's id names no archs, so each arch is an image of its own, in a matrix of its own.
+yaml.safe_dump(matrix("gc.local/fa-images/flash-attn", ["90"]), open("matrix.yaml", "w"), sort_keys=False)
+yaml.safe_dump(matrix("gc.local/fa-images/flash-attn-sm80", ["80"]), open("matrix-80.yaml", "w"), sort_keys=False)
 yaml.safe_dump(matrix("gc.local/fa-images/from-wheel", ["90"]), open("matrix-wheels.yaml", "w"), sort_keys=False)
 EOF
 python3 -m fa_images plan --matrix matrix.yaml || exit 1
-mapfile -t IDS < <(python3 -m fa_images plan --matrix matrix.yaml --json | python3 -c 'import json,sys; [print(e["id"]) for e in json.load(sys.stdin)]')
-IMG90=gc.local/fa-images/flash-attn:${IDS[0]}
-IMG80=gc.local/fa-images/flash-attn:${IDS[1]}
+ID=$(python3 -m fa_images plan --matrix matrix.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+IMG90=gc.local/fa-images/flash-attn:$ID
+IMG80=gc.local/fa-images/flash-attn-sm80:$ID
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 
-phase "fa-images build --gpus devices: archs 90, then archs 80, on this $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-started=$(date +%s)
-python3 -m fa_images build --matrix matrix.yaml --gpus devices --report report.json
-echo "fa-images build exited $? after $(($(date +%s) - started)) s"
-for id in "${IDS[@]}"; do
-    echo "--- logs/$id.log: the check, and where the time went"
-    grep -E "time by phase|GPU:|PASS|FAIL|WRONG|ARCH|cannot run|kernels" "logs/$id.log" | cut -c1-300 | tail -n 25
+for archs in 90 80; do
+    if [ $archs = 90 ]; then m=matrix.yaml logs=logs; else m=matrix-$archs.yaml logs=logs-$archs; fi
+    phase "fa-images build --gpus devices: archs $archs, on this $GPU"
+    started=$(date +%s)
+    python3 -m fa_images build --matrix $m --gpus devices --log-dir $logs --dist dist-$archs --report report-$archs.json
+    echo "fa-images build exited $? after $(($(date +%s) - started)) s"
+    grep -E "time by phase|GPU:|PASS|FAIL|WRONG|ARCH|cannot run|kernels" "$logs/$ID.log" | cut -c1-300 | tail -n 25
+    ls -la dist-$archs/
 done
-ls -la dist/
 
 phase "build --wheels around the archs-90 wheel (no compile)"
 started=$(date +%s)
-python3 -m fa_images build --matrix matrix-wheels.yaml --wheels dist/ --gpus devices --report report-wheels.json
+python3 -m fa_images build --matrix matrix-wheels.yaml --wheels dist-90/ --gpus devices --log-dir logs-wheels --report report-wheels.json
 echo "fa-images build --wheels exited $? after $(($(date +%s) - started)) s"
 
 phase "fa-images check on the node that pulled the images"
