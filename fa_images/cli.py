@@ -330,7 +330,7 @@ def cmd_export_slurm(args: argparse.Namespace) -> int:
         sources_dir=args.sources_dir,
         python=args.python,
     )
-    paths = slurm.export(m.select(args.only), args.out_dir, opts)
+    paths = slurm.export(m, m.select(args.only), args.out_dir, opts)
     for path in paths:
         print(f"wrote {path}")
     print(f"submit with: {args.out_dir / 'submit.sh'} (the directory must be on storage every node shares)")
@@ -449,9 +449,9 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         "--setup",
         default="",
         metavar="SHELL",
-        help="one line of shell each job runs first, e.g. 'module load cuda/12.8; source env/bin/activate'; "
-        "written shell-quoted and run with eval; FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
-        "FA_IMAGES_CUDA are set for it",
+        help="one line of shell run per entry, after its FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
+        "FA_IMAGES_CUDA are set, e.g. 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate'; "
+        "written shell-quoted and run with eval (in the link job, in a subshell per entry)",
     )
     sl.add_argument("--partition", metavar="NAME", help="sbatch --partition")
     sl.add_argument("--account", metavar="NAME", help="sbatch --account")
@@ -468,7 +468,12 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         help="node-local scratch, the same path on every node: shards and link must compile under one path "
         "(default: /tmp/fa-images-slurm)",
     )
-    sl.add_argument("--sources-dir", metavar="ABS_DIR", help="sdists for nodes without the index (wheel --sources-dir)")
+    sl.add_argument(
+        "--sources-dir",
+        metavar="ABS_DIR",
+        help="sdists for nodes without the index (wheel --sources-dir; default: the matrix's packages.sdists); "
+        "else the jobs fetch from packages.flash_attn_index",
+    )
     sl.add_argument(
         "--python", default="python", metavar="EXE", help="the Python with fa-images, after --setup (default: python)"
     )
@@ -490,7 +495,7 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
 SLURM_EXAMPLES = """\
 examples:
   fa-images export slurm --out-dir /nfs/fa-build --shards 4 --cpus 16 --partition cpu \\
-      --setup 'module load cuda/12.8; source /nfs/envs/py312/bin/activate' && /nfs/fa-build/submit.sh
+      --setup 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate' && /nfs/fa-build/submit.sh
 
 Each compile group's kernels are split over 4 array tasks (16 CPUs and the memory the builder's
 sizing needs for them, no GPU); a job after them links every entry from the shared compiler cache,
