@@ -156,7 +156,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
     from .run.executor import Executor, Options
-    from .run.logger import Console
+    from .run.logger import Console, say
     from .run.report import print_summary, write_report
 
     if args.json and not args.dry_run:
@@ -172,7 +172,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(plan_mod.to_json(plans))
         else:
             for p in plans:
-                print("\n".join(p.describe()))
+                say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
         return 0
     gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
     console = Console()
