@@ -91,14 +91,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
+    from .run.logger import say
 
     m = _load(args)
     result = render.render_all(m, m.entries, args.out, check=args.check)
-    if args.check:
+    if args.check:  # the files found in --out are named escaped: any name can be there
         for path in result.stale:
-            print(f"stale: {path}")
+            say(f"stale: {path}")
         for path in result.extra:
-            print(f"not in the matrix: {path}")
+            say(f"not in the matrix: {path}")
         if result.stale or result.extra:
             print(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", file=sys.stderr)
             return 1
@@ -107,7 +108,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for path in result.written:
         print(f"wrote {path}")
     for path in result.extra:
-        print(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
+        say(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
     print(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 
@@ -577,8 +578,10 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} must be a file, not a {kind} (fa-images does not write through links)")
     result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     target.write_text(out.name, result.text)
-    for note in result.notes:
-        print(note)
+    from .run.logger import say
+
+    for note in result.notes:  # they quote what the indexes published
+        say(note)
     print(f"wrote {out}")
     return 0
 

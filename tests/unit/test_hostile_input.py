@@ -644,3 +644,14 @@ def test_a_matrix_value_with_control_characters_is_one_escaped_error(tmp_path: P
         code, out, err = fa_images(capsys, *command, "--matrix", path)
         assert_clear_error(code, err, 2)
         assert raw_controls(out + err) == [], (command, repr(err))
+
+
+def test_render_names_a_stray_dockerfile_escaped(tmp_path: Path, capsys) -> None:
+    """Files found in --out are named by whoever put them there."""
+    path = matrix_file(tmp_path, f"image: reg.local/fa\nentries: [{ENTRY}]\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x\x1b[2J\r.Dockerfile").write_text("FROM scratch\n")
+    for check in ([], ["--check"]):
+        code, out, err = fa_images(capsys, "render", "--matrix", path, "--out", tmp_path / "out", *check)
+        assert code == (1 if check else 0), err
+        assert raw_controls(out + err) == [] and "x\\x1b[2J\\r.Dockerfile" in out, repr(out)
