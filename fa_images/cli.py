@@ -91,14 +91,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
+    from .run.logger import say
 
     m = _load(args)
     result = render.render_all(m, m.entries, args.out, check=args.check)
-    if args.check:
+    if args.check:  # the files found in --out are named escaped: any name can be there
         for path in result.stale:
-            print(f"stale: {path}")
+            say(f"stale: {path}")
         for path in result.extra:
-            print(f"not in the matrix: {path}")
+            say(f"not in the matrix: {path}")
         if result.stale or result.extra:
             print(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", file=sys.stderr)
             return 1
@@ -107,7 +108,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for path in result.written:
         print(f"wrote {path}")
     for path in result.extra:
-        print(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
+        say(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
     print(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 
@@ -156,7 +157,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
     from .run.executor import Executor, Options
-    from .run.logger import Console
+    from .run.logger import Console, say
     from .run.report import print_summary, write_report
 
     if args.json and not args.dry_run:
@@ -172,7 +173,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(plan_mod.to_json(plans))
         else:
             for p in plans:
-                print("\n".join(p.describe()))
+                say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
         return 0
     gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
     console = Console()
@@ -330,7 +331,7 @@ def cmd_export_slurm(args: argparse.Namespace) -> int:
         sources_dir=args.sources_dir,
         python=args.python,
     )
-    paths = slurm.export(m.select(args.only), args.out_dir, opts)
+    paths = slurm.export(m, m.select(args.only), args.out_dir, opts)
     for path in paths:
         print(f"wrote {path}")
     print(f"submit with: {args.out_dir / 'submit.sh'} (the directory must be on storage every node shares)")
@@ -449,9 +450,9 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         "--setup",
         default="",
         metavar="SHELL",
-        help="one line of shell each job runs first, e.g. 'module load cuda/12.8; source env/bin/activate'; "
-        "written shell-quoted and run with eval; FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
-        "FA_IMAGES_CUDA are set for it",
+        help="one line of shell run per entry, after its FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
+        "FA_IMAGES_CUDA are set, e.g. 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate'; "
+        "written shell-quoted and run with eval (in the link job, in a subshell per entry)",
     )
     sl.add_argument("--partition", metavar="NAME", help="sbatch --partition")
     sl.add_argument("--account", metavar="NAME", help="sbatch --account")
@@ -468,7 +469,12 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         help="node-local scratch, the same path on every node: shards and link must compile under one path "
         "(default: /tmp/fa-images-slurm)",
     )
-    sl.add_argument("--sources-dir", metavar="ABS_DIR", help="sdists for nodes without the index (wheel --sources-dir)")
+    sl.add_argument(
+        "--sources-dir",
+        metavar="ABS_DIR",
+        help="sdists for nodes without the index (wheel --sources-dir; default: the matrix's packages.sdists); "
+        "else the jobs fetch from packages.flash_attn_index",
+    )
     sl.add_argument(
         "--python", default="python", metavar="EXE", help="the Python with fa-images, after --setup (default: python)"
     )
@@ -490,7 +496,7 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
 SLURM_EXAMPLES = """\
 examples:
   fa-images export slurm --out-dir /nfs/fa-build --shards 4 --cpus 16 --partition cpu \\
-      --setup 'module load cuda/12.8; source /nfs/envs/py312/bin/activate' && /nfs/fa-build/submit.sh
+      --setup 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate' && /nfs/fa-build/submit.sh
 
 Each compile group's kernels are split over 4 array tasks (16 CPUs and the memory the builder's
 sizing needs for them, no GPU); a job after them links every entry from the shared compiler cache,
@@ -572,8 +578,10 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} must be a file, not a {kind} (fa-images does not write through links)")
     result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     target.write_text(out.name, result.text)
-    for note in result.notes:
-        print(note)
+    from .run.logger import say
+
+    for note in result.notes:  # they quote what the indexes published
+        say(note)
     print(f"wrote {out}")
     return 0
 

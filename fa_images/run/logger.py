@@ -3,6 +3,11 @@ line (entry, stage, step n/N, elapsed, last output), and a full log file per ent
 
 On a terminal the progress line rewrites itself; elsewhere (CI logs) it is printed when
 the build step changes and as a heartbeat, so a 20-minute compile never looks hung.
+
+Every line printed here is escaped (``untrusted.shown``): lines quote file names, paths, image
+references and the engine's own output, and none of them may move the cursor, clear the
+screen or ring the bell. Escaping here, where text meets the terminal, covers every caller;
+the entry's log file keeps the engine's output as it came.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import TextIO
 
 from ..builder import safe_io
 from ..builder.cli import silence
+from ..builder.untrusted import shown
 
 HEARTBEAT_S = 60.0
 
@@ -27,6 +33,11 @@ def duration(seconds: float) -> str:
         return f"{whole}s"
     minutes, sec = divmod(whole, 60)
     return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def say(text: str = "", *, out: TextIO | None = None) -> None:
+    """A line of plain output outside the live console (``build --dry-run``), escaped as every line is."""
+    print(shown(text, keep_newlines=True), file=out or sys.stdout)
 
 
 class Console:
@@ -58,12 +69,17 @@ class Console:
             self._write("\r\033[K")
             self._live = False
 
-    def line(self, text: str = "") -> None:
+    def _emit(self, escaped: str) -> None:
         self._clear_live()
-        self._write(text + "\n")
+        self._write(escaped + "\n")
+
+    def line(self, text: str = "") -> None:
+        """A line, escaped; a message of several lines keeps its newlines, as ``error:`` lines do."""
+        self._emit(shown(text, keep_newlines=True))
 
     def progress(self, text: str, key: tuple) -> None:
         """A progress line; ``key`` changes when something new happens (a new build step)."""
+        text = shown(text)  # one line: a newline or CR would break the line that rewrites itself
         if self.tty:
             width = shutil.get_terminal_size((120, 20)).columns - 1
             self._write("\r\033[K" + text[:width])
@@ -72,7 +88,7 @@ class Console:
         now = time.monotonic()
         if key != self._last_key or now - self._last_beat >= HEARTBEAT_S:
             self._last_key, self._last_beat = key, now
-            self.line(text)
+            self._emit(text)
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict]:
@@ -82,11 +98,12 @@ class Console:
         try:
             yield info
         except BaseException:
-            self.line(f"  {self._paint('✕', '31')} {name} ({duration(time.monotonic() - started)})")
+            self._emit(f"  {self._paint('✕', '31')} {shown(name)} ({duration(time.monotonic() - started)})")
             raise
         mark = self._paint("-", "33") if info.get("skipped") else self._paint("✓", "32")
-        note = f"  {info['note']}" if info.get("note") else ""
-        self.line(f"  {mark} {name} ({duration(time.monotonic() - started)}){note}")
+        note = f"  {shown(info['note'])}" if info.get("note") else ""
+        # Only the marks' colours are written raw: they are the console's own.
+        self._emit(f"  {mark} {shown(name)} ({duration(time.monotonic() - started)}){note}")
 
 
 class EntryLog:

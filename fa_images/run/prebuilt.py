@@ -61,9 +61,20 @@ def _is_for(wheel: Path, entry: Entry) -> bool:
     return version.local in labels
 
 
+def _refuse_control_characters(wheels: list[Path]) -> None:
+    """A wheel whose name holds a control character is refused, not passed over: packaging
+    takes one in a build tag, and the name would reach the terminal and the plan. The wheel
+    name rules of dist/ (``check_wheel_name``) refuse it, naming it escaped."""
+    for wheel in wheels:
+        if not wheel.name.isprintable():
+            dist_dir.check_wheel_name(wheel.name, where=f"--wheels {wheel.parent}")
+            raise UsageError(f"--wheels {wheel.parent}: {wheel.name!r} holds a control character")
+
+
 def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
     """entry id -> the one wheel for it among ``paths``; every entry must have exactly one."""
     wheels = _wheels_under(paths)
+    _refuse_control_characters(wheels)
     chosen: dict[str, Path] = {}
     problems = []
     for entry in entries:

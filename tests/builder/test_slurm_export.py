@@ -1,6 +1,9 @@
 """``export slurm --shards 3`` on a real Slurm (Debian's slurmctld, slurmd and munge on 127.0.0.1):
 the exported scripts build the tiny flash-attn-shaped sdist (three kernels) in three shards and a
-link job, with the real nvcc and torch of the toolchain; a killed shard fails the link job."""
+link job, with the real nvcc and torch of the toolchain; a killed shard fails the link job.
+
+``--setup`` is the README's: it activates a venv per Python by ``$FA_IMAGES_PYTHON`` (here the
+toolchain venv, under the name of the entry's Python), which the scripts run under ``set -u``."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from pathlib import Path
 import pytest
 import slurm_env
 from fixtures.tiny import make_tiny_sdist
+
+from fa_images.config import matrix
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +53,15 @@ def project(tmp_path_factory, venv_torch: dict) -> Path:
 
 def export(project: Path, name: str, run_fa_images, toolchain_venv: Path, cuda_home: Path) -> Path:
     out = project / name
-    setup = f"export PATH={toolchain_venv}/bin:$PATH PYTHONPATH={REPO_ROOT} CUDA_HOME={cuda_home}"
+    envs = project / "envs"
+    if not envs.exists():  # a venv per Python, as a cluster's shared storage holds them
+        envs.mkdir()
+        for python in {e.python for e in matrix.load(project / "matrix.yaml").entries}:
+            (envs / f"py{python}").symlink_to(toolchain_venv)
+    setup = (
+        f"source {envs}/py$FA_IMAGES_PYTHON/bin/activate; export PYTHONPATH={REPO_ROOT} CUDA_HOME={cuda_home}; "
+        'echo "setup: $FA_IMAGES_ENTRY py$FA_IMAGES_PYTHON"'
+    )
     proc = run_fa_images(
         ["export", "slurm", "--matrix", project / "matrix.yaml", "--out-dir", out, "--shards", str(SHARDS)]
         + ["--cpus", str(len(os.sched_getaffinity(0))), "--setup", setup, "--sources-dir", project / "sdists"]
@@ -99,6 +112,11 @@ def test_three_shards_and_the_link_land_a_verified_wheel_in_dist(built: dict) ->
     assert f"{wheel.name}: sound" in link_log
     assert list(json.loads((out / "dist" / "manifest.json").read_text())["wheels"]) == [wheel.name]
     assert "dist: every entry verified and merged" in link_log
+    # --setup ran per entry, after its variables, under `set -u`: once before the link, once before the merge.
+    (entry,) = matrix.load(built["out"].parent / "matrix.yaml").entries
+    said = f"setup: {entry.id} py{entry.python}"
+    assert link_log.count(said) == 2 and "unbound variable" not in logs, link_log[-4000:]
+    assert all(said in _log(p) for p in (out / "logs").glob("build-*.log")), logs[-4000:]
     kernels = sorted(k for p in (out / "shards").glob("*/shard-*.json") for k in json.loads(p.read_text())["kernels"])
     assert kernels == ["tiny_attn_fwd.cu", "tiny_extra_1.cu", "tiny_extra_2.cu"]  # each kernel in one shard
     print(f"3 shards and the link on Slurm: {built['seconds']:.0f} s")

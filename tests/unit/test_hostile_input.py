@@ -521,3 +521,137 @@ def test_a_token_is_never_printed(tmp_path: Path, capsys) -> None:
     text = dockerfile.read_text()
     assert "tok-SECRET" not in text and "fa:" not in text
     assert "pip install --no-index --find-links /opt/fa-images/wheels/torch torch==2.9.1" in text
+
+
+# --- Terminal escapes: nothing from outside reaches the terminal raw ---------------------------
+
+LABEL = "cu128torch2.9cxx11abitrue"
+FITS = f"flash_attn-2.8.3+{LABEL}-cp311-cp311-linux_x86_64.whl"  # the tiny matrix's first entry
+ESCAPES = {"clear screen": "\x1b[2J", "carriage return": "\r", "bell": "\x07", "C1 CSI": "\x9b2J", "delete": "\x7f"}
+
+
+def raw_controls(text: str) -> list[str]:
+    """The control characters in what was printed, newlines aside (lines are the output's own)."""
+    return sorted({c for c in text if not c.isprintable() and c != "\n"})
+
+
+def _build(monkeypatch, capsys, *args: str | Path) -> tuple[int, str, str]:
+    """``build`` through the command line, a fake engine standing in for the daemon."""
+    from fakes import FakeEngine
+
+    from fa_images.run.engine import DockerEngine
+
+    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: FakeEngine()))
+    return fa_images(capsys, "build", "--matrix", "matrix.yaml", "--gpus", "none", *args)
+
+
+@pytest.mark.parametrize("escape", ESCAPES.values(), ids=ESCAPES.keys())
+@pytest.mark.parametrize("named", [True, False], ids=["the wheel named", "its directory named"])
+@pytest.mark.parametrize("dry_run", [True, False], ids=["--dry-run", "build"])
+def test_a_wheel_with_a_control_character_in_its_build_tag_is_refused(
+    tiny_matrix, tmp_path: Path, monkeypatch, capsys, escape: str, named: bool, dry_run: bool
+) -> None:
+    """packaging takes any text as a build tag: such a wheel is one escaped error line, never
+    the plan's description, whether it is named or found in a directory."""
+    hostile = FITS.replace("-cp311-", f"-1{escape}-cp311-", 1)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / hostile).write_bytes(b"PK")
+    given = tmp_path / "w" / hostile if named else tmp_path / "w"
+    only = tiny_matrix.entries[0].id
+    code, out, err = _build(monkeypatch, capsys, "--wheels", given, "--only", only, *(["--dry-run"] if dry_run else []))
+    assert_clear_error(code, err, 2, "is not a wheel file name")
+    assert len(err.splitlines()) == 1 and out == "", err
+    assert raw_controls(out + err) == [], repr(err)
+
+
+def test_a_wheel_path_with_control_characters_is_shown_escaped_in_the_plan(
+    tiny_matrix, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A directory's name is the user's own, and any text: the plan quotes it escaped."""
+    place = tmp_path / "w\x1b]0;owned\x07\x1b[2J\r"
+    place.mkdir()
+    (place / FITS).write_bytes(b"PK")
+    code, out, err = _build(monkeypatch, capsys, "--wheels", place, "--only", tiny_matrix.entries[0].id, "--dry-run")
+    assert code == 0, err
+    assert raw_controls(out + err) == [], repr(out)
+    assert "w\\x1b]0;owned\\x07\\x1b[2J\\r/" + FITS in out and "(made around it: no compile)" in out
+
+
+def test_build_prints_engine_output_and_names_escaped(tiny_matrix, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The whole of ``build``'s printing, the live line of the compile included: an engine line
+    and a wheel path with escapes reach the terminal escaped, and the entry's log as they came."""
+    from fakes import FakeEngine, accept_every_wheel
+
+    from fa_images.run.engine import DockerEngine
+
+    accept_every_wheel(monkeypatch)
+    place = tmp_path / "w\x1b[2J"
+    place.mkdir()
+    (place / FITS).write_bytes(b"PK")
+    engine = FakeEngine()
+    real_build = engine.build
+    hostile = "nvcc: \x1b[31mred\x1b[0m \x1b]0;title\x07 \rover\x08written \x9b2J"
+
+    def build(**kwargs):
+        kwargs["on_line"](hostile)  # a line of the compile's own output: the live line
+        return real_build(**kwargs)
+
+    engine.build = build  # type: ignore[method-assign]
+    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    entry = tiny_matrix.entries[0].id
+    code, out, err = fa_images(capsys, "build", "--gpus", "none", "--wheels", place, "--only", entry)
+    assert code == 0, err
+    assert raw_controls(out + err) == [], repr(err)
+    assert "nvcc: \\x1b[31mred\\x1b[0m \\x1b]0;title\\x07 \\rover\\x08written \\x9b2J" in err
+    assert hostile in (tmp_path / "logs" / f"{entry}.log").read_bytes().decode()
+
+
+def test_the_live_line_and_the_steps_are_escaped_on_a_terminal() -> None:
+    """On a terminal the console writes its own codes (the live line's rewrite, the marks'
+    colours); everything it is given is escaped."""
+    from fa_images.run.logger import Console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    console = Console(out)
+    console.progress("compiling \x1b[2J\rx.cu", key=(1,))
+    with console.step("check \x1b]0;t\x07") as info:
+        info["note"] = "wheel \x1b[2J.whl"
+    console.line("error: \x1b[2J\nsecond line")
+    own = out.getvalue().replace("\r\x1b[K", "").replace("\x1b[32m", "").replace("\x1b[0m", "")
+    assert raw_controls(own) == [], repr(own)
+    assert "compiling \\x1b[2J\\rx.cu" in own and "check \\x1b]0;t\\x07" in own and "wheel \\x1b[2J.whl" in own
+    assert "error: \\x1b[2J\nsecond line\n" in own
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'image: "reg.local/fa\\e[2J"\n',
+        'image: reg.local/fa\nbases: {devel: "nvidia/cuda:12.8\\a"}\n',
+        'image: reg.local/fa\nbuild: {network: "host\\r"}\n',
+    ],
+    ids=["image", "bases.devel", "build.network"],
+)
+def test_a_matrix_value_with_control_characters_is_one_escaped_error(tmp_path: Path, capsys, text: str) -> None:
+    text += f"entries: [{ENTRY}]\n"
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    for command in (["plan"], ["build", "--dry-run"]):
+        code, out, err = fa_images(capsys, *command, "--matrix", path)
+        assert_clear_error(code, err, 2)
+        assert raw_controls(out + err) == [], (command, repr(err))
+
+
+def test_render_names_a_stray_dockerfile_escaped(tmp_path: Path, capsys) -> None:
+    """Files found in --out are named by whoever put them there."""
+    path = matrix_file(tmp_path, f"image: reg.local/fa\nentries: [{ENTRY}]\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x\x1b[2J\r.Dockerfile").write_text("FROM scratch\n")
+    for check in ([], ["--check"]):
+        code, out, err = fa_images(capsys, "render", "--matrix", path, "--out", tmp_path / "out", *check)
+        assert code == (1 if check else 0), err
+        assert raw_controls(out + err) == [] and "x\\x1b[2J\\r.Dockerfile" in out, repr(out)

@@ -11,6 +11,11 @@ and the paths are the Dockerfile's, so the compile sees what a Docker build of t
 A workflow is a file in a repository and its jobs run elsewhere: a source that needs
 credentials (a private index) or that exists only on this host (a file:// URL, a directory)
 cannot serve them, and is refused rather than written.
+
+Where a job fetches the flash-attn sdist (``sdist_fetch``) is the one answer every export that
+compiles outside a Docker build writes, the GitHub workflow and the Slurm scripts alike: the
+matrix's ``packages.flash_attn_index`` (the builder checks the sdist against the pinned sha256),
+after a folder of sdists when there is one.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...config import grammar
@@ -47,25 +53,58 @@ def _sources(matrix: Matrix, entries: tuple[Entry, ...]) -> Iterator[tuple[str, 
             yield "packages.torch_index", entry.torch_index
 
 
+def _refuse_source(setting: str, where: str, flag: str, instead: str) -> None:
+    """A UsageError when ``where`` cannot go into a generated file for jobs that run elsewhere:
+    its grammar, credentials (a file never holds one), a place on this host."""
+    problem = grammar.index_url(where) if setting != "packages.find_links" else grammar.find_links(where)
+    if problem:
+        raise UsageError(f"{flag}: {setting} {problem}")
+    if grammar.has_credentials(where):
+        shown = grammar.without_credentials(where)
+        raise UsageError(
+            f"{flag}: {setting} {shown} carries credentials, and a generated file never holds one; its jobs "
+            f"install from it themselves (use an index that needs none, {instead})"
+        )
+    problem = grammar.generated_value(where)
+    if problem:
+        raise UsageError(f"{flag}: {setting} {problem}")
+    if where.startswith(("/", "file:")):
+        raise UsageError(
+            f"{flag}: {setting} {where} is on this host, which the jobs cannot reach (use an http(s) index, {instead})"
+        )
+
+
 def refuse_what_a_job_cannot_reach(matrix: Matrix, entries: tuple[Entry, ...], flag: str) -> None:
     """A UsageError for the first source a job cannot use, and for settings its container cannot take."""
     for setting, where in _sources(matrix, entries):
-        if grammar.has_credentials(where):
-            shown = grammar.without_credentials(where)
-            raise UsageError(
-                f"{flag}: {setting} {shown} carries credentials, and a workflow never holds one; its jobs "
-                "install from it themselves (use an index that needs none, or export without --shards)"
-            )
-        if where.startswith(("/", "file:")):
-            raise UsageError(
-                f"{flag}: {setting} {where} is on this host, which a job's container cannot reach "
-                "(use an http(s) index, or export without --shards)"
-            )
+        _refuse_source(setting, where, flag, "or export without --shards")
     if matrix.build.network:
         raise UsageError(
             f"{flag}: build.network {matrix.build.network} cannot be given to a job's container "
             "(GitHub sets its network); remove it from the matrix, or export without --shards"
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdistFetch:
+    """Where a job that compiles outside a Docker build gets the flash-attn sdist (``wheel``'s
+    ``--index-url`` and ``--sources-dir``), checked against their grammar."""
+
+    index_url: str  # packages.flash_attn_index
+    sources_dir: str | None  # a folder searched first, as the job names it; None: the index only
+
+
+def sdist_fetch(matrix: Matrix, flag: str, *, sources_dir: str | None, instead: str) -> SdistFetch:
+    """The one answer to "where does a job fetch the sdist", for every export: the matrix's
+    flash-attn index (refused when it holds credentials or is on this host; ``instead`` says
+    what to do then), and ``sources_dir``, the farm's name for its folder of sdists."""
+    index = matrix.packages.flash_attn_index
+    _refuse_source("packages.flash_attn_index", index, flag, instead)
+    if sources_dir is not None:
+        problem = grammar.repo_path(sources_dir) or grammar.generated_value(sources_dir)
+        if problem:
+            raise UsageError(f"{flag}: the sources dir {problem}")
+    return SdistFetch(index_url=index, sources_dir=sources_dir)
 
 
 def sources_dir(matrix: Matrix, flag: str) -> str | None:

@@ -211,8 +211,12 @@ def _builder_args(matrix: Matrix, entry: Entry) -> list[str]:
         entry,
         compiler_cache=SHARD_CACHE,
         work_dir=f"{WORK_DIR}/{slug(entry.compile_group)}",
-        sources_dir=builder_env.sources_dir(matrix, "--shards"),
-        index_url=matrix.packages.flash_attn_index,
+        fetch=builder_env.sdist_fetch(
+            matrix,
+            "--shards",
+            sources_dir=builder_env.sources_dir(matrix, "--shards"),
+            instead="or export without --shards",
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from ...builder.shards import MAX_SHARDS
 from ...config import grammar
 from ...config.matrix import Entry
 from ...errors import UsageError
+from .builder_env import SdistFetch
 
 
 def check_count(shards: int, *, most: int = MAX_SHARDS, why: str = "") -> None:
@@ -43,17 +44,16 @@ def wheel_args(
     *,
     compiler_cache: str,
     work_dir: str,
-    sources_dir: str | None = None,
-    index_url: str | None = None,
+    fetch: SdistFetch,
 ) -> list[str]:
     """The builder's ``wheel`` arguments of an entry, shard and link alike (without ``--shard``,
     ``--after-shards`` and ``--out``): the same flags and the same two paths everywhere, since
-    the cache keys on them."""
+    the cache keys on them; the sdist fetched as ``builder_env.sdist_fetch`` says, for every farm."""
     args = ["wheel", "--flash-attn", entry.flash_attn, "--archs", ",".join(entry.archs)]
     args += ["--ptx"] if entry.ptx else []
     args += ["--sha256", entry.sdist_sha256] if entry.sdist_sha256 else []
-    args += ["--sources-dir", sources_dir] if sources_dir else []
-    args += ["--index-url", index_url] if index_url else []
+    args += ["--sources-dir", fetch.sources_dir] if fetch.sources_dir else []
+    args += ["--index-url", fetch.index_url]
     args += ["--expect-cuda", entry.cuda]
     args += ["--expect-cxx11-abi", str(entry.cxx11_abi).lower()] if entry.cxx11_abi is not None else []
     args += ["--compiler-cache", compiler_cache, "--work-dir", work_dir]

@@ -15,7 +15,11 @@ jobs run in it. ``submit.sh`` submits two jobs:
 Each task asks for ``--cpus`` CPUs and the memory the builder's own sizing rule needs for them
 (``environment.job_request``); inside the job the builder reads its cgroup and sizes itself.
 No GPU is asked for. Values from the matrix and the flags are checked against their grammar
-(config/grammar.py); ``--setup`` is free text, written shell-quoted and run with ``eval``.
+(config/grammar.py); ``--setup`` is free text, written shell-quoted and run with ``eval``, once
+per entry after that entry's ``FA_IMAGES_*`` variables are set: in an array task, and in the link
+job in a subshell of its own for each entry (so each Python is linked in its own environment).
+The sdist comes from where every export's jobs fetch it (``builder_env.sdist_fetch``): the
+matrix's ``packages.flash_attn_index``, after ``--sources-dir`` (or ``packages.sdists``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from pathlib import Path
 
 from ...builder import environment, safe_io
 from ...config import grammar
-from ...config.matrix import Entry
+from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
-from . import sharding, slug
+from . import builder_env, sharding, slug
 
 GIB = 1 << 30
 # A fixed node-local parent for the work dirs: a shard and the link must compile under one path.
@@ -41,13 +45,13 @@ SCRIPTS = ("build.sbatch", "link.sbatch", "submit.sh")
 class SlurmOptions:
     shards: int = 1  # 1: one task per entry, no split
     cpus: int = 16  # per task
-    setup: str = ""  # shell run before each task, e.g. 'module load cuda/12.8; source env/bin/activate'
+    setup: str = ""  # shell run per entry, e.g. 'module load cuda/12.8; source env/py$FA_IMAGES_PYTHON/bin/activate'
     partition: str | None = None
     account: str | None = None
     time: str = "4:00:00"
     cache_dir: str | None = None  # absolute; default: cache/ in the export dir
     work_dir: str = DEFAULT_WORK_DIR  # node-local, the same path on every node
-    sources_dir: str | None = None  # absolute: sdists for nodes without the index
+    sources_dir: str | None = None  # absolute: sdists for nodes without the index; default packages.sdists
     python: str = "python"  # the interpreter (after --setup) that runs fa-images
 
     def check(self) -> None:
@@ -86,24 +90,37 @@ class Task:
     wheel_args: tuple[str, ...]
 
 
-def _wheel_args(entry: Entry, opts: SlurmOptions) -> list[str]:
-    group = slug(entry.compile_group)
-    return sharding.wheel_args(
-        entry,
-        compiler_cache=f"{opts.cache_dir or 'cache'}/{group}",
-        work_dir=f"{opts.work_dir}/{group}",
-        sources_dir=opts.sources_dir,
+def sdist_fetch(matrix: Matrix, opts: SlurmOptions) -> builder_env.SdistFetch:
+    """Where the jobs fetch the sdist: the matrix's index, after --sources-dir or packages.sdists
+    (the nodes share storage, so the matrix's own folder serves them when its path is plain)."""
+    sources = opts.sources_dir or matrix.packages.sdists
+    problem = grammar.absolute_path(sources) if sources else None
+    if problem:
+        raise UsageError(f"packages.sdists {problem}: give the folder as the nodes name it with --sources-dir")
+    return builder_env.sdist_fetch(
+        matrix,
+        "export slurm",
+        sources_dir=sources,
+        instead="or leave packages.flash_attn_index out and give the sdists with --sources-dir",
     )
 
 
-def tasks(entries: tuple[Entry, ...], opts: SlurmOptions) -> list[Task]:
+def _wheel_args(entry: Entry, opts: SlurmOptions, fetch: builder_env.SdistFetch) -> list[str]:
+    group = slug(entry.compile_group)
+    return sharding.wheel_args(
+        entry, compiler_cache=f"{opts.cache_dir or 'cache'}/{group}", work_dir=f"{opts.work_dir}/{group}", fetch=fetch
+    )
+
+
+def tasks(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_env.SdistFetch) -> list[Task]:
     """The array's tasks, in index order: an entry each, or each compile group's shards."""
     if opts.shards == 1:
-        return [Task(e.id, e, (*_wheel_args(e, opts), "--out", f"wheels/{e.id}")) for e in entries]
+        return [Task(e.id, e, (*_wheel_args(e, opts, fetch), "--out", f"wheels/{e.id}")) for e in entries]
     out: list[Task] = []
     for group, entry in sharding.group_firsts(entries).items():
         for index in range(1, opts.shards + 1):
-            args = (*_wheel_args(entry, opts), "--shard", f"{index}/{opts.shards}", "--out", f"shards/{slug(group)}")
+            shard = ("--shard", f"{index}/{opts.shards}", "--out", f"shards/{slug(group)}")
+            args = (*_wheel_args(entry, opts, fetch), *shard)
             out.append(Task(f"{slug(group)} shard {index}/{opts.shards}", entry, args))
     return out
 
@@ -124,9 +141,18 @@ def _header(job_name: str, opts: SlurmOptions, log: str) -> list[str]:
     return lines
 
 
-def _setup_block(opts: SlurmOptions) -> list[str]:
-    """Runs the user's --setup (shell-quoted here, so it cannot change this script)."""
-    return [f"FA_IMAGES_SETUP={shlex.quote(opts.setup)}", 'eval "$FA_IMAGES_SETUP" || exit 3']
+def _setup_text(opts: SlurmOptions) -> list[str]:
+    """The user's --setup, shell-quoted here, so it cannot change this script."""
+    return [
+        "# shellcheck disable=SC2016  # the setup's $VARIABLES expand when it runs, per entry",
+        f"FA_IMAGES_SETUP={shlex.quote(opts.setup)}",
+    ]
+
+
+def _run_setup(entry: Entry) -> str:
+    """Runs --setup, after the entry's variables are set; a failure is named and ends the task."""
+    said = shlex.quote(f"error: entry {entry.id}: --setup failed")
+    return f'eval "$FA_IMAGES_SETUP" || {{ echo {said} >&2; exit 3; }}'
 
 
 def _entry_exports(entry: Entry) -> str:
@@ -140,13 +166,14 @@ def _entry_exports(entry: Entry) -> str:
     return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs.items())
 
 
-def build_script(entries: tuple[Entry, ...], opts: SlurmOptions) -> str:
-    task_list = tasks(entries, opts)
+def build_script(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_env.SdistFetch) -> str:
+    task_list = tasks(entries, opts, fetch)
     lines = _header("fa-images-build", opts, "logs/build-%a.log")
     lines.append(f"#SBATCH --array=0-{len(task_list) - 1}")
     lines += [
         "# Generated by `fa-images export slurm`. Submit with ./submit.sh from this directory.",
         "set -uo pipefail",
+        *_setup_text(opts),
         "# shellcheck disable=SC2054  # the commas are --archs lists, not array separators",
         'case "${SLURM_ARRAY_TASK_ID:?run this as an array task: ./submit.sh}" in',
     ]
@@ -155,12 +182,13 @@ def build_script(entries: tuple[Entry, ...], opts: SlurmOptions) -> str:
             f"  {index})  # {task.label}",
             f"    {_entry_exports(task.entry)}",
             f"    FA_IMAGES_ARGS=({shlex.join(task.wheel_args)})",
+            # The task's own entry: its variables are set above, for the setup to use.
+            f"    {_run_setup(task.entry)}",
             "    ;;",
         ]
     lines += [
         '  *) echo "error: no task $SLURM_ARRAY_TASK_ID in this script" >&2; exit 2 ;;',
         "esac",
-        *_setup_block(opts),
         'echo "fa-images task $SLURM_ARRAY_TASK_ID: $FA_IMAGES_ENTRY on $(hostname)"',
         # Tasks of one compile group on one node take turns: they compile under one fixed path.
         f"mkdir -p {shlex.quote(opts.work_dir)}",
@@ -169,24 +197,33 @@ def build_script(entries: tuple[Entry, ...], opts: SlurmOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def link_script(entries: tuple[Entry, ...], opts: SlurmOptions) -> str:
+def _in_entry_env(entry: Entry, command: str, *, then: str) -> list[str]:
+    """``command`` in a subshell of its own with the entry's variables and --setup, then ``then``
+    (``; then ...`` or `` || ...``): each entry links in its own environment, and nothing of one
+    entry's setup reaches the next."""
+    return ["(", f"  {_entry_exports(entry)}", f"  {_run_setup(entry)}", f"  {command}", f"){then}"]
+
+
+def link_script(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_env.SdistFetch) -> str:
     lines = _header("fa-images-link", opts, "logs/link.log")
     lines += [
         "# Generated by `fa-images export slurm`. Runs after build.sbatch, whatever its outcome.",
+        "# shellcheck disable=SC2030,SC2031  # each entry's variables live in its own subshell, on purpose",
         "set -uo pipefail",
-        *_setup_block(opts),
+        *_setup_text(opts),
         "built=()",
         "failed=()",
         f"mkdir -p {shlex.quote(opts.work_dir)}",
     ]
+    python = shlex.quote(opts.python)
     for entry in entries:
         out = f"wheels/{entry.id}"
-        lines.append(_entry_exports(entry))
         if opts.shards > 1:
             group = slug(entry.compile_group)
-            args = [*_wheel_args(entry, opts), "--after-shards", f"shards/{group}", "--out", out]
-            run = f"flock {shlex.quote(opts.work_dir)} {shlex.quote(opts.python)} -m fa_images {shlex.join(args)}"
-            lines.append(f"if {run}; then built+=({shlex.quote(out)}); else failed+=({shlex.quote(entry.id)}); fi")
+            args = [*_wheel_args(entry, opts, fetch), "--after-shards", f"shards/{group}", "--out", out]
+            link = f"flock {shlex.quote(opts.work_dir)} {python} -m fa_images {shlex.join(args)}"
+            then = f"; then built+=({shlex.quote(out)}); else failed+=({shlex.quote(entry.id)}); fi"
+            lines += ["if " + "\n".join(_in_entry_env(entry, link, then=then))]
         else:
             manifest = shlex.quote(f"{out}/manifest.json")
             lines.append(
@@ -194,9 +231,11 @@ def link_script(entries: tuple[Entry, ...], opts: SlurmOptions) -> str:
                 f"else echo {shlex.quote(f'error: entry {entry.id} built no wheel (see logs/build-*.log)')} >&2; "
                 f"failed+=({shlex.quote(entry.id)}); fi"
             )
+    # Any entry's fa-images merges; the first entry's environment is the one it runs in.
+    merge = f'{python} -m fa_images dist merge "${{built[@]}}" --dist dist'
     lines += [
         "if [ ${#built[@]} -gt 0 ]; then",
-        f'  {shlex.quote(opts.python)} -m fa_images dist merge "${{built[@]}}" --dist dist || exit $?',
+        *_in_entry_env(entries[0], merge, then=" || exit $?"),
         "fi",
         "if [ ${#failed[@]} -gt 0 ]; then",
         '  echo "error: ${#failed[@]} entries have no wheel in dist/: ${failed[*]} (their logs are in logs/)" >&2',
@@ -227,14 +266,15 @@ def submit_script() -> str:
     )
 
 
-def export(entries: tuple[Entry, ...], out_dir: Path, opts: SlurmOptions) -> list[Path]:
+def export(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, opts: SlurmOptions) -> list[Path]:
     """Writes the three scripts into ``out_dir`` (through safe_io); returns their paths."""
     opts.check()
     if not entries:
         raise UsageError("no entries to export")
     for entry in entries:
         sharding.check_entry(entry, "a batch script")
-    texts = {"build.sbatch": build_script(entries, opts), "link.sbatch": link_script(entries, opts)}
+    fetch = sdist_fetch(matrix, opts)
+    texts = {"build.sbatch": build_script(entries, opts, fetch), "link.sbatch": link_script(entries, opts, fetch)}
     texts["submit.sh"] = submit_script()
     out = safe_io.OutputDir(out_dir, what="--out-dir")
     return [out.write_text(name, text, mode=0o755) for name, text in texts.items()]
