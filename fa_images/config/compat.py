@@ -119,6 +119,20 @@ class Compat:
         return None
 
 
+def arch_runs_on(archs: tuple[str, ...], capability: str, *, ptx: bool) -> bool:
+    """Whether a wheel of ``archs`` runs on a GPU of ``capability`` ('8.9').
+
+    CUDA's rule, the one the GPU check applies to the built extension at run time: an sm_XY
+    cubin runs on compute capability X.Z with Z >= Y (sm_80 runs on 8.6 and 8.9, never on 9.0);
+    the PTX of the newest arch (``ptx: true``) is compiled by the driver for any GPU at or above it.
+    """
+    major, _, minor = capability.partition(".")
+    cap = int(major) * 10 + int(minor or 0)
+    if any(int(a) // 10 == cap // 10 and int(a) <= cap for a in archs):
+        return True
+    return ptx and bool(archs) and max(int(a) for a in archs) <= cap
+
+
 def _pin_name(pin: str) -> str:
     return pin.partition("==")[0].lower().replace("_", "-")
 
