@@ -87,7 +87,27 @@ def test_a_pull_that_fails_is_one_error_naming_the_image(tiny_matrix, monkeypatc
     err = capsys.readouterr().err
     assert f"error: cannot pull base image {DEVEL}: pull of {DEVEL} failed: manifest unknown" in err
     assert "docker.io is reachable" in err and "docker load -i" in err
+    hint = err.split("error: cannot pull", 1)[1].splitlines()[1]
+    assert "hint:" in hint and "--pull" not in hint  # what just failed is not offered as the fix
     assert not builds(engine) and "Traceback" not in err
+
+
+def test_every_failed_pull_is_named_in_one_error_with_a_hint_for_the_policy(tiny_matrix, monkeypatch, capsys) -> None:
+    """Issue 30: offline, `--pull missing` named only the first base and offered `--pull missing`."""
+    for flag in ("missing", "always"):
+        engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}), unpullable=frozenset({DEVEL, RUNTIME}))
+        assert run_build(monkeypatch, engine, "--pull", flag) == 3
+        lines = capsys.readouterr().err.splitlines()
+        assert sorted(c[1] for c in engine.calls if c[0] == "pull") == sorted([DEVEL, RUNTIME])  # each one tried
+        (error,) = [line for line in lines if line.startswith("error:")]
+        assert error == (
+            f"error: cannot pull 2 base images: {RUNTIME}: pull of {RUNTIME} failed: manifest unknown; "
+            f"{DEVEL}: pull of {DEVEL} failed: manifest unknown"
+        )
+        hint = lines[lines.index(error) + 1]
+        assert "check that docker.io is reachable from the engine and has these tags" in hint
+        assert "--pull missing" not in hint and "docker load -i" in hint
+        assert not builds(engine)
 
 
 def test_preflight_refuses_a_base_without_the_python_asked_for(tiny_matrix, monkeypatch, capsys) -> None:
