@@ -330,6 +330,24 @@ def run_command(args: argparse.Namespace) -> int:
         return INTERNAL_ERROR
 
 
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code ``run_command`` ends with for ``exc``: for a record (``build --report``)
+    written before the exception reaches it."""
+    if isinstance(exc, FatalError):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):  # SIGTERM (_terminate) and sys.exit
+        return exc.code if isinstance(exc.code, int) else 1
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 128 + signal.SIGPIPE
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return EnvironmentProblem.exit_code
+    if isinstance(exc, INPUT_ERRORS):
+        return UsageError.exit_code
+    return INTERNAL_ERROR
+
+
 def _os_error(exc: OSError) -> str:
     """'cannot use PATH: Is a directory', from an OSError that names its file."""
     if exc.filename is not None and exc.strerror:
