@@ -387,7 +387,11 @@ def test_missing_file(tmp_path: Path) -> None:
         matrix_mod.load(tmp_path / "nope.yaml")
     (p,) = info.value.problems
     assert (p.file, p.line, p.message) == (str(tmp_path / "nope.yaml"), None, "matrix file not found")
-    assert p.hint == "pass --matrix FILE or create matrix.yaml"
+    out = f" --out {tmp_path / 'nope.yaml'}"
+    assert p.hint == (
+        f"`fa-images init{out}` writes a starter for this machine, `fa-images init --target aws{out}` one for "
+        "AWS G5/G6; or pass --matrix FILE"
+    )
 
 
 def test_a_directory_is_not_a_matrix_file(tmp_path: Path) -> None:
@@ -1309,7 +1313,11 @@ def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> Non
 def test_cli_plan_without_a_matrix_here(tmp_path: Path) -> None:
     result = run_cli("plan", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == "error: matrix.yaml: matrix file not found (pass --matrix FILE or create matrix.yaml)\n"
+    assert result.stderr == (
+        "error: matrix.yaml: matrix file not found (`fa-images init` writes a starter for this machine, "
+        "`fa-images init --target aws` one for AWS G5/G6; or pass --matrix FILE)\n"
+    )
+    assert run_cli("build", cwd=tmp_path).stderr == result.stderr  # issue 30: build points to init too
 
 
 def test_cli_plan_on_a_malformed_matrix_exits_2_with_one_error(tmp_path: Path) -> None:
