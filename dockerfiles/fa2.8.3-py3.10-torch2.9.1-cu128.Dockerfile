@@ -111,7 +111,7 @@ FROM torch AS install
 COPY --from=wheel / /opt/fa-images/dist/
 COPY fa_images/ /opt/fa-layer/opt/fa-images/fa_images/
 RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-images/dist/*.whl \
- && pip install --no-deps --no-compile --root /opt/fa-layer --index-url https://pypi.org/simple einops==0.8.2 packaging==26.3 \
+ && pip install --no-deps --no-compile --root /opt/fa-layer --index-url https://pypi.org/simple einops==0.8.2 numpy==2.2.6 packaging==26.3 \
  && python -m compileall -q -s /opt/fa-layer -p / /opt/fa-layer \
  && cp -a /opt/fa-layer/. / \
  && pip check \

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .builder import cli as builder_cli
@@ -18,6 +19,9 @@ from .builder.wording import counted
 from .config.grammar import PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
+
+if TYPE_CHECKING:
+    from .config import matrix
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -157,54 +161,81 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .run import prebuilt as prebuilt_wheels
     from .run.engine import DockerEngine
     from .run.executor import Executor, Options
-    from .run.logger import Console, say
+    from .run.logger import Console
     from .run.report import print_summary, write_report
 
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run")
     m = _load(args)
+    if args.dry_run:
+        return _dry_run(args, m)
+    # From here every way out writes --report, the failure that ended the run recorded in it.
+    description: str | None = None
+    executor: Executor | None = None
+    planned: list[str] = []
+    failure: BaseException | None = None
+    console = Console()
+    try:
+        entries = m.select(args.only)
+        planned = [e.id for e in entries]
+        prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
+        plans = plan_mod.make_plan(
+            entries, check=args.check, push=args.push, gpus=args.gpus, prebuilt=prebuilt, python_from=m.bases.python
+        )
+        gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
+        engine = DockerEngine.from_env()
+        description = engine.describe()
+        console.line(f"engine: {description}")
+        options = Options(
+            dist=args.dist,
+            log_dir=args.log_dir,
+            fail_fast=args.fail_fast,
+            keep_container=args.keep_container,
+            keep_work=args.keep_work,
+            force=args.force,
+            gpus=gpus,
+            compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
+            pull=args.pull or m.build.pull,
+        )
+        executor = Executor(engine, m, options, console)
+        try:
+            executor.run(plans)
+        except KeyboardInterrupt:
+            console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
+            raise
+        if any(r.status != "ok" for r in executor.results):
+            raise EntriesFailed("some entries failed; see the summary above")
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        results = executor.results if executor else []
+        # The report first: it is the record a pipeline reads, and printing can fail (a closed pipe).
+        if args.report:
+            done = {r.id for r in results}
+            not_run = [i for i in planned if i not in done]
+            write_report(args.report, results, description, failure=failure, not_run=not_run)
+        if results:
+            print_summary(console, results)
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
+    """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
+    from .run import plan as plan_mod
+    from .run import prebuilt as prebuilt_wheels
+    from .run.logger import say
+
     entries = m.select(args.only)
     prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
     plans = plan_mod.make_plan(
         entries, check=args.check, push=args.push, gpus=args.gpus, prebuilt=prebuilt, python_from=m.bases.python
     )
-    if args.dry_run:
-        if args.json:
-            print(plan_mod.to_json(plans))
-        else:
-            for p in plans:
-                say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
-        return 0
-    gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
-    console = Console()
-    engine = DockerEngine.from_env()
-    description = engine.describe()
-    console.line(f"engine: {description}")
-    options = Options(
-        dist=args.dist,
-        log_dir=args.log_dir,
-        fail_fast=args.fail_fast,
-        keep_container=args.keep_container,
-        keep_work=args.keep_work,
-        force=args.force,
-        gpus=gpus,
-        compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
-        pull=args.pull or m.build.pull,
-    )
-    executor = Executor(engine, m, options, console)
-    try:
-        executor.run(plans)
-    except KeyboardInterrupt:
-        console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
-        raise
-    finally:
-        # The report first: it is the record a pipeline reads, and printing can fail (a closed pipe).
-        if executor.results and args.report:
-            write_report(args.report, executor.results, description)
-        if executor.results:
-            print_summary(console, executor.results)
-    if any(r.status != "ok" for r in executor.results):
-        raise EntriesFailed("some entries failed; see the summary above")
+    if args.json:
+        print(plan_mod.to_json(plans))
+    else:
+        for p in plans:
+            say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
     return 0
 
 
@@ -689,7 +720,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rebuild entries that are up to date (image and wheel built and checked from the same inputs)",
     )
-    build.add_argument("--report", type=Path, metavar="FILE", help="write the results as JSON")
+    build.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write the results as JSON, on every exit: the entries, the exit code and the error that ended the run",
+    )
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
     build.add_argument(
         "--keep-work", action="store_true", help="keep each entry's build context for debugging (its path is logged)"

@@ -133,7 +133,10 @@ def probe_torch(report: Report, python: str, table) -> environment.TorchInfo | N
         torch = environment.probe_torch(python)
     except EnvironmentProblem as exc:
         report.facts["torch"] = None
-        report.add("torch", WARN, f"not importable: {exc}", fix="install the torch you will run, then run doctor again")
+        # The message alone: a finding is one line, and the error's hint speaks of building a wheel.
+        report.add(
+            "torch", WARN, f"not importable: {exc.message}", fix="install the torch you will run, then run doctor again"
+        )
         return None
     report.facts["torch"] = {"version": torch.version, "cuda": torch.cuda, "cxx11_abi": torch.cxx11_abi}
     abi = f"{'new' if torch.cxx11_abi else 'old'} C++ ABI (cxx11_abi={torch.cxx11_abi})"
@@ -157,7 +160,7 @@ def probe_toolchain(report: Report, torch: environment.TorchInfo | None) -> None
         nvcc = environment.probe_nvcc()
     except EnvironmentProblem as exc:
         report.facts["nvcc"] = None
-        report.add("nvcc", INFO, f"{exc}; only needed to build here (fa-images build uses a devel image)")
+        report.add("nvcc", INFO, f"{exc.message}; only needed to build here (fa-images build uses a devel image)")
     else:
         report.facts["nvcc"] = {"path": str(nvcc.path), "version": nvcc.version}
         if torch and torch.cuda and torch.cuda.split(".")[0] != nvcc.version.split(".")[0]:
@@ -453,7 +456,8 @@ def suggest_entry(
             candidate = table.torch[version]
             if python in candidate.pythons and runnable_cuda(candidate):
                 release, cuda = candidate, runnable_cuda(candidate)
-                notes.append(f"suggesting torch {version}, the newest for Python {python} that this driver runs")
+                runs = f" that driver {driver} runs" if driver else ""  # none seen: a note below says so
+                notes.append(f"suggesting torch {version}, the newest for Python {python}{runs}")
                 break
     if release is None:
         report.add("matrix entry", WARN, f"no torch in the compat table fits Python {python}")

@@ -64,9 +64,10 @@ def starter_text(*, python: str = sys.executable, target: str | None = None) -> 
         entry.pop("archs")
         entry["target"] = [target]
     facts = report.facts
-    torch = (facts.get("torch") or {}).get("version", "no torch")
+    version = (facts.get("torch") or {}).get("version")
+    torch = f"torch {version}" if version else "no torch"
     gpus = ", ".join(g["name"] for g in facts.get("gpus") or []) or "no GPU seen"
-    made_for = f"target {target}" if target else f"this machine: Python {facts.get('python')}, torch {torch}, {gpus}"
+    made_for = f"target {target}" if target else f"this machine: Python {facts.get('python')}, {torch}, {gpus}"
     return _render(entry, made_for)
 
 

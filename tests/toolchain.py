@@ -126,7 +126,8 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
     """
     tag = _cp_tag(python_version)
     dest = cache_dir() / f"wheelhouse-torch{TORCH_VERSION}-{tag}"
-    requirements = [f"torch=={TORCH_VERSION}", *TORCH_EXTRAS]
+    # The runtime image's pins too (numpy, per Python): the engine tier's builds install them offline.
+    requirements = [f"torch=={TORCH_VERSION}", *TORCH_EXTRAS, *compat.load().runtime_deps_for(python_version)]
     spec = {
         "requirements": requirements,
         "python_version": python_version,

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from . import build, compiler_cache, environment, gpucheck, scratch, source
@@ -132,7 +133,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="DIR",
         help="make the scratch dir (unpacked source, objects) under DIR instead of the temp dir; "
-        "it is removed when the command ends",
+        "it is removed when the command ends (kept with --keep-work, and after a --prepare-only)",
     )
     wheel.add_argument(
         "--compiler-cache",
@@ -173,7 +174,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     wheel.add_argument(
         "--allow-untested", action="store_true", help="try versions outside " + str(source.SUPPORTED_FLASH_ATTN)
     )
-    wheel.add_argument("--prepare-only", action="store_true", help="fetch, unpack and prepare; do not compile")
+    wheel.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="fetch, unpack and prepare; do not compile; the work dir is kept, and the source in it named",
+    )
     wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
     wheel.set_defaults(func=cmd_wheel)
 
@@ -233,7 +238,11 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 
     # A compiler cache keys on the source's path: the same one on every build (compiler_cache).
     kind, fixed = (compiler_cache.STABLE_WORK_NAME, True) if args.compiler_cache else ("wheel", False)
-    with scratch.scratch_dir(kind, parent=args.work_dir, keep=args.keep_work, fixed_name=fixed, log=say) as work:
+    # --prepare-only keeps what it prepared (the source, the fetched sdist): its output names them.
+    log: Callable[[str], None] = (lambda _: None) if args.prepare_only else say  # it says so itself, below
+    with scratch.scratch_dir(
+        kind, parent=args.work_dir, keep=args.keep_work, keep_on_success=args.prepare_only, fixed_name=fixed, log=log
+    ) as work:
         settings = build.prepare(
             version=args.flash_attn,
             sdist=args.sdist,
@@ -254,8 +263,8 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         for warning in settings.warnings:
             say(f"warning: {warning}")
         if args.prepare_only:
-            where = settings.source_dir if args.keep_work else f"flash-attn {settings.flash_attn} (not kept)"
-            print(settings.to_json() if args.json else f"prepared {where}")
+            say(f"kept the work dir: {work} (the prepared source and its sdist; remove it when done)")
+            print(settings.to_json() if args.json else f"prepared {settings.source_dir}")
             return 0
         build.compile_wheel(
             settings,
@@ -328,6 +337,24 @@ def run_command(args: argparse.Namespace) -> int:
         _say(traceback.format_exc().rstrip())
         _say(f"internal error: {REPORT_BUG}")
         return INTERNAL_ERROR
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code ``run_command`` ends with for ``exc``: for a record (``build --report``)
+    written before the exception reaches it."""
+    if isinstance(exc, FatalError):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):  # SIGTERM (_terminate) and sys.exit
+        return exc.code if isinstance(exc.code, int) else 1
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 128 + signal.SIGPIPE
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return EnvironmentProblem.exit_code
+    if isinstance(exc, INPUT_ERRORS):
+        return UsageError.exit_code
+    return INTERNAL_ERROR
 
 
 def _os_error(exc: OSError) -> str:

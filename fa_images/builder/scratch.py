@@ -73,13 +73,15 @@ def scratch_dir(
     parent: Path | None = None,
     keep: bool = False,
     fixed_name: bool = False,
+    keep_on_success: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> Iterator[Path]:
     """A new, empty directory ``<parent>/fa-images-<kind>-XXXX``, removed when the block ends.
 
     ``fixed_name`` makes it ``<parent>/fa-images-<kind>``, for a build whose paths must be the
     same every time (a compiler cache keys on them); a live run holding that name is an error.
-    ``keep`` leaves it in place for debugging and says where it is.
+    ``keep`` leaves it in place for debugging and says where it is; ``keep_on_success`` only when
+    the block ends without an exception (what it made is the command's output).
     """
     parent = Path(parent or tempfile.gettempdir())
     reap(parent)
@@ -95,10 +97,12 @@ def scratch_dir(
     else:
         path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent))
     (path / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid()) or 0}\n")
+    succeeded = False
     try:
         yield path
+        succeeded = True
     finally:
-        if keep:
+        if keep or (keep_on_success and succeeded):
             (path / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: no later run reaps it
             log(f"kept the work dir for debugging: {path}")
         else:

@@ -36,6 +36,7 @@ SECTIONS = (
     "build_tools",
     "build_tools_python",
     "runtime_deps",
+    "runtime_deps_python",
     "flash_attn_range",
     "flash_attn",
 )
@@ -89,14 +90,17 @@ class Compat:
     pythons: tuple[str, ...] = ()
     build_tools_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     runtime_deps: tuple[str, ...] = ()
+    runtime_deps_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
 
     def tools_for(self, python: str) -> tuple[str, ...]:
         """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
-        own = {_pin_name(p): p for p in self.build_tools_python.get(python, ())}
-        merged = [own.pop(_pin_name(p), p) for p in self.build_tools]
-        return tuple(merged + sorted(own.values()))
+        return _merged(self.build_tools, self.build_tools_python.get(python, ()))
+
+    def runtime_deps_for(self, python: str) -> tuple[str, ...]:
+        """The runtime pins for one Python: its own pins replace the defaults of the same name."""
+        return _merged(self.runtime_deps, self.runtime_deps_python.get(python, ()))
 
     @property
     def arch_codes(self) -> tuple[str, ...]:
@@ -117,6 +121,26 @@ class Compat:
         if re.fullmatch(r"\d{2,3}", digits, re.ASCII):
             return f"{digits[:-1]}.{digits[-1]}"
         return None
+
+
+def arch_runs_on(archs: tuple[str, ...], capability: str, *, ptx: bool) -> bool:
+    """Whether a wheel of ``archs`` runs on a GPU of ``capability`` ('8.9').
+
+    CUDA's rule, the one the GPU check applies to the built extension at run time: an sm_XY
+    cubin runs on compute capability X.Z with Z >= Y (sm_80 runs on 8.6 and 8.9, never on 9.0);
+    the PTX of the newest arch (``ptx: true``) is compiled by the driver for any GPU at or above it.
+    """
+    major, _, minor = capability.partition(".")
+    cap = int(major) * 10 + int(minor or 0)
+    if any(int(a) // 10 == cap // 10 and int(a) <= cap for a in archs):
+        return True
+    return ptx and bool(archs) and max(int(a) for a in archs) <= cap
+
+
+def _merged(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[str, ...]:
+    own = {_pin_name(p): p for p in own_pins}
+    merged = [own.pop(_pin_name(p), p) for p in defaults]
+    return tuple(merged + sorted(own.values()))
 
 
 def _pin_name(pin: str) -> str:
@@ -327,12 +351,12 @@ def _pythons(c: _Checker, data: dict) -> tuple[str, ...]:
     return tuple(p for i, p in enumerate(raw) if c.version(("pythons", i), p, _PYTHON))
 
 
-def _tools_per_python(c: _Checker, data: dict) -> dict[str, tuple[str, ...]]:
+def _pins_per_python(c: _Checker, data: dict, section: str) -> dict[str, tuple[str, ...]]:
     out = {}
-    for py, pins in c.mapping(("build_tools_python",), data.get("build_tools_python", {})).items():
-        key = c.key(("build_tools_python", py), py, _PYTHON)
+    for py, pins in c.mapping((section,), data.get(section, {})).items():
+        key = c.key((section, py), py, _PYTHON)
         if key:
-            out[key] = _pins(c, ("build_tools_python", key), pins)
+            out[key] = _pins(c, (section, key), pins)
     return out
 
 
@@ -352,8 +376,9 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     flash = _flash_attn(c, data, supported)
     tools = _pins(c, ("build_tools",), data.get("build_tools", []))
     pythons = _pythons(c, data)
-    per_python = _tools_per_python(c, data)
+    per_python = _pins_per_python(c, data, "build_tools_python")
     runtime_deps = _pins(c, ("runtime_deps",), data.get("runtime_deps", []))
+    runtime_per_python = _pins_per_python(c, data, "runtime_deps_python")
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
     if c.problems:
@@ -369,6 +394,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         pythons=pythons,
         build_tools_python=per_python,
         runtime_deps=runtime_deps,
+        runtime_deps_python=runtime_per_python,
         flash_attn_range=supported,
         targets=targets,
     )

@@ -8,6 +8,7 @@ is collected, with its file and line, and reported together.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -105,9 +106,18 @@ def _section(doc: yamlfile.YamlDoc, key: str, cls: Any, problems: list[Problem])
     return cls(**clean)
 
 
+def _missing_hint(path: Path) -> str:
+    """Where a first run starts: `fa-images init` writes a starter matrix (this machine, or a target)."""
+    out = "" if path == Path("matrix.yaml") else f" --out {shlex.quote(str(path))}"
+    return (
+        f"`fa-images init{out}` writes a starter for this machine, `fa-images init --target aws{out}` one for "
+        "AWS G5/G6; or pass --matrix FILE"
+    )
+
+
 def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     """Parses and validates ``path``; ``compat_override`` is merged after the matrix's own ``compat:``."""
-    doc = yamlfile.load(path, what="matrix file")
+    doc = yamlfile.load(path, what="matrix file", hint=_missing_hint(path))
     problems: list[Problem] = []
     for key in doc.data:
         if key not in TOP_KEYS:

@@ -15,7 +15,7 @@ from ..builder import contract
 from ..builder.settings import parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
-from .compat import Compat, CudaRelease, TorchRelease, did_you_mean
+from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean
 from .expand import AXES, Combo, as_list, as_written
 from .model import Bases, BuildOptions, Entry, Packages
 
@@ -101,16 +101,9 @@ class EntryResolver:
         )
         return False
 
-    def archs_for(self, combo: Combo) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-        """(archs, GPU names) from `archs` or from `target` names."""
-        if "archs" in combo.values:
-            try:
-                text = ",".join(map(str, as_list(combo.values["archs"])))
-                return parse_archs(text, known=self.compat.arch_codes), ()
-            except ValueError as exc:
-                self._fail(combo, "archs", str(exc))
-                return None
-        if "target" not in combo.values:
+    def archs_for(self, combo: Combo, ptx: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(archs, GPU names) from `archs`, from `target` names, or both when they agree."""
+        if "archs" not in combo.values and "target" not in combo.values:
             self._fail(
                 combo,
                 None,
@@ -118,6 +111,33 @@ class EntryResolver:
                 hint="e.g. target: aws (a name under targets:) or archs: [80]",
             )
             return None
+        gpus = self._target_gpus(combo) if "target" in combo.values else []
+        if gpus is None:
+            return None
+        names = tuple(gpu for gpu, _, _ in gpus)
+        if "archs" not in combo.values:
+            return tuple(sorted({arch for _, _, arch in gpus}, key=int)), names
+        try:
+            text = ",".join(map(str, as_list(combo.values["archs"])))
+            archs = parse_archs(text, known=self.compat.arch_codes)
+        except ValueError as exc:
+            self._fail(combo, "archs", str(exc))
+            return None
+        missed = [(gpu, cc, arch) for gpu, cc, arch in gpus if not arch_runs_on(archs, cc, ptx=ptx)]
+        if missed:  # both given and they disagree: refuse, never drop the target
+            shown = ", ".join(f"{gpu} (sm_{cc.replace('.', '')})" for gpu, cc, _ in missed)
+            wanted = sorted({arch for _, _, arch in missed}, key=int)
+            self._fail(
+                combo,
+                "archs",
+                f"archs [{', '.join(archs)}] do not cover target {shown}",
+                hint=f"add {', '.join(wanted)} to archs, or drop archs to take the target's",
+            )
+            return None
+        return archs, names
+
+    def _target_gpus(self, combo: Combo) -> list[tuple[str, str, str]] | None:
+        """(GPU name, compute capability, the arch it needs) of each GPU the `target` names."""
         gpus: list[str] = []
         for name in as_list(combo.values["target"]):
             if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
@@ -125,7 +145,7 @@ class EntryResolver:
                 return None
             name = as_written(name)
             gpus += self.targets.get(name) or list(self.compat.targets.get(name, [name]))
-        archs: set[str] = set()
+        found: list[tuple[str, str, str]] = []
         for gpu in gpus:
             cc = self.compat.capability_of(gpu)
             if cc is None:
@@ -146,8 +166,8 @@ class EntryResolver:
                     hint="flash-attn 2 needs Ampere (8.0) or newer",
                 )
                 return None
-            archs.add(arch)
-        return tuple(sorted(archs, key=int)), tuple(gpus)
+            found.append((gpu, cc, arch))
+        return found
 
     def entry(self, combo: Combo) -> Entry | None:
         """Validates one combination; every problem is recorded, None if there were any."""
@@ -157,7 +177,8 @@ class EntryResolver:
                 self._fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
-        archs, gpus = self.archs_for(combo) or ((), ())
+        ptx = combo.values.get("ptx", self.build_opts.ptx)
+        archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
         if python is not None and python not in self.compat.pythons:
             self._fail(
                 combo,
@@ -169,7 +190,6 @@ class EntryResolver:
         cuda_rel = self._cuda(combo, cuda, torch_v)
         self._flash_attn(combo, fa)
         self._archs(combo, archs, cuda)
-        ptx = combo.values.get("ptx", self.build_opts.ptx)
         if not isinstance(ptx, bool):
             self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
         if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):

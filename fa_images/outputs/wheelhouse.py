@@ -92,7 +92,7 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
         Install("uv", uv, tools),
         Install("torch", (f"torch=={entry.torch}",), torch),
         Install("build tools", matrix.compat.tools_for(entry.python), tools),
-        Install("runtime deps", matrix.compat.runtime_deps, tools),
+        Install("runtime deps", matrix.compat.runtime_deps_for(entry.python), tools),
     )
 
 

@@ -57,51 +57,73 @@ def needs(plans: list[EntryPlan], python_from: str) -> list[BaseNeeds]:
 
 def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Console) -> None:
     """Every base in the engine, as ``policy`` says: ``missing`` pulls what the engine lacks,
-    ``always`` pulls every one (a moving tag is refreshed), ``never`` refuses a missing one."""
+    ``always`` pulls every one (a moving tag is refreshed), ``never`` refuses a missing one.
+
+    Every pull is tried before a failure is reported, and every failure is named in one error:
+    an offline user learns of all the bases to provide in one run, not one per run."""
     missing = engine.missing_images(refs)
     if policy == "never" and missing:
         raise EnvironmentProblem(
             f"base {'images' if len(missing) > 1 else 'image'} not in the engine: {', '.join(missing)}; "
             "--pull never forbids pulling",
-            hint=provide_hint(missing),
+            hint=provide_hint(missing, policy),
         )
     wanted = refs if policy == "always" else missing
     if not wanted:
         return
     started = time.monotonic()
+    failed: dict[str, str] = {}
     for ref in wanted:
-        _pull(engine, ref, console)
+        try:
+            _pull(engine, ref, console)
+        except StepFailed as exc:
+            failed[ref] = str(exc)
     took = duration(time.monotonic() - started)
-    console.line(f"pulled {counted(len(wanted), 'base image')} in {took} (--pull {policy})")
+    pulled = len(wanted) - len(failed)
+    if pulled:
+        console.line(f"pulled {counted(pulled, 'base image')} in {took} (--pull {policy})")
+    if failed:
+        if len(failed) == 1:
+            ((ref, why),) = failed.items()
+            message = f"cannot pull base image {ref}: {why}"
+        else:
+            message = f"cannot pull {len(failed)} base images: " + "; ".join(f"{r}: {w}" for r, w in failed.items())
+        raise EnvironmentProblem(message, hint=provide_hint(list(failed), policy))
 
 
-def provide_hint(missing: list[str]) -> str:
-    """Both ways to give the engine its bases: from a registry, or from a file saved elsewhere."""
+def provide_hint(missing: list[str], policy: PullPolicy) -> str:
+    """The ways to give the engine its bases that ``policy`` did not already try: from a
+    registry, or from a file saved elsewhere."""
     pulls = " && ".join(f"docker pull {ref}" for ref in missing)
     them = "them" if len(missing) > 1 else "it"
+    if policy == "never":
+        first = f"let fa-images pull {them} (--pull missing), or {pulls}"
+    else:  # the pull was tried and failed: the registry, not the policy, is what to fix
+        registries = list(dict.fromkeys(registry_of(ref) for ref in missing))
+        one = len(registries) == 1
+        first = (
+            f"check that {', '.join(registries)} {'is' if one else 'are'} reachable from the engine and "
+            f"{'has' if one else 'have'} {'this tag' if len(missing) == 1 else 'these tags'} "
+            "(`docker login` for a private one)"
+        )
     return (
-        f"let fa-images pull {them} (--pull missing, the default), or {pulls}; offline: "
-        "`docker save IMAGE -o base.tar` where a registry is reachable, `docker load -i base.tar` here, "
-        "and point bases.devel / bases.runtime in the matrix at that local tag (or at a registry mirror)"
+        f"{first}; offline: `docker save IMAGE -o base.tar` where a registry is reachable, "
+        "`docker load -i base.tar` here, and point bases.devel / bases.runtime in the matrix at that "
+        "local tag (or at a registry mirror)"
     )
 
 
 def _pull(engine: Engine, ref: str, console: Console) -> None:
+    """Pulls one base, a line per layer's status and one for the image; raises StepFailed."""
+
     def on_progress(update: PullProgress) -> None:
         size = f" {update.current / 1e6:.1f}/{update.total / 1e6:.1f} MB" if update.current and update.total else ""
         layer = f" · {update.layer}" if update.layer else ""
         console.progress(f"    pull {ref}{layer} · {update.status}{size}", key=(ref, update.layer, update.status))
 
-    try:
-        with console.step(f"pull {ref}") as shown:
-            info = engine.pull(ref, on_progress)
-            shown.update(note=f"{info.id[:19]}, {info.size / 1e9:.2f} GB")
-    except StepFailed as exc:
-        raise EnvironmentProblem(
-            f"cannot pull base image {ref}: {exc}",
-            hint=f"check that {registry_of(ref)} is reachable from the engine and has this tag; "
-            + provide_hint([ref]).removeprefix("let fa-images pull them (--pull missing, the default), or "),
-        ) from None
+    with console.step(f"pull {ref}") as shown:
+        info = engine.pull(ref, on_progress)
+        shown.update(note=f"{info.id[:19]}, {info.size / 1e9:.2f} GB")
 
 
 def preflight(engine: Engine, wants: list[BaseNeeds], console: Console) -> None:

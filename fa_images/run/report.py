@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from ..builder import safe_io
+from ..builder.cli import exit_code_of
+from ..builder.errors import FatalError
 from ..builder.wording import counted
 from .executor import EntryResult
 from .logger import Console, duration
@@ -41,6 +43,28 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
     console.line(f"{ok} of {counted(len(results), 'entry')} succeeded")
 
 
-def write_report(path: Path, results: list[EntryResult], engine: str) -> None:
-    data = {"engine": engine, "ok": all(r.status == "ok" for r in results), "entries": [r.to_dict() for r in results]}
+def write_report(
+    path: Path,
+    results: list[EntryResult],
+    engine: str | None,
+    *,
+    failure: BaseException | None = None,
+    not_run: list[str] | None = None,
+) -> None:
+    """The JSON a pipeline reads, on every way out of a build: ``failure`` is what ended it
+    (its exit code and message; none on success), ``not_run`` the planned entries it never
+    started (a base that could not be pulled stops the run before the first)."""
+    ok = failure is None and all(r.status == "ok" for r in results)
+    data: dict = {"engine": engine, "ok": ok, "entries": [r.to_dict() for r in results]}
+    data["exit_code"] = 0 if failure is None else exit_code_of(failure)
+    data["error"] = None if failure is None else _message(failure)
+    data["not_run"] = list(not_run or [])
     safe_io.write_file(path, json.dumps(data, indent=2) + "\n", what="--report")  # atomic, never through a link
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, FatalError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

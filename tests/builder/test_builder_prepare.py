@@ -141,17 +141,26 @@ def test_prepare_without_json_names_the_kept_source_dir(run_fa_images, tmp_path:
     sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
     work = tmp_path / "work"
     args = prepare_only(sdist=sdist, out=tmp_path / "dist", work=work)
-    proc = run_fa_images([*args, "--keep-work"])
-    assert proc.returncode == 0, proc.stderr
-    (scratch,) = work.iterdir()
-    assert proc.stdout.strip() == f"prepared {scratch / 'src' / 'flash_attn-2.8.3'}"
-    assert f"kept the work dir for debugging: {scratch}" in proc.stderr
+    for extra in ([], ["--keep-work"]):  # --prepare-only keeps it, with --keep-work or without
+        before = set(work.iterdir()) if work.exists() else set()
+        proc = run_fa_images([*args, *extra])
+        assert proc.returncode == 0, proc.stderr
+        (scratch,) = set(work.iterdir()) - before
+        assert proc.stdout.strip() == f"prepared {scratch / 'src' / 'flash_attn-2.8.3'}"
+        assert (scratch / "src" / "flash_attn-2.8.3" / "setup.py").is_file()
+        assert proc.stderr.count(f"kept the work dir: {scratch} (the prepared source and its sdist") == 1
 
-    # Without --keep-work nothing is left, and the output does not name a path that is gone.
-    proc = run_fa_images(args)
+
+def test_prepare_only_json_names_paths_that_exist(run_fa_images, tmp_path: Path, prepare_only) -> None:
+    """Issue 30: `--prepare-only --json` named a source_dir in a temp dir it had already removed."""
+    sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
+    proc = run_fa_images(prepare_only(sdist=sdist, out=tmp_path / "dist", work=tmp_path / "work", json=True))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "prepared flash-attn 2.8.3 (not kept)"
-    assert list(work.iterdir()) == [scratch]
+    settings = json.loads(proc.stdout)
+    source_dir = Path(settings["source_dir"])
+    assert (source_dir / "setup.py").is_file() and (source_dir / "fa_images_build.json").is_file()
+    assert Path(settings["sdist"]).is_file()
+    assert f"kept the work dir: {source_dir.parent.parent} " in proc.stderr
 
 
 def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path, prepare_only) -> None:

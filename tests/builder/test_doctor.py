@@ -76,6 +76,12 @@ def test_doctor_with_no_torch_at_all(run_fa_images, tmp_path: Path) -> None:
     newest = max((v for v, r in table.torch.items() if entry["python"] in r.pythons), key=_version)
     assert entry["torch"] == newest
     assert plans(run_fa_images, tmp_path, entry).returncode == 0
+    # Issue 30: the finding is one line (no escaped "\\n  hint:" in it), and with no driver seen
+    # the suggestion speaks of no driver.
+    assert "\\n" not in findings(report)["torch"]["detail"] and "hint" not in findings(report)["torch"]["detail"]
+    human = run_fa_images(["doctor", "--python", str(venv / "bin" / "python")], env={"PATH": str(venv / "bin")})
+    assert "\\n" not in human.stdout and "this driver" not in human.stdout, human.stdout
+    assert f"suggesting torch {newest}, the newest for Python {entry['python']}; no GPU seen here" in human.stdout
 
 
 def _version(text: str):

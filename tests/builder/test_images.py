@@ -137,11 +137,14 @@ def test_every_python_of_the_table_can_install_its_pins(tmp_path) -> None:
     """Against PyPI, as the builder stage does: build tools and runtime deps, per Python."""
     table = compat.load()
     for python in table.pythons:
-        proc = _pip_accepts(python, table.tools_for(python) + table.runtime_deps, tmp_path / python)
+        proc = _pip_accepts(python, table.tools_for(python) + table.runtime_deps_for(python), tmp_path / python)
         assert proc.returncode == 0, (python, proc.stderr[-2000:])
-    # The check can fail: the default setuptools pin is refused for cp39, which is why 3.9 has its own.
+    # The check can fail: the default setuptools pin is refused for cp39, which is why 3.9 has its own;
+    # so is the default numpy pin for cp310, which is why 3.10 and 3.9 have theirs.
     proc = _pip_accepts("3.9", tuple(p for p in table.build_tools if p.startswith("setuptools")), tmp_path / "no")
     assert proc.returncode != 0 and "Requires-Python" in proc.stderr + proc.stdout
+    proc = _pip_accepts("3.10", tuple(p for p in table.runtime_deps if p.startswith("numpy")), tmp_path / "no-np")
+    assert proc.returncode != 0
 
 
 # --- plan: new releases without allow_unknown -------------------------------------------------
@@ -236,6 +239,8 @@ def test_system_python_needs_no_apt_when_the_base_has_git(tmp_path) -> None:
     [
         ('runtime_deps: ["einops==0.8.2 && curl evil|sh"]\n', "runtime_deps.0"),
         ('build_tools_python: {"3.9": ["setuptools==82.0.1; id"]}\n', "build_tools_python.3.9.0"),
+        ('runtime_deps_python: {"3.9": ["numpy==2.0.2 $(id)"]}\n', "runtime_deps_python.3.9.0"),
+        ('runtime_deps_python: {"3.9 && id": ["numpy==2.0.2"]}\n', "runtime_deps_python"),
         ('pythons: ["3.12", "3.12 && id"]\n', "pythons.1"),
         ('archs: {"103": {min_cuda: "12.9", compute_capability: "10"}}\n', "arch 103 is not one the builder"),
         ('flash_attn_range: "~~2.8"\n', "flash_attn_range must be a version range"),

@@ -149,6 +149,11 @@ def test_runtime_image_passes_pip_check_and_imports_the_modules(built):
     code, out, err = _run(client, entry["image"], f"python -c '{imports}; import einops; print(einops.__version__)'")
     pinned = next(p for p in COMPAT.runtime_deps if p.startswith("einops=="))
     assert code == 0 and out.strip() == pinned.partition("==")[2], out + err
+    # torch imports without a warning: the numpy of the image's Python is there (issue 30).
+    numpy = next(p for p in COMPAT.runtime_deps_for("3.11") if p.startswith("numpy=="))  # the entry's Python
+    probe = "import torch, numpy; print(numpy.__version__, torch.ones(2).numpy())"
+    code, out, err = _run(client, entry["image"], f"python -W error -c '{probe}'")
+    assert code == 0 and out.split()[0] == numpy.partition("==")[2] and "Warning" not in err, out + err
     code, out, err = _run(client, entry["image"], "python -m fa_images.builder check --import-only")
     assert code == 0 and "bert_padding, layers.rotary, modules.mha" in out, out
 

@@ -7,12 +7,18 @@ registry, and the real preflight, run in tests/engine/test_pull_engine.py.
 
 from __future__ import annotations
 
+import argparse
+import errno
+import json
 import time
 from pathlib import Path
 
+import pytest
 from fakes import FakeEngine, accept_every_wheel
 
 from fa_images import cli
+from fa_images.builder import cli as builder_cli
+from fa_images.errors import EngineUnavailable, EnvironmentProblem, UsageError
 from fa_images.run.engine import DockerEngine
 
 DEVEL = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
@@ -87,7 +93,27 @@ def test_a_pull_that_fails_is_one_error_naming_the_image(tiny_matrix, monkeypatc
     err = capsys.readouterr().err
     assert f"error: cannot pull base image {DEVEL}: pull of {DEVEL} failed: manifest unknown" in err
     assert "docker.io is reachable" in err and "docker load -i" in err
+    hint = err.split("error: cannot pull", 1)[1].splitlines()[1]
+    assert "hint:" in hint and "--pull" not in hint  # what just failed is not offered as the fix
     assert not builds(engine) and "Traceback" not in err
+
+
+def test_every_failed_pull_is_named_in_one_error_with_a_hint_for_the_policy(tiny_matrix, monkeypatch, capsys) -> None:
+    """Issue 30: offline, `--pull missing` named only the first base and offered `--pull missing`."""
+    for flag in ("missing", "always"):
+        engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}), unpullable=frozenset({DEVEL, RUNTIME}))
+        assert run_build(monkeypatch, engine, "--pull", flag) == 3
+        lines = capsys.readouterr().err.splitlines()
+        assert sorted(c[1] for c in engine.calls if c[0] == "pull") == sorted([DEVEL, RUNTIME])  # each one tried
+        (error,) = [line for line in lines if line.startswith("error:")]
+        assert error == (
+            f"error: cannot pull 2 base images: {RUNTIME}: pull of {RUNTIME} failed: manifest unknown; "
+            f"{DEVEL}: pull of {DEVEL} failed: manifest unknown"
+        )
+        hint = lines[lines.index(error) + 1]
+        assert "check that docker.io is reachable from the engine and has these tags" in hint
+        assert "--pull missing" not in hint and "docker load -i" in hint
+        assert not builds(engine)
 
 
 def test_preflight_refuses_a_base_without_the_python_asked_for(tiny_matrix, monkeypatch, capsys) -> None:
@@ -126,3 +152,56 @@ def test_preflight_names_what_it_found(tiny_matrix, monkeypatch, capsys) -> None
     assert "python3.11 /usr/bin/python3.11; python3.12 /usr/bin/python3.12; nvcc 12.4" in err
     assert "(the entries name CUDA 12.8: same major)" in err
     assert f"✓ preflight {RUNTIME} (" in err
+
+
+def test_the_report_is_written_when_the_bases_stop_the_run(tiny_matrix, monkeypatch, capsys) -> None:
+    """Issue 30: `--report` was written on exit 1 but not on this exit 3; it records the failure."""
+    engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}))
+    assert run_build(monkeypatch, engine, "--pull", "never", "--report", "report.json") == 3
+    report = json.loads(Path("report.json").read_text())
+    assert (report["ok"], report["exit_code"], report["engine"], report["entries"]) == (False, 3, "fake engine", [])
+    assert report["error"].startswith(f"base images not in the engine: {RUNTIME}, {DEVEL}; --pull never")
+    assert report["not_run"] == [e.id for e in tiny_matrix.entries]
+
+
+def test_the_report_is_written_when_no_engine_answers(tiny_matrix, monkeypatch, capsys) -> None:
+    def no_engine(cls):
+        raise EngineUnavailable("cannot reach the container engine", hint="start Docker")
+
+    monkeypatch.setattr(DockerEngine, "from_env", classmethod(no_engine))
+    assert cli.main(["build", "--gpus", "none", "--report", "report.json"]) == 7
+    report = json.loads(Path("report.json").read_text())
+    assert (report["ok"], report["exit_code"], report["engine"]) == (False, 7, None)
+    assert report["error"] == "cannot reach the container engine\n  hint: start Docker"
+
+
+def test_the_report_of_a_good_run_says_exit_0(tiny_matrix, monkeypatch) -> None:
+    accept_every_wheel(monkeypatch)
+    assert run_build(monkeypatch, FakeEngine(), "--report", "report.json") == 0
+    report = json.loads(Path("report.json").read_text())
+    assert (report["ok"], report["exit_code"], report["error"], report["not_run"]) == (True, 0, None, [])
+    assert [e["status"] for e in report["entries"]] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        EnvironmentProblem("no room"),
+        UsageError("bad flag"),
+        KeyboardInterrupt(),
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EISDIR, "Is a directory"),
+        ValueError("bad value"),
+        KeyError("a bug"),
+        SystemExit(143),
+    ],
+)
+def test_the_reports_exit_code_is_the_commands(exc: BaseException, capsys) -> None:
+    def raise_it(_args):
+        raise exc
+
+    try:
+        code = builder_cli.run_command(argparse.Namespace(func=raise_it))
+    except SystemExit as exited:
+        code = exited.code
+    assert builder_cli.exit_code_of(exc) == code

@@ -337,7 +337,7 @@ def test_an_sdist_made_with_tar_dot_is_accepted(tmp_path: Path, capsys, prepare_
         tar.extractall(tree, filter="data")
     dotted = tmp_path / "flash_attn-2.8.3.tar.gz"
     subprocess.run(["tar", "-C", str(tree), "-czf", str(dotted), "."], check=True)
-    code, out, err = fa_images(capsys, *prepare_only(sdist=dotted, out=tmp_path / "dist", json=True))
+    code, out, err = fa_images(capsys, *prepare_only(sdist=dotted, out=tmp_path / "dist", work=tmp_path, json=True))
     assert code == 0, err
     assert '"flash_attn": "2.8.3"' in out
 

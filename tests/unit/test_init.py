@@ -42,6 +42,16 @@ def test_init_writes_a_commented_matrix_for_this_machine_that_plan_loads(here: P
     assert cli.main(["plan"]) == 0
 
 
+def test_the_header_of_a_machine_without_torch_or_gpu_reads_right(here: Path, monkeypatch) -> None:
+    """Issue 30: it read `torch no torch`."""
+    bare = machine(dict(ENTRY))
+    bare.facts = {"python": "3.12.3", "torch": None, "gpus": []}
+    monkeypatch.setattr(doctor, "run", lambda python: bare)
+    assert cli.main(["init"]) == 0
+    first = (here / "matrix.yaml").read_text().splitlines()[0]
+    assert first.endswith("`fa-images init` for this machine: Python 3.12.3, no torch, no GPU seen.")
+
+
 @pytest.mark.parametrize(("target", "archs"), [("aws", ("80",)), ("H100", ("90",)), ("sm_89", ("80",))])
 def test_init_for_a_target(here: Path, target: str, archs: tuple[str, ...]) -> None:
     assert cli.main(["init", "--target", target, "--out", "t.yaml"]) == 0

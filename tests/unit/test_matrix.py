@@ -329,6 +329,42 @@ def test_named_targets_are_the_union_of_their_gpus(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "gpus"),
+    [
+        ("archs: [80, 90], target: [H100, aws]", ("H100", "A10G", "L4")),  # more archs than needed is fine
+        ("archs: [80], target: [A10G, L4, A100]", ("A10G", "L4", "A100")),  # sm_80 runs on 8.6 and 8.9
+        ("archs: [100], target: B300", ("B300",)),  # 10.3 runs the sm_100 kernels
+        ("archs: [80], ptx: true, target: [H100, A10G]", ("H100", "A10G")),  # sm_80 PTX runs on 9.0
+    ],
+)
+def test_archs_and_target_that_agree_keep_both(tmp_path: Path, fields: str, gpus: tuple[str, ...]) -> None:
+    e = entry_of(tmp_path, f'{{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", {fields}}}')
+    assert e.archs == tuple(sorted({a.strip() for a in fields.split("]")[0].split("[")[1].split(",")}, key=int))
+    assert e.gpus == gpus
+
+
+@pytest.mark.parametrize(
+    ("archs", "capability", "ptx", "runs"),
+    [
+        (("80",), "8.0", False, True),
+        (("80",), "8.6", False, True),
+        (("80",), "8.9", False, True),
+        (("80",), "9.0", False, False),
+        (("90",), "8.9", False, False),
+        (("90",), "8.9", True, False),  # PTX runs at or above its arch only
+        (("80",), "9.0", True, True),
+        (("80", "90"), "10.0", True, True),  # the newest arch's PTX
+        (("80", "90"), "10.0", False, False),
+        (("100",), "10.3", False, True),
+        (("100",), "12.0", False, False),
+        (("120",), "12.0", False, True),
+    ],
+)
+def test_arch_runs_on_is_cudas_rule(archs: tuple[str, ...], capability: str, ptx: bool, runs: bool) -> None:
+    assert compat_mod.arch_runs_on(archs, capability, ptx=ptx) is runs
+
+
+@pytest.mark.parametrize(
     ("archs", "want"),
     [
         ("[80, 90]", ("80", "90")),
@@ -351,7 +387,11 @@ def test_missing_file(tmp_path: Path) -> None:
         matrix_mod.load(tmp_path / "nope.yaml")
     (p,) = info.value.problems
     assert (p.file, p.line, p.message) == (str(tmp_path / "nope.yaml"), None, "matrix file not found")
-    assert p.hint == "pass --matrix FILE or create matrix.yaml"
+    out = f" --out {tmp_path / 'nope.yaml'}"
+    assert p.hint == (
+        f"`fa-images init{out}` writes a starter for this machine, `fa-images init --target aws{out}` one for "
+        "AWS G5/G6; or pass --matrix FILE"
+    )
 
 
 def test_a_directory_is_not_a_matrix_file(tmp_path: Path) -> None:
@@ -559,6 +599,39 @@ REFUSED = [
         "an explicit arch flash-attn has no kernels for",
         TORCH_2_9_1 + "    archs: [86]\n",
         Want(5, Like(start="'86' is not a flash-attn arch", holds=("8.6 and 8.9 GPUs run the 80 kernels",))),
+    ),
+    refused(
+        "archs that do not cover the target: refused with the fix, never dropped (issue 30)",
+        """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          archs: [80]
+          target: [H100]
+        """,
+        Want(
+            5,
+            "archs [80] do not cover target H100 (sm_90)",
+            hint="add 90 to archs, or drop archs to take the target's",
+            entry="matrix[python=3.12, torch=2.9.1, flash_attn=2.8.3, archs=80, target=H100]",
+        ),
+    ),
+    refused(
+        "every GPU the archs miss is named, once, with every arch to add",
+        TORCH_2_9_1 + "    archs: [80]\n    target: [L4, B200, H100, H200]\n",
+        Want(
+            5,
+            "archs [80] do not cover target B200 (sm_100), H100 (sm_90), H200 (sm_90)",
+            hint="add 90, 100 to archs, or drop archs to take the target's",
+        ),
+    ),
+    refused(
+        "an sm_90 cubin does not run on an 8.x GPU, and PTX runs only at or above its arch",
+        TORCH_2_9_1 + "    archs: [90]\n    ptx: true\n    target: [A10G]\n",
+        Want(
+            5, "archs [90] do not cover target A10G (sm_86)", hint="add 80 to archs, or drop archs to take the target's"
+        ),
     ),
     *[
         refused(
@@ -1240,7 +1313,11 @@ def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> Non
 def test_cli_plan_without_a_matrix_here(tmp_path: Path) -> None:
     result = run_cli("plan", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == "error: matrix.yaml: matrix file not found (pass --matrix FILE or create matrix.yaml)\n"
+    assert result.stderr == (
+        "error: matrix.yaml: matrix file not found (`fa-images init` writes a starter for this machine, "
+        "`fa-images init --target aws` one for AWS G5/G6; or pass --matrix FILE)\n"
+    )
+    assert run_cli("build", cwd=tmp_path).stderr == result.stderr  # issue 30: build points to init too
 
 
 def test_cli_plan_on_a_malformed_matrix_exits_2_with_one_error(tmp_path: Path) -> None:

@@ -273,3 +273,24 @@ def test_the_readme_dry_run_is_the_real_output() -> None:
     proc = subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip("\n") == shown
+
+
+def test_plan_refuses_archs_that_miss_the_target(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 30: `archs: [80]` with `target: [H100]` planned archs 80 and no GPU; now exit 2 with the fix."""
+    (tmp_path / "matrix.yaml").write_text(
+        'matrix:\n  python: ["3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [80]\n  target: [H100]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plan", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "error: matrix.yaml:5: entry matrix[python=3.12, torch=2.9.1, flash_attn=2.8.3, archs=80, target=H100]: "
+        "archs [80] do not cover target H100 (sm_90) (add 90 to archs, or drop archs to take the target's)"
+    ]
+    (tmp_path / "matrix.yaml").write_text(
+        'entries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80, 90], target: [H100]}\n'
+    )
+    assert cli.main(["plan", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert (entry["archs"], entry["gpus"]) == (["80", "90"], ["H100"])

@@ -284,6 +284,21 @@ entries:
     assert "pypi.org" not in text and "pytorch.org" not in text
 
 
+@pytest.mark.parametrize(
+    ("python", "torch", "numpy"), [("3.9", "2.6.0", "2.0.2"), ("3.10", "2.9.1", "2.2.6"), ("3.12", "2.9.1", "2.4.6")]
+)
+def test_the_runtime_image_gets_the_numpy_of_its_python(tmp_path: Path, python: str, torch: str, numpy: str) -> None:
+    """Issue 30: without numpy every `import torch` in the image warns; each Python gets the newest
+    numpy that has wheels for it (per-Python pins of the compat table replace the default)."""
+    m = load_text(
+        tmp_path, f'entries:\n  - {{python: "{python}", torch: "{torch}", flash_attn: "2.8.3", archs: [80]}}\n'
+    )
+    text = render.render_entry(m, m.entries[0])
+    (line,) = [line for line in text.splitlines() if "--root /opt/fa-layer --index-url" in line]
+    assert line.endswith(f" einops==0.8.2 numpy=={numpy} packaging==26.3 \\")
+    assert text.count("numpy==") == 1  # in the runtime install only: the builder stage needs none
+
+
 # ----------------------------------------------------------------------------- determinism
 
 

@@ -1,0 +1,151 @@
+"""The README's examples are the tool's real output: each `$ fa-images ...` of a ```console block
+that runs offline without an engine is run, and what it prints (and its exit code, where the block
+shows `echo $?`) must be what the README shows, exactly.
+
+A console block right after a ```yaml block that starts with `matrix:` runs on that matrix, in a
+temporary directory; `init` runs in an empty temporary directory; the rest run in the repository,
+on its matrix.yaml and dockerfiles/. Claims in the prose that name the tool's facts (the keys of
+`--dry-run --json`, torch's default CUDA) are checked against the tool and the compat table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from fa_images.config import compat
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+# Commands that need no engine, no network and no GPU, and print the same on every machine.
+OFFLINE = ("plan", "render --check", "build --dry-run", "init")
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+@dataclass
+class Example:
+    line: int  # of the command, in README.md
+    args: list[str]
+    shown: str  # the output the README shows
+    exit_code: int | None  # from a following `echo $?`, if any
+    matrix: str | None  # the ```yaml matrix the block runs on, if any
+
+
+def examples() -> list[Example]:
+    found: list[Example] = []
+    blocks = list(BLOCK.finditer(README))
+    for i, block in enumerate(blocks):
+        if block.group(1) != "console":
+            continue
+        before = blocks[i - 1] if i else None
+        between = README[before.end() : block.start()] if before else ""
+        matrix = None
+        if before and before.group(1) == "yaml" and before.group(2).startswith("matrix:") and not between.strip():
+            matrix = before.group(2)
+        first_line = README[: block.start(2)].count("\n") + 1
+        lines = block.group(2).splitlines()
+        for n, text in enumerate(lines):
+            if not text.startswith("$ fa-images "):
+                continue
+            command = re.sub(r"\s{2,}#.*$", "", text[len("$ fa-images ") :]).strip()
+            if not command.startswith(OFFLINE):
+                continue
+            output: list[str] = []
+            exit_code = None
+            for later in lines[n + 1 :]:
+                if later.startswith("$ echo $?"):
+                    exit_code = int(lines[lines.index(later) + 1])
+                    break
+                if later.startswith("$ "):
+                    break
+                output.append(later)
+            found.append(
+                Example(first_line + n, shlex.split(command), "\n".join(output).strip("\n"), exit_code, matrix)
+            )
+    return found
+
+
+EXAMPLES = examples()
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "fa_images", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_readme_shows_each_kind_of_offline_example() -> None:
+    """The parser finds them: a README edit that hid them from this test would make it vacuous."""
+    kinds = {" ".join(e.args[:2]) for e in EXAMPLES}
+    assert {"init --target", "plan", "render --check", "build --dry-run"} <= kinds, kinds
+    assert sum(1 for e in EXAMPLES if e.matrix) >= 2  # the matrix error examples
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"README.md:{e.line}:{' '.join(e.args)[:50]}")
+def test_a_readme_example_prints_what_the_readme_shows(example: Example, tmp_path: Path) -> None:
+    cwd = REPO
+    if example.matrix is not None:
+        (tmp_path / "matrix.yaml").write_text(example.matrix)
+        cwd = tmp_path
+    elif example.args[0] == "init":
+        cwd = tmp_path
+    proc = run(example.args, cwd)
+    printed = (proc.stdout + proc.stderr).strip("\n")
+    assert printed == example.shown, f"README.md:{example.line}: `fa-images {' '.join(example.args)}`"
+    if example.exit_code is not None:
+        assert proc.returncode == example.exit_code
+    elif example.shown.startswith("error:"):
+        assert proc.returncode == 2, proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+    if example.args[0] == "init":  # what it wrote plans, as its next step says
+        assert run(["plan"], cwd).returncode == 0
+
+
+def test_the_dry_run_json_keys_the_readme_names_are_there() -> None:
+    said = re.search(r"`--dry-run --json` gives the same per entry \((.*?)\)\s*beside", README, re.S)
+    assert said, "the README describes `--dry-run --json`"
+    names = set(re.findall(r"`(\w+)`", said.group(1)))
+    proc = run(["build", "--dry-run", "--json"], REPO)
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)[0]
+    keys = set(entry)
+    for value in entry.values():  # one level down: `build` and `from_stages` with their `stage` and `tag`
+        for item in value if isinstance(value, list) else [value]:
+            keys |= set(item) if isinstance(item, dict) else set()
+    assert names and names <= keys, f"not in --dry-run --json: {sorted(names - keys)}"
+    assert {"steps", "stages", "tags", "checks", "push"} <= names
+
+
+def test_the_default_cuda_the_readme_names_is_the_tables() -> None:
+    """'CUDA 12.8 for torch 2.10, CUDA 13.0 for 2.11 to 2.14.1, ...': every torch from the first
+    named on, with the default CUDA the README gives it."""
+    said = re.search(r"PyPI default variant \((CUDA .*?)\)", README, re.S)
+    assert said, "the README names torch's default CUDA"
+    table = compat.load()
+    ranges = re.findall(r"CUDA (\d+\.\d+) for (?:torch )?([\d.]+)(?: to ([\d.]+))?", said.group(1))
+    assert len(ranges) >= 2, said.group(1)
+
+    def release_of(text: str) -> tuple[int, ...]:
+        return Version(text).release
+
+    def within(version: str, low: str, high: str) -> bool:
+        v = release_of(version)
+        return v[: len(release_of(low))] >= release_of(low) and v[: len(release_of(high))] <= release_of(high)
+
+    first = ranges[0][1]
+    for version, release in table.torch.items():
+        if release_of(version)[: len(release_of(first))] < release_of(first):
+            continue
+        named = [cuda for cuda, low, high in ranges if within(version, low, high or low)]
+        assert named == [release.default_cuda], f"torch {version}: the README says {named}"
