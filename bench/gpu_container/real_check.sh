@@ -6,26 +6,28 @@
 #
 # Run from a copy of the repository, as root:  bash bench/gpu_container/real_check.sh WORK_DIR [EXTRA...]
 # Needs what setup.sh needs, and .gpu-sdist/flash_attn-VERSION.tar.gz beside the repository
-# (`python bench/trim_sdist.py SDIST --gpu-check --out .gpu-sdist`). EXTRA: installed
-# distributions the runtime image needs besides torch (re-packed into the wheelhouse).
+# (`python bench/trim_sdist.py SDIST --gpu-check --out .gpu-sdist`). The runtime image's numpy is
+# the one installed here, re-packed, pinned by the compat override (no index to fetch another).
 set -u
+NUMPY=$(python3 -c 'import numpy; print(numpy.__version__)')
 # shellcheck source=bench/gpu_container/setup.sh
-source "$(dirname "$0")/setup.sh" "${1:-/tmp/rc}" "${@:2}"
+source "$(dirname "$0")/setup.sh" "${1:-/tmp/rc}" "numpy==$NUMPY"
 
 phase "project: the trimmed flash-attn sdist, a compat override, two matrices"
 SDIST=$(find "$REPO/.gpu-sdist" -name 'flash_attn-*.tar.gz' | head -n 1)
 [ -n "$SDIST" ] || { echo "no .gpu-sdist/flash_attn-*.tar.gz"; exit 1; }
 mkdir -p "$W/proj/sdists" && cp "$SDIST" "$W/proj/sdists/" && cd "$W/proj" || exit 1
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
-python3 - "$SDIST" "$PYVER" "${TORCH%%+*}" "$PORT" <<'EOF'
+python3 - "$SDIST" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" <<'EOF'
 import sys, yaml
 from pathlib import Path
 from fa_images.builder.source import sha256_of
-sdist, py, torch, port = sys.argv[1:]
+sdist, py, torch, port, numpy = sys.argv[1:]
 version = Path(sdist).name.removeprefix("flash_attn-").removesuffix(".tar.gz")
 compat = {
     "torch": {torch: {"python": [py], "default_cuda": "13.0", "cuda": {"13.0": {"cxx11_abi": True}}}},
     "flash_attn": {version: {"sha256": sha256_of(Path(sdist)), "cuda_archs_env": True}},
+    "runtime_deps_python": {py: [f"numpy=={numpy}"]},
 }
 def matrix(image, archs):
     return {
