@@ -7,7 +7,9 @@ resolver reads the wheel's torch pin without downloading the wheel.
 and ``fa-images dist merge`` all add wheels through ``add_wheels``. A wheel is copied into a
 staging file in dist/ itself and renamed into place (atomic on one filesystem); then the
 manifest and each index page are replaced by rename too, so a reader (pip, uv, a static
-server, a concurrent merge) never sees a partial file. A wheel whose sha256 differs from the
+server, a concurrent merge) never sees a partial file. Every path a merge writes is checked
+(``safe_io.OutputDir.check_writable``) before the first wheel moves, so a refused merge leaves
+dist/ as it was. A wheel whose sha256 differs from the
 one already recorded under its file name is refused: two different builds must not share a
 name, and an installer pinned to the first sha256 would reject the second.
 
@@ -25,7 +27,7 @@ import os
 import re
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -261,6 +263,10 @@ def add_wheels(
             if why:
                 raise WheelConflict(why)
             seen[name] = item
+        # Every path this run writes is checked before the first wheel moves: a refusal leaves
+        # dist/ as it was, never wheels without their manifest or index.
+        present = sorted(set(seen) | {n for n in manifest.wheels if out.kind(n) == "file"})
+        out.check_writable(_outputs(present))
         placed = []
         for name, item in seen.items():
             final = directory / name
@@ -304,6 +310,22 @@ def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
         if changed:
             manifest.wheels.update(changed)
             out.write_text(MANIFEST, manifest.to_json())
+
+
+def _projects(names: Iterable[str]) -> dict[str, list[str]]:
+    """The index's projects and their wheels (names in order), from the wheels' file names."""
+    projects: dict[str, list[str]] = {}
+    for name in sorted(names):
+        projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    return projects
+
+
+def _outputs(present: list[str]) -> list[str]:
+    """Every path of dist/ that adding wheels writes when ``present`` are its wheels afterwards:
+    each wheel and its ``.metadata``, the manifest, the index pages."""
+    paths = [p for name in present for p in (name, f"{name}{METADATA_SUFFIX}")]
+    paths += [MANIFEST, f"{SIMPLE}/index.html"]
+    return paths + [f"{SIMPLE}/{project}/index.html" for project in _projects(present)]
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -360,10 +382,9 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     safe_io: a symlinked simple/ or project dir is refused, and a stale project dir loses only
     the page written here."""
     out = safe_io.OutputDir(directory, what="dist directory")
-    projects: dict[str, list[str]] = {}
-    for name in sorted(manifest.wheels):
-        if out.kind(name) == "file":
-            projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    present = [name for name in manifest.wheels if out.kind(name) == "file"]
+    out.check_writable(_outputs(present))
+    projects = _projects(present)
     for project, names in projects.items():
         links = [
             f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}"{_metadata_attributes(out, n)}>'

@@ -9,6 +9,8 @@ fa-images writes, or a ``simple/`` that points at ``$HOME``. So:
   so a symlink anywhere under it is an error, never followed;
 - a file is written to a temporary name in the same directory and renamed over the old one
   (readers never see half a file), and never over a directory or a symlink;
+- a writer of several files checks them all first (``check_writable``), so a refusal comes
+  before anything changed, and names what is really in the way (a symlink, a FIFO, a file);
 - only what fa-images wrote is removed: the caller names the files it owns, and a directory
   goes only when nothing else is left in it.
 
@@ -23,11 +25,12 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TextIO, Union
 
 from .errors import UsageError
+from .untrusted import kind_of, open_regular
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 Rel = Union[str, PurePosixPath]
@@ -68,7 +71,7 @@ class OutputDir:
                 f"(give the real directory: {os.path.realpath(self.path)})"
             )
         if not stat.S_ISDIR(info.st_mode):
-            raise UnsafeOutput(f"{what} {self.path} cannot be a directory: it is a file")
+            raise UnsafeOutput(f"{what} {self.path} cannot be a directory: it is {kind_of(info.st_mode)}")
 
     def _shown(self, parts: list[str]) -> str:
         return str(self.path.joinpath(*parts))
@@ -85,20 +88,50 @@ class OutputDir:
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise self._refusal(parts[: i + 1], exc) from None
+                    raise self._refusal(parts[: i + 1], exc, fd) from None
                 os.close(fd)
                 fd = child
             yield fd
         finally:
             os.close(fd)
 
-    def _refusal(self, parts: list[str], exc: OSError) -> UnsafeOutput:
+    def _refusal(self, parts: list[str], exc: OSError, parent_fd: int) -> UnsafeOutput:
         shown = self._shown(parts)
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             return UnsafeOutput(f"{shown} is a symlink; fa-images does not write through links it did not make")
         if exc.errno == errno.ENOTDIR:
-            return UnsafeOutput(f"{shown} must be a directory, but it is a file")
+            return UnsafeOutput(f"{shown} must be a directory, but it is {_what_is(parent_fd, parts[-1])}")
         return UnsafeOutput(f"{shown} cannot be used: {exc.strerror}")
+
+    def check_writable(self, files: Iterable[Rel]) -> None:
+        """Refuses, before anything is written, every path of ``files`` that a write would
+        refuse later: a parent that is not a directory (a symlink, a file, a FIFO...) or a
+        target that is neither absent nor a regular file. Nothing is created or followed, so
+        a writer that checks all its outputs first changes all of them or none."""
+        for rel in files:
+            parts = _parts(rel)
+            fd = os.open(self.path, _DIR_FLAGS)
+            try:
+                for i, name in enumerate(parts):
+                    try:
+                        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        break  # made when written: nothing below it can be in the way
+                    last = i == len(parts) - 1
+                    if last and not stat.S_ISREG(mode):
+                        shown = self._shown(parts)
+                        raise UnsafeOutput(f"{shown} must be a file, but it is {kind_of(mode)}; nothing was written")
+                    if not last:
+                        if not stat.S_ISDIR(mode):
+                            shown = self._shown(parts[: i + 1])
+                            raise UnsafeOutput(
+                                f"{shown} must be a directory, but it is {kind_of(mode)}; nothing was written"
+                            )
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                        os.close(fd)
+                        fd = child
+            finally:
+                os.close(fd)
 
     def kind(self, rel: Rel) -> str | None:
         """'file', 'dir', 'link', 'other', or None when nothing is there (a link is not followed)."""
@@ -129,7 +162,7 @@ class OutputDir:
                 "(remove it, and run again)"
             )
         if not stat.S_ISREG(mode):
-            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
+            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is {kind_of(mode)}")
 
     def _write(self, rel: Rel, fill: Callable[[int], None], mode: int, *, replace: bool = True) -> Path:
         parts = _parts(rel)
@@ -182,7 +215,6 @@ class OutputDir:
 
     def copy_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
         """Copies the regular file ``source`` to ``rel`` atomically."""
-        from .untrusted import open_regular
 
         def fill(out: int) -> None:
             with open_regular(source, what="wheel") as src, os.fdopen(os.dup(out), "wb") as dst:
@@ -226,10 +258,11 @@ class OutputDir:
             try:
                 out = os.open(parts[-1], flags, 0o644, dir_fd=fd)
             except OSError as exc:
-                raise self._refusal(parts, exc) from None
-        if not stat.S_ISREG(os.fstat(out).st_mode):
+                raise self._refusal(parts, exc, fd) from None
+        mode = os.fstat(out).st_mode
+        if not stat.S_ISREG(mode):
             os.close(out)
-            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
+            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is {kind_of(mode)}")
         os.set_blocking(out, True)
         return os.fdopen(out, "w", encoding="utf-8")
 
@@ -280,6 +313,14 @@ class OutputDir:
                 return sorted(os.listdir(fd))
         except FileNotFoundError:
             return []
+
+
+def _what_is(dir_fd: int, name: str) -> str:
+    """What ``name`` in ``dir_fd`` really is ('a symlink', 'a FIFO', 'a file'...), not following a link."""
+    try:
+        return kind_of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return "not a directory"
 
 
 def _rename_in(fd: int, tmp: str, name: str) -> None:
