@@ -220,7 +220,7 @@ def _conflict(out: safe_io.OutputDir, name: str, new_sha: str, recorded: WheelRe
     if kind is None:
         return None
     if kind != "file":
-        return f"{final} is a {'symlink' if kind == 'link' else 'directory or special file'}, not a wheel; refused"
+        return f"{final} is {untrusted.kind_of(os.lstat(final).st_mode)}, not a wheel; refused"
     if recorded is not None and recorded.sha256 != new_sha:
         return (
             f"{name} from {source} has sha256 {new_sha[:16]}…, but {directory}/{MANIFEST} records "

@@ -889,3 +889,25 @@ def test_a_refused_add_leaves_the_builds_wheel_where_it_was(tmp_path: Path) -> N
         dist.add_wheels(out, incoming, move=True)
     assert incoming[0].path.is_file()
     assert tree(out) == before
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (os.mkfifo, "a FIFO"),
+        (lambda p: p.symlink_to("elsewhere.whl"), "a symlink"),
+        (lambda p: p.mkdir(), "a directory"),
+    ],
+    ids=["fifo", "symlink", "directory"],
+)
+def test_something_else_under_the_wheels_name_is_named_and_nothing_moves(
+    make, kind: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(dist, "verify_incoming", lambda item, log: None)
+    out = tmp_path / "dist"
+    out.mkdir()
+    make(out / WHEEL_B)
+    before = tree(out)
+    code, _out, err = fa_images(capsys, "dist", "merge", _merge_source(tmp_path, WHEEL_B), "--dist", out)
+    assert_clear_error(code, err, 6, f"{out / WHEEL_B} is {kind}, not a wheel")
+    assert tree(out) == before
