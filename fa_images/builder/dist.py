@@ -266,26 +266,77 @@ def add_wheels(
         # Every path this run writes is checked before the first wheel moves: a refusal leaves
         # dist/ as it was, never wheels without their manifest or index.
         present = sorted(set(seen) | {n for n in manifest.wheels if out.kind(n) == "file"})
-        out.check_writable(_outputs(present))
-        placed = []
-        for name, item in seen.items():
-            final = directory / name
-            there = out.kind(name) == "file"
-            if there and not _same_file(item.path, final):
-                log(f"{name}: already in {directory} with this sha256")
-                if move:
-                    item.path.unlink()
-            elif not there:
-                out.move_in(name, item.path) if move else out.copy_in(name, item.path)
-            old = manifest.wheels.get(name)
-            record = item.record
-            if old is not None and old.sha256 == record.sha256:
-                record = record.with_facts(old)  # the same wheel again: keep what the first record knew
-            manifest.wheels[name] = record
-            placed.append(final)
-        out.write_text(MANIFEST, manifest.to_json())
-        write_simple_index(directory, manifest)
+        outputs = _outputs(present)
+        out.check_writable(outputs)
+        # And what fails past the checks (a full disk, a race) is undone: the files it replaces
+        # are kept (all small: the wheels already there are never rewritten).
+        saved = _save(out, [p for p in outputs if p not in present] + _stale_pages(out, present))
+        placed, new, consumed = [], [], []
+        try:
+            for name, item in seen.items():
+                final = directory / name
+                there = out.kind(name) == "file"
+                if there and not _same_file(item.path, final):
+                    log(f"{name}: already in {directory} with this sha256")
+                    consumed.append(item.path)
+                elif not there:
+                    out.link_in(name, item.path) if move else out.copy_in(name, item.path)
+                    new.append(name)
+                    consumed.append(item.path)
+                old = manifest.wheels.get(name)
+                record = item.record
+                if old is not None and old.sha256 == record.sha256:
+                    record = record.with_facts(old)  # the same wheel again: keep what the first record knew
+                manifest.wheels[name] = record
+                placed.append(final)
+            out.write_text(MANIFEST, manifest.to_json())
+            write_simple_index(directory, manifest)
+        except BaseException:
+            _restore(out, saved, new)
+            raise
+        if move:  # only now: a change undone leaves the build's wheel where it was
+            for source in consumed:
+                with contextlib.suppress(FileNotFoundError):
+                    source.unlink()
     return placed
+
+
+# What dist/ held before a change: path -> bytes, None where nothing was; and which folders were there.
+_Saved = tuple[dict[str, "bytes | None"], list[str]]
+
+
+def _save(out: safe_io.OutputDir, paths: list[str]) -> _Saved:
+    files = {p: out.read_bytes(p, limit=untrusted.MAX_PAGE) for p in paths}
+    folders = [SIMPLE] + [f"{SIMPLE}/{name}" for name in out.list(SIMPLE)]
+    return files, [f for f in folders if out.kind(f) == "dir"]
+
+
+def _restore(out: safe_io.OutputDir, saved: _Saved, new_wheels: list[str]) -> None:
+    """Puts back what ``_save`` kept and removes the wheels and folders this change added;
+    best effort (the error that got here is the one reported)."""
+    files, folders = saved
+    for name in new_wheels:
+        out.remove_file(name)
+    for rel, data in files.items():
+        with contextlib.suppress(OSError, UsageError):
+            out.write_bytes(rel, data) if data is not None else out.remove_file(rel)
+    for name in out.list(SIMPLE) if out.kind(SIMPLE) == "dir" else []:
+        if f"{SIMPLE}/{name}" not in folders:
+            out.remove_owned_dir(f"{SIMPLE}/{name}", lambda _: False)  # only if empty
+    if SIMPLE not in folders:
+        out.remove_owned_dir(SIMPLE, lambda _: False)
+
+
+def _stale_pages(out: safe_io.OutputDir, present: list[str]) -> list[str]:
+    """The pages of project folders the new index no longer lists: write_simple_index removes them."""
+    if out.kind(SIMPLE) != "dir":
+        return []
+    projects = _projects(present)
+    return [
+        f"{SIMPLE}/{name}/index.html"
+        for name in out.list(SIMPLE)
+        if name not in projects and out.kind(f"{SIMPLE}/{name}") == "dir"
+    ]
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import TextIO, Union
 
 from .errors import UsageError
-from .untrusted import kind_of, open_regular
+from .untrusted import UntrustedInput, kind_of, open_regular, read_file
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 Rel = Union[str, PurePosixPath]
@@ -222,21 +222,37 @@ class OutputDir:
 
         return self._write(rel, fill, mode)
 
-    def move_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
-        """Moves ``source`` to ``rel``: a rename on the same filesystem, else a copy; atomic either way."""
+    def link_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
+        """Puts ``source`` at ``rel`` atomically and leaves ``source`` where it is: a hard link on
+        the same filesystem (no bytes copied), else a copy. A caller that moves a file in removes
+        the source once its whole change is done, so a change undone leaves the source in place."""
         parts = _parts(rel)
         with self._dir_fd(parts[:-1], create=True) as fd:
             self._check_target(fd, parts)
-            if os.stat(source).st_dev == os.fstat(fd).st_dev:
+            with open_regular(source, what="wheel") as src:
+                same_fs = os.fstat(src.fileno()).st_dev == os.fstat(fd).st_dev
+            if same_fs:
                 tmp = _temp_name(parts[-1])
-                os.chmod(source, mode)
-                os.replace(source, tmp, dst_dir_fd=fd)
+                os.link(source, tmp, dst_dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISREG(os.stat(tmp, dir_fd=fd, follow_symlinks=False).st_mode):
+                    os.unlink(tmp, dir_fd=fd)  # swapped for a link since it was opened
+                    raise UnsafeOutput(f"{source} is not a regular file; nothing was written")
+                os.chmod(tmp, mode, dir_fd=fd)
                 _rename_in(fd, tmp, parts[-1])
                 return self.path.joinpath(*parts)
-        final = self.copy_in(rel, source, mode=mode)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(source)
-        return final
+        return self.copy_in(rel, source, mode=mode)
+
+    def read_bytes(self, rel: Rel, *, limit: int) -> bytes | None:
+        """The bytes of the regular file ``rel`` (at most ``limit``), or None where nothing is;
+        no link followed on the way."""
+        parts = _parts(rel)
+        try:
+            with self._dir_fd(parts[:-1], create=False) as fd:
+                return read_file(parts[-1], limit=limit, what="file", dir_fd=fd, follow_symlinks=False)
+        except (UnsafeOutput, UntrustedInput) as exc:
+            if not os.path.lexists(self.path.joinpath(*parts)):
+                return None  # nothing there (or no folder for it yet)
+            raise UnsafeOutput(str(exc)) from None
 
     def rename(self, old: Rel, new: Rel) -> Path:
         """Renames ``old`` to ``new`` in the same folder; ``new`` must not exist (nor be a link)."""
@@ -308,11 +324,10 @@ class OutputDir:
     def list(self, rel: Rel | None = None) -> list[str]:
         """Names in ``rel`` (or the top), without following a link to get there."""
         parts = _parts(rel) if rel is not None else []
-        try:
-            with self._dir_fd(parts, create=False) as fd:
-                return sorted(os.listdir(fd))
-        except FileNotFoundError:
-            return []
+        if parts and self.kind(PurePosixPath(*parts)) is None:
+            return []  # nothing there yet
+        with self._dir_fd(parts, create=False) as fd:
+            return sorted(os.listdir(fd))
 
 
 def _what_is(dir_fd: int, name: str) -> str:

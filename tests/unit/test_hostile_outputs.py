@@ -911,3 +911,30 @@ def test_something_else_under_the_wheels_name_is_named_and_nothing_moves(
     code, _out, err = fa_images(capsys, "dist", "merge", _merge_source(tmp_path, WHEEL_B), "--dist", out)
     assert_clear_error(code, err, 6, f"{out / WHEEL_B} is {kind}, not a wheel")
     assert tree(out) == before
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["merge", "a build's wheel"])
+@pytest.mark.parametrize("fails", ["manifest.json", "simple/flash-attn/index.html", "simple/index.html"])
+def test_a_write_that_fails_past_the_checks_is_undone(fails: str, move: bool, tmp_path: Path, monkeypatch) -> None:
+    """A full disk or a race (faked here: the checks cannot see it coming) undoes the whole add."""
+    out = tmp_path / "dist"
+    first = _incoming(tmp_path)
+    dist.add_wheels(out, first)
+    stale = out / "simple" / "old-project"
+    stale.mkdir()
+    (stale / "index.html").write_text("written by fa-images once")
+    src = _merge_source(tmp_path, WHEEL_B)
+    record = dist.read_manifest(src).wheels[WHEEL_B]
+    before = tree(out)
+    write = safe_io.OutputDir.write_bytes
+
+    def full_disk(self: safe_io.OutputDir, rel: str, data: bytes, **kw: int) -> Path:
+        if str(rel) == fails:
+            raise OSError(28, "No space left on device")
+        return write(self, rel, data, **kw)
+
+    monkeypatch.setattr(safe_io.OutputDir, "write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        dist.add_wheels(out, [dist.Incoming(src / WHEEL_B, record, "test")], move=move)
+    assert tree(out) == before
+    assert (src / WHEEL_B).is_file()  # a build's wheel is not lost either
