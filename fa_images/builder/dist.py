@@ -9,9 +9,9 @@ staging file in dist/ itself and renamed into place (atomic on one filesystem); 
 manifest and each index page are replaced by rename too, so a reader (pip, uv, a static
 server, a concurrent merge) never sees a partial file. Every path a merge writes is checked
 (``safe_io.OutputDir.check_writable``) before the first wheel moves, so a refused merge leaves
-dist/ as it was. A wheel whose sha256 differs from the
-one already recorded under its file name is refused: two different builds must not share a
-name, and an installer pinned to the first sha256 would reject the second.
+dist/ as it was; what fails later (a full disk) is undone. A wheel whose sha256 differs from
+the one already recorded under its file name is refused: two different builds must not share
+a name, and an installer pinned to the first sha256 would reject the second.
 
 Stdlib and packaging only: this module travels into every build context.
 """

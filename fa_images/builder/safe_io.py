@@ -11,6 +11,8 @@ fa-images writes, or a ``simple/`` that points at ``$HOME``. So:
   (readers never see half a file), and never over a directory or a symlink;
 - a writer of several files checks them all first (``check_writable``), so a refusal comes
   before anything changed, and names what is really in the way (a symlink, a FIFO, a file);
+- a writer of several files can undo its change: ``read_bytes`` keeps what it replaces, and
+  ``link_in`` leaves a moved file's source in place until the caller removes it;
 - only what fa-images wrote is removed: the caller names the files it owns, and a directory
   goes only when nothing else is left in it.
 

@@ -30,11 +30,11 @@ OWNER_FILE = ".fa-images-owner"
 def _start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (tells a live owner from a reused pid), or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # Field 22; the command name (field 2) may hold spaces, so count from its closing ')'.
-    return stat.rsplit(")", 1)[1].split()[19]
+    return line.rsplit(")", 1)[1].split()[19]
 
 
 # "<pid> <start time>\n": a few dozen bytes. A shared temp dir is writable by every local user,
