@@ -7,9 +7,11 @@ resolver reads the wheel's torch pin without downloading the wheel.
 and ``fa-images dist merge`` all add wheels through ``add_wheels``. A wheel is copied into a
 staging file in dist/ itself and renamed into place (atomic on one filesystem); then the
 manifest and each index page are replaced by rename too, so a reader (pip, uv, a static
-server, a concurrent merge) never sees a partial file. A wheel whose sha256 differs from the
-one already recorded under its file name is refused: two different builds must not share a
-name, and an installer pinned to the first sha256 would reject the second.
+server, a concurrent merge) never sees a partial file. Every path a merge writes is checked
+(``safe_io.OutputDir.check_writable``) before the first wheel moves, so a refused merge leaves
+dist/ as it was; what fails later (a full disk) is undone. A wheel whose sha256 differs from
+the one already recorded under its file name is refused: two different builds must not share
+a name, and an installer pinned to the first sha256 would reject the second.
 
 Stdlib and packaging only: this module travels into every build context.
 """
@@ -25,7 +27,7 @@ import os
 import re
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -218,7 +220,7 @@ def _conflict(out: safe_io.OutputDir, name: str, new_sha: str, recorded: WheelRe
     if kind is None:
         return None
     if kind != "file":
-        return f"{final} is a {'symlink' if kind == 'link' else 'directory or special file'}, not a wheel; refused"
+        return f"{final} is {untrusted.kind_of(os.lstat(final).st_mode)}, not a wheel; refused"
     if recorded is not None and recorded.sha256 != new_sha:
         return (
             f"{name} from {source} has sha256 {new_sha[:16]}…, but {directory}/{MANIFEST} records "
@@ -261,25 +263,80 @@ def add_wheels(
             if why:
                 raise WheelConflict(why)
             seen[name] = item
-        placed = []
-        for name, item in seen.items():
-            final = directory / name
-            there = out.kind(name) == "file"
-            if there and not _same_file(item.path, final):
-                log(f"{name}: already in {directory} with this sha256")
-                if move:
-                    item.path.unlink()
-            elif not there:
-                out.move_in(name, item.path) if move else out.copy_in(name, item.path)
-            old = manifest.wheels.get(name)
-            record = item.record
-            if old is not None and old.sha256 == record.sha256:
-                record = record.with_facts(old)  # the same wheel again: keep what the first record knew
-            manifest.wheels[name] = record
-            placed.append(final)
-        out.write_text(MANIFEST, manifest.to_json())
-        write_simple_index(directory, manifest)
+        # Every path this run writes is checked before the first wheel moves: a refusal leaves
+        # dist/ as it was, never wheels without their manifest or index.
+        present = sorted(set(seen) | {n for n in manifest.wheels if out.kind(n) == "file"})
+        outputs = _outputs(present)
+        out.check_writable(outputs)
+        # And what fails past the checks (a full disk, a race) is undone: the files it replaces
+        # are kept (all small: the wheels already there are never rewritten).
+        saved = _save(out, [p for p in outputs if p not in present] + _stale_pages(out, present))
+        placed, new, consumed = [], [], []
+        try:
+            for name, item in seen.items():
+                final = directory / name
+                there = out.kind(name) == "file"
+                if there and not _same_file(item.path, final):
+                    log(f"{name}: already in {directory} with this sha256")
+                    consumed.append(item.path)
+                elif not there:
+                    out.link_in(name, item.path) if move else out.copy_in(name, item.path)
+                    new.append(name)
+                    consumed.append(item.path)
+                old = manifest.wheels.get(name)
+                record = item.record
+                if old is not None and old.sha256 == record.sha256:
+                    record = record.with_facts(old)  # the same wheel again: keep what the first record knew
+                manifest.wheels[name] = record
+                placed.append(final)
+            out.write_text(MANIFEST, manifest.to_json())
+            write_simple_index(directory, manifest)
+        except BaseException:
+            _restore(out, saved, new)
+            raise
+        if move:  # only now: a change undone leaves the build's wheel where it was
+            for source in consumed:
+                with contextlib.suppress(FileNotFoundError):
+                    source.unlink()
     return placed
+
+
+# What dist/ held before a change: path -> bytes, None where nothing was; and which folders were there.
+_Saved = tuple[dict[str, "bytes | None"], list[str]]
+
+
+def _save(out: safe_io.OutputDir, paths: list[str]) -> _Saved:
+    files = {p: out.read_bytes(p, limit=untrusted.MAX_PAGE) for p in paths}
+    folders = [SIMPLE] + [f"{SIMPLE}/{name}" for name in out.list(SIMPLE)]
+    return files, [f for f in folders if out.kind(f) == "dir"]
+
+
+def _restore(out: safe_io.OutputDir, saved: _Saved, new_wheels: list[str]) -> None:
+    """Puts back what ``_save`` kept and removes the wheels and folders this change added;
+    best effort (the error that got here is the one reported)."""
+    files, folders = saved
+    for name in new_wheels:
+        out.remove_file(name)
+    for rel, data in files.items():
+        with contextlib.suppress(OSError, UsageError):
+            out.write_bytes(rel, data) if data is not None else out.remove_file(rel)
+    for name in out.list(SIMPLE) if out.kind(SIMPLE) == "dir" else []:
+        if f"{SIMPLE}/{name}" not in folders:
+            out.remove_owned_dir(f"{SIMPLE}/{name}", lambda _: False)  # only if empty
+    if SIMPLE not in folders:
+        out.remove_owned_dir(SIMPLE, lambda _: False)
+
+
+def _stale_pages(out: safe_io.OutputDir, present: list[str]) -> list[str]:
+    """The pages of project folders the new index no longer lists: write_simple_index removes them."""
+    if out.kind(SIMPLE) != "dir":
+        return []
+    projects = _projects(present)
+    return [
+        f"{SIMPLE}/{name}/index.html"
+        for name in out.list(SIMPLE)
+        if name not in projects and out.kind(f"{SIMPLE}/{name}") == "dir"
+    ]
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -304,6 +361,22 @@ def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
         if changed:
             manifest.wheels.update(changed)
             out.write_text(MANIFEST, manifest.to_json())
+
+
+def _projects(names: Iterable[str]) -> dict[str, list[str]]:
+    """The index's projects and their wheels (names in order), from the wheels' file names."""
+    projects: dict[str, list[str]] = {}
+    for name in sorted(names):
+        projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    return projects
+
+
+def _outputs(present: list[str]) -> list[str]:
+    """Every path of dist/ that adding wheels writes when ``present`` are its wheels afterwards:
+    each wheel and its ``.metadata``, the manifest, the index pages."""
+    paths = [p for name in present for p in (name, f"{name}{METADATA_SUFFIX}")]
+    paths += [MANIFEST, f"{SIMPLE}/index.html"]
+    return paths + [f"{SIMPLE}/{project}/index.html" for project in _projects(present)]
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -360,10 +433,9 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     safe_io: a symlinked simple/ or project dir is refused, and a stale project dir loses only
     the page written here."""
     out = safe_io.OutputDir(directory, what="dist directory")
-    projects: dict[str, list[str]] = {}
-    for name in sorted(manifest.wheels):
-        if out.kind(name) == "file":
-            projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    present = [name for name in manifest.wheels if out.kind(name) == "file"]
+    out.check_writable(_outputs(present))
+    projects = _projects(present)
     for project, names in projects.items():
         links = [
             f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}"{_metadata_attributes(out, n)}>'

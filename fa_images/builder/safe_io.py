@@ -9,6 +9,10 @@ fa-images writes, or a ``simple/`` that points at ``$HOME``. So:
   so a symlink anywhere under it is an error, never followed;
 - a file is written to a temporary name in the same directory and renamed over the old one
   (readers never see half a file), and never over a directory or a symlink;
+- a writer of several files checks them all first (``check_writable``), so a refusal comes
+  before anything changed, and names what is really in the way (a symlink, a FIFO, a file);
+- a writer of several files can undo its change: ``read_bytes`` keeps what it replaces, and
+  ``link_in`` leaves a moved file's source in place until the caller removes it;
 - only what fa-images wrote is removed: the caller names the files it owns, and a directory
   goes only when nothing else is left in it.
 
@@ -23,11 +27,12 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TextIO, Union
 
 from .errors import UsageError
+from .untrusted import UntrustedInput, kind_of, open_regular, read_file
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 Rel = Union[str, PurePosixPath]
@@ -68,7 +73,7 @@ class OutputDir:
                 f"(give the real directory: {os.path.realpath(self.path)})"
             )
         if not stat.S_ISDIR(info.st_mode):
-            raise UnsafeOutput(f"{what} {self.path} cannot be a directory: it is a file")
+            raise UnsafeOutput(f"{what} {self.path} cannot be a directory: it is {kind_of(info.st_mode)}")
 
     def _shown(self, parts: list[str]) -> str:
         return str(self.path.joinpath(*parts))
@@ -85,20 +90,50 @@ class OutputDir:
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise self._refusal(parts[: i + 1], exc) from None
+                    raise self._refusal(parts[: i + 1], exc, fd) from None
                 os.close(fd)
                 fd = child
             yield fd
         finally:
             os.close(fd)
 
-    def _refusal(self, parts: list[str], exc: OSError) -> UnsafeOutput:
+    def _refusal(self, parts: list[str], exc: OSError, parent_fd: int) -> UnsafeOutput:
         shown = self._shown(parts)
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             return UnsafeOutput(f"{shown} is a symlink; fa-images does not write through links it did not make")
         if exc.errno == errno.ENOTDIR:
-            return UnsafeOutput(f"{shown} must be a directory, but it is a file")
+            return UnsafeOutput(f"{shown} must be a directory, but it is {_what_is(parent_fd, parts[-1])}")
         return UnsafeOutput(f"{shown} cannot be used: {exc.strerror}")
+
+    def check_writable(self, files: Iterable[Rel]) -> None:
+        """Refuses, before anything is written, every path of ``files`` that a write would
+        refuse later: a parent that is not a directory (a symlink, a file, a FIFO...) or a
+        target that is neither absent nor a regular file. Nothing is created or followed, so
+        a writer that checks all its outputs first changes all of them or none."""
+        for rel in files:
+            parts = _parts(rel)
+            fd = os.open(self.path, _DIR_FLAGS)
+            try:
+                for i, name in enumerate(parts):
+                    try:
+                        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        break  # made when written: nothing below it can be in the way
+                    last = i == len(parts) - 1
+                    if last and not stat.S_ISREG(mode):
+                        shown = self._shown(parts)
+                        raise UnsafeOutput(f"{shown} must be a file, but it is {kind_of(mode)}; nothing was written")
+                    if not last:
+                        if not stat.S_ISDIR(mode):
+                            shown = self._shown(parts[: i + 1])
+                            raise UnsafeOutput(
+                                f"{shown} must be a directory, but it is {kind_of(mode)}; nothing was written"
+                            )
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                        os.close(fd)
+                        fd = child
+            finally:
+                os.close(fd)
 
     def kind(self, rel: Rel) -> str | None:
         """'file', 'dir', 'link', 'other', or None when nothing is there (a link is not followed)."""
@@ -129,7 +164,7 @@ class OutputDir:
                 "(remove it, and run again)"
             )
         if not stat.S_ISREG(mode):
-            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
+            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is {kind_of(mode)}")
 
     def _write(self, rel: Rel, fill: Callable[[int], None], mode: int, *, replace: bool = True) -> Path:
         parts = _parts(rel)
@@ -182,7 +217,6 @@ class OutputDir:
 
     def copy_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
         """Copies the regular file ``source`` to ``rel`` atomically."""
-        from .untrusted import open_regular
 
         def fill(out: int) -> None:
             with open_regular(source, what="wheel") as src, os.fdopen(os.dup(out), "wb") as dst:
@@ -190,21 +224,37 @@ class OutputDir:
 
         return self._write(rel, fill, mode)
 
-    def move_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
-        """Moves ``source`` to ``rel``: a rename on the same filesystem, else a copy; atomic either way."""
+    def link_in(self, rel: Rel, source: Path, *, mode: int = 0o644) -> Path:
+        """Puts ``source`` at ``rel`` atomically and leaves ``source`` where it is: a hard link on
+        the same filesystem (no bytes copied), else a copy. A caller that moves a file in removes
+        the source once its whole change is done, so a change undone leaves the source in place."""
         parts = _parts(rel)
         with self._dir_fd(parts[:-1], create=True) as fd:
             self._check_target(fd, parts)
-            if os.stat(source).st_dev == os.fstat(fd).st_dev:
+            with open_regular(source, what="wheel") as src:
+                same_fs = os.fstat(src.fileno()).st_dev == os.fstat(fd).st_dev
+            if same_fs:
                 tmp = _temp_name(parts[-1])
-                os.chmod(source, mode)
-                os.replace(source, tmp, dst_dir_fd=fd)
+                os.link(source, tmp, dst_dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISREG(os.stat(tmp, dir_fd=fd, follow_symlinks=False).st_mode):
+                    os.unlink(tmp, dir_fd=fd)  # swapped for a link since it was opened
+                    raise UnsafeOutput(f"{source} is not a regular file; nothing was written")
+                os.chmod(tmp, mode, dir_fd=fd)
                 _rename_in(fd, tmp, parts[-1])
                 return self.path.joinpath(*parts)
-        final = self.copy_in(rel, source, mode=mode)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(source)
-        return final
+        return self.copy_in(rel, source, mode=mode)
+
+    def read_bytes(self, rel: Rel, *, limit: int) -> bytes | None:
+        """The bytes of the regular file ``rel`` (at most ``limit``), or None where nothing is;
+        no link followed on the way."""
+        parts = _parts(rel)
+        try:
+            with self._dir_fd(parts[:-1], create=False) as fd:
+                return read_file(parts[-1], limit=limit, what="file", dir_fd=fd, follow_symlinks=False)
+        except (UnsafeOutput, UntrustedInput) as exc:
+            if not os.path.lexists(self.path.joinpath(*parts)):
+                return None  # nothing there (or no folder for it yet)
+            raise UnsafeOutput(str(exc)) from None
 
     def rename(self, old: Rel, new: Rel) -> Path:
         """Renames ``old`` to ``new`` in the same folder; ``new`` must not exist (nor be a link)."""
@@ -226,10 +276,11 @@ class OutputDir:
             try:
                 out = os.open(parts[-1], flags, 0o644, dir_fd=fd)
             except OSError as exc:
-                raise self._refusal(parts, exc) from None
-        if not stat.S_ISREG(os.fstat(out).st_mode):
+                raise self._refusal(parts, exc, fd) from None
+        mode = os.fstat(out).st_mode
+        if not stat.S_ISREG(mode):
             os.close(out)
-            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is a directory or a special file")
+            raise UnsafeOutput(f"{self._shown(parts)} must be a file, but it is {kind_of(mode)}")
         os.set_blocking(out, True)
         return os.fdopen(out, "w", encoding="utf-8")
 
@@ -275,11 +326,18 @@ class OutputDir:
     def list(self, rel: Rel | None = None) -> list[str]:
         """Names in ``rel`` (or the top), without following a link to get there."""
         parts = _parts(rel) if rel is not None else []
-        try:
-            with self._dir_fd(parts, create=False) as fd:
-                return sorted(os.listdir(fd))
-        except FileNotFoundError:
-            return []
+        if parts and self.kind(PurePosixPath(*parts)) is None:
+            return []  # nothing there yet
+        with self._dir_fd(parts, create=False) as fd:
+            return sorted(os.listdir(fd))
+
+
+def _what_is(dir_fd: int, name: str) -> str:
+    """What ``name`` in ``dir_fd`` really is ('a symlink', 'a FIFO', 'a file'...), not following a link."""
+    try:
+        return kind_of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return "not a directory"
 
 
 def _rename_in(fd: int, tmp: str, name: str) -> None:

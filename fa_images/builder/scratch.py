@@ -12,12 +12,15 @@ Nothing outside a directory made here is ever removed, whatever names an sdist h
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import safe_io, untrusted
 from .errors import UsageError
 
 PREFIX = "fa-images-"
@@ -27,19 +30,52 @@ OWNER_FILE = ".fa-images-owner"
 def _start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (tells a live owner from a reused pid), or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # Field 22; the command name (field 2) may hold spaces, so count from its closing ')'.
-    return stat.rsplit(")", 1)[1].split()[19]
+    return line.rsplit(")", 1)[1].split()[19]
 
 
-def _owner_alive(directory: Path) -> bool:
+# "<pid> <start time>\n": a few dozen bytes. A shared temp dir is writable by every local user,
+# so whatever is found there is read as untrusted: no link followed, no FIFO waited on, capped.
+_MAX_OWNER = 64
+_MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT; 0 or a negative pid would signal a group
+_OWNER_LINE = re.compile(r"([0-9]{1,7}) ([0-9]{1,20})\n?", re.ASCII)
+
+
+def _is_ours(info: os.stat_result) -> bool:
+    """A directory of this user that no one else can write: what scratch_dir makes (0700)."""
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _owner(root_fd: int, name: str) -> tuple[int, str] | None:
+    """(pid, start time) recorded in ``root/name``, or None where that is not a directory this
+    module made: not ours, a link, open to others, an owner file that is missing, a link, not a
+    regular file, too large or malformed. None means: leave it alone."""
     try:
-        pid_text, started = (directory / OWNER_FILE).read_text().split()
-        pid = int(pid_text)
-    except (OSError, ValueError):
-        return True  # not made by this module (or being made right now): never touch it
+        info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+        if not _is_ours(info):
+            return None
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=root_fd)
+    except OSError:
+        return None
+    try:
+        here = os.fstat(fd)
+        if (here.st_dev, here.st_ino) != (info.st_dev, info.st_ino) or not _is_ours(here):
+            return None  # swapped between the look and the open
+        raw = untrusted.read_file(OWNER_FILE, limit=_MAX_OWNER, what="owner file", dir_fd=fd, follow_symlinks=False)
+    except (OSError, untrusted.UntrustedInput):
+        return None
+    finally:
+        os.close(fd)
+    match = _OWNER_LINE.fullmatch(raw.decode("ascii", "replace"))
+    if not match or not 0 < int(match.group(1)) < _MAX_PID:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def _alive(pid: int, started: str) -> bool:
     if not Path("/proc").is_dir():  # no procfs: fall back to "does the pid exist"
         try:
             os.kill(pid, 0)
@@ -52,17 +88,34 @@ def _owner_alive(directory: Path) -> bool:
 
 
 def reap(root: Path | None = None) -> list[Path]:
-    """Removes the scratch directories under ``root`` whose owning process has died."""
-    root = Path(root or tempfile.gettempdir())
+    """Removes the scratch directories under ``root`` whose owning process has died.
+
+    Only a directory that is this user's own, open to no one else, with a well-formed owner
+    file naming a dead process is removed, and its removal follows no link inside it
+    (``safe_io``). Anything else under the prefix is left alone, silently: it is not ours."""
+    # The temp dir itself is the user's choice (TMPDIR may be a link they made); below it, nothing is followed.
+    root = Path(os.path.realpath(root or tempfile.gettempdir()))
     removed: list[Path] = []
     try:
-        candidates = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir() and not p.is_symlink()]
-    except OSError:
+        out = safe_io.OutputDir(root, create=False, what="temp directory")
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, safe_io.UnsafeOutput):
         return removed
-    for path in candidates:
-        if not _owner_alive(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+    try:
+        names = sorted(n for n in os.listdir(root_fd) if n.startswith(PREFIX))
+        for name in names:
+            owner = _owner(root_fd, name)
+            if owner is None or _alive(*owner):
+                continue
+            try:
+                out.remove_tree(name)
+            except (OSError, safe_io.UnsafeOutput):
+                continue  # half gone, or swapped for a link meanwhile: the next run tries again
+            removed.append(root / name)
+    except OSError:
+        pass
+    finally:
+        os.close(root_fd)
     return removed
 
 

@@ -7,6 +7,7 @@ reader for both, used by the builder (flash-attn's sdists) and ``compat refresh`
 
 from __future__ import annotations
 
+import dataclasses
 import html.parser
 import urllib.parse
 from dataclasses import dataclass, field
@@ -14,6 +15,10 @@ from dataclasses import dataclass, field
 from . import untrusted
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+
+
+# (algorithm, hex digest) pairs, lowercased, as a page announces them.
+Hashes = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,13 @@ class File:
     url: str
     sha256: str | None
     yanked: bool = False
+    # PEP 658/714: None where the page announces no ``<url>.metadata``; else the hashes it
+    # announces for that file, () for a bare ``true``.
+    metadata: Hashes | None = None
+
+    @property
+    def metadata_sha256(self) -> str | None:
+        return dict(self.metadata or ()).get("sha256")
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ def parse(body: bytes, content_type: str = "", *, url: str | None = None) -> Pag
     else:
         files, versions = _html_files(untrusted.decode_text(body, what="the index page")), []
     if url is not None:
-        files = [File(f.filename, untrusted.link(url, f.url), f.sha256, f.yanked) for f in files]
+        files = [dataclasses.replace(f, url=untrusted.link(url, f.url)) for f in files]
     return Page(files, versions)
 
 
@@ -89,7 +101,19 @@ def _json_files(data: object) -> tuple[list[File], list[str]]:
             continue
         hashes = f.get("hashes")
         sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-        files.append(File(f["filename"], f["url"], sha if isinstance(sha, str) else None, bool(f.get("yanked"))))
+        # PEP 714 renamed PEP 658's key; the old one counts only where the new one is absent.
+        announced = f["core-metadata"] if "core-metadata" in f else f.get("dist-info-metadata")
+        metadata: Hashes | None = None
+        if announced is True:
+            metadata = ()
+        elif isinstance(announced, dict):
+            metadata = tuple(
+                sorted(
+                    (k.lower(), v.lower()) for k, v in announced.items() if isinstance(k, str) and isinstance(v, str)
+                )
+            )
+        sha = sha if isinstance(sha, str) else None
+        files.append(File(f["filename"], f["url"], sha, bool(f.get("yanked")), metadata))
     versions = data.get("versions", [])
     return files, [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
 
@@ -105,5 +129,15 @@ def _html_files(text: str) -> list[File]:
             continue
         name = link_text or urllib.parse.unquote(url.rstrip("/").rpartition("/")[2])
         digest = fragment.partition("=")[2] if fragment.startswith("sha256=") else None
-        files.append(File(name, url, digest, "data-yanked" in attrs))
+        files.append(File(name, url, digest, "data-yanked" in attrs, _html_metadata(attrs)))
     return files
+
+
+def _html_metadata(attrs: dict[str, str | None]) -> Hashes | None:
+    """PEP 658/714's anchor attribute: ``"true"`` or ``"<algorithm>=<hex>"``. A value of neither
+    shape is read as pip reads it: the file is announced, with no hash."""
+    key = "data-core-metadata" if "data-core-metadata" in attrs else "data-dist-info-metadata"
+    if key not in attrs:
+        return None
+    algorithm, sep, digest = (attrs[key] or "").partition("=")
+    return ((algorithm.lower(), digest.lower()),) if sep and algorithm else ()

@@ -134,10 +134,14 @@ def download(url: str, dest: Path, sha256: str) -> Path:
 
 
 def verify_sha256(path: Path, expected: str, *, shown_as: str | None = None) -> str:
-    actual = sha256_of(path)
+    return check_sha256(sha256_of(path), expected, shown_as=str(shown_as or path))
+
+
+def check_sha256(actual: str, expected: str, *, shown_as: str) -> str:
+    """``actual``, if it is the ``expected`` sha256: the one check every download gets."""
     if actual != expected.lower():
         raise SourceError(
-            f"sha256 mismatch for {shown_as or path}: expected {expected}, got {actual}",
+            f"sha256 mismatch for {shown_as}: expected {expected}, got {actual}",
             hint="the file is corrupt or not the release it claims to be; delete it and fetch again",
         )
     return actual

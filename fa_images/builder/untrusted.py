@@ -12,6 +12,7 @@ Stdlib only, Python 3.9: this module travels into every build context.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -37,17 +38,27 @@ class UntrustedInput(ValueError):
 # --- files ----------------------------------------------------------------------------------
 
 
-def open_regular(path: Path, *, what: str = "file") -> BinaryIO:
+def open_regular(
+    path: Path | str, *, what: str = "file", dir_fd: int | None = None, follow_symlinks: bool = True
+) -> BinaryIO:
     """``path`` opened for reading, if it is a regular file (after symlinks): never a FIFO,
-    a device or a directory. O_NONBLOCK keeps the open itself from waiting on a FIFO."""
+    a device or a directory. O_NONBLOCK keeps the open itself from waiting on a FIFO.
+
+    ``dir_fd`` opens ``path`` relative to an open directory, and ``follow_symlinks=False``
+    refuses a link there (O_NOFOLLOW): how a file in a directory others can write is read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise UntrustedInput(f"{what} {path} is a symlink; refusing to follow it") from None
         raise UntrustedInput(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise UntrustedInput(f"{what} {path} is not a regular file ({_kind(mode)}); refusing to read it")
+            raise UntrustedInput(f"{what} {path} is not a regular file ({kind_of(mode)}); refusing to read it")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -55,18 +66,23 @@ def open_regular(path: Path, *, what: str = "file") -> BinaryIO:
         raise
 
 
-def read_file(path: Path, *, limit: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes."""
-    with open_regular(path, what=what) as f:
+def read_file(
+    path: Path | str, *, limit: int, what: str = "file", dir_fd: int | None = None, follow_symlinks: bool = True
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (``open_regular``'s options)."""
+    with open_regular(path, what=what, dir_fd=dir_fd, follow_symlinks=follow_symlinks) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise UntrustedInput(f"{what} {path} is larger than {_size(limit)}; refusing to read it")
     return data
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What an ``lstat``/``fstat`` mode says is there, for a message: 'a symlink', 'a FIFO', 'a file'..."""
     for test, name in (
+        (stat.S_ISREG, "a file"),
         (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symlink"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),

@@ -4,7 +4,8 @@ What each fact comes from:
 - torch releases and the Pythons each ships: PyPI's JSON simple API (PEP 691), the cpXY tags
   of its manylinux x86_64 wheels (free-threaded ``cp313t`` builds left out).
 - PyPI's default CUDA variant: the wheel's own METADATA, read from PEP 658's ``.metadata``
-  file, or, for older uploads without one, from the wheel by HTTP range requests (only the
+  file where the page announces one (checked against the sha256 announced with it), or, for
+  older uploads without one, from the wheel by HTTP range requests (only the
   zip directory and METADATA are fetched, not the 500 MB wheel). ``nvidia-cuda-runtime-cu12
   ==12.8.90`` means 12.8; ``cuda-toolkit[...]==13.0.2`` means 13.0.
 - the CUDA variants of each release: the torch index's file list (``torch-2.9.1+cu128-...``).
@@ -22,6 +23,7 @@ The result is spliced into compat.yaml between ``# BEGIN generated <section>`` a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
@@ -35,7 +37,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..builder import simple_index, untrusted
+from ..builder import simple_index, source, untrusted
+from ..builder.errors import SourceError
 from ..errors import UsageError
 from . import compat as compat_mod
 from . import grammar, yamlfile
@@ -129,17 +132,54 @@ def metadata_by_range(fetch: Fetch, url: str) -> str:
     raise ValueError(f"{url}: no .dist-info/METADATA in the wheel")
 
 
-def wheel_metadata(fetch: Fetch, url: str) -> str:
+# A wheel's METADATA is a few kB (torch's, with its long description, ~40 kB).
+MAX_METADATA = 4 << 20
+
+
+def wheel_metadata(fetch: Fetch, wheel: simple_index.File) -> str:
+    """The METADATA of ``wheel``: PEP 658's ``<url>.metadata`` where the page announces one,
+    checked against the sha256 announced with it as every download is (``source.check_sha256``);
+    else read from the wheel by range requests.
+
+    - ``true`` without a hash: the file is used unchecked, as pip uses it. PyPI always sends a
+      hash; an index that sends none offers nothing to check, and the wheel read by ranges
+      would be unchecked too.
+    - hashes of other algorithms only (``md5=...``): refused. The page meant the file to be
+      checked, and fa-images checks sha256; a page that names an algorithm no one here reads
+      must not turn the check off.
+    """
+    if wheel.metadata is None:  # not announced: uploads before PyPI extracted it
+        return metadata_by_range(fetch, wheel.url)
+    url = wheel.url + ".metadata"
+    name = untrusted.shown(f"{wheel.filename}.metadata")  # not the URL: it may carry the index's token
+    expected = wheel.metadata_sha256
+    if wheel.metadata and expected is None:
+        algorithms = ", ".join(sorted({a for a, _ in wheel.metadata}))
+        raise UsageError(
+            f"{name}: the index announces it with a {untrusted.shown(algorithms)} hash only; "
+            "fa-images checks sha256, so it refuses the file",
+            hint="an index serving PEP 658 metadata should announce its sha256",
+        )
     try:
-        return fetch(url + ".metadata", {}).decode()
-    except FileNotFoundError:  # uploads before PEP 658 metadata was extracted
-        return metadata_by_range(fetch, url)
+        data = fetch(url, {})
+    except FileNotFoundError:  # announced but not there: the wheel itself still says it
+        return metadata_by_range(fetch, wheel.url)
+    if len(data) > MAX_METADATA:
+        raise ValueError(f"{name}: more than {MAX_METADATA >> 20} MiB of METADATA")
+    if expected is not None:
+        try:
+            source.check_sha256(hashlib.sha256(data).hexdigest(), expected, shown_as=name)
+        except SourceError as exc:
+            raise UsageError(
+                exc.message, hint="the index's page and the .metadata file it serves disagree; nothing was written"
+            ) from None
+    return untrusted.decode_text(data, what=name)
 
 
 def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]:
     """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
     page = f"{pypi.rstrip('/')}/torch/"
-    wheels: dict[str, dict[str, str]] = {}  # version -> cp tag -> wheel URL
+    wheels: dict[str, dict[str, simple_index.File]] = {}  # version -> cp tag -> wheel
     for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
         match = _WHEEL.match(f.filename)
         if not match or not match["platform"].startswith("manylinux") or not match["platform"].endswith("x86_64"):
@@ -148,7 +188,7 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
         parsed = _final(version)
         if parsed is None or parsed < Version(min_torch) or f.yanked or grammar.version(version) is not None:
             continue
-        wheels.setdefault(version, {})[match["py"]] = f.url  # absolute, and on the page's host
+        wheels.setdefault(version, {})[match["py"]] = f  # its URL absolute, and on the page's host
     out = {}
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)

@@ -7,8 +7,10 @@ code path (PEP 691 JSON, PEP 658 metadata, HTTP range reads of a wheel) without 
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import io
+import json
 import re
 import threading
 import zipfile
@@ -20,6 +22,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from fa_images.builder import simple_index
 from fa_images.builder.settings import ARCH_CODES
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
 from fa_images.config import compat, compatgen
@@ -245,10 +248,110 @@ def test_every_table_python_has_tool_pins_that_support_it() -> None:
     assert all(any(p.startswith("setuptools==") for p in table.tools_for(py)) for py in table.pythons)
 
 
+TORCH_2110 = "torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl"
+RECORDED_2110 = FIXTURES / f"{TORCH_2110}.METADATA"
+
+
 def test_a_pep_658_metadata_file_is_used_before_any_range_request(index: str) -> None:
-    """Where the index serves ``<wheel>.metadata``, the wheel itself is never touched."""
-    wheel = next(p for p in IndexHandler.routes if p.endswith("torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl"))
-    recorded = FIXTURES / "torch-2.11.0-cp314-cp314-manylinux_2_28_x86_64.whl.METADATA"
-    IndexHandler.routes[wheel + ".metadata"] = recorded.read_bytes()
-    assert compatgen.wheel_metadata(compatgen.http_fetch, index + wheel) == recorded.read_text()
+    """Where the index announces and serves ``<wheel>.metadata``, the wheel itself is never touched."""
+    wheel = next(p for p in IndexHandler.routes if p.endswith(TORCH_2110))
+    IndexHandler.routes[wheel + ".metadata"] = RECORDED_2110.read_bytes()
+    sha = hashlib.sha256(RECORDED_2110.read_bytes()).hexdigest()
+    announced = simple_index.File(TORCH_2110, index + wheel, None, metadata=(("sha256", sha),))
+    assert compatgen.wheel_metadata(compatgen.http_fetch, announced) == RECORDED_2110.read_text()
     assert [r for p, r in IndexHandler.requests if p == wheel] == []
+
+
+def serve_torch_page(form: str, key: str, value: object, metadata: bytes | None) -> None:
+    """The torch page again, announcing a ``.metadata`` for torch 2.11.0's newest wheel with
+    ``value`` under ``key`` (the JSON value; the HTML attribute gets its PEP 658 text), in PEP 691
+    JSON or PEP 503 HTML; ``metadata`` is what the index serves as that file."""
+    page = json.loads(IndexHandler.routes["/simple/torch/"])
+    wheel = next(f for f in page["files"] if f["filename"] == TORCH_2110)
+    base = wheel["url"].split("/files/")[0]
+    if metadata is not None:
+        IndexHandler.routes[wheel["url"].removeprefix(base) + ".metadata"] = metadata
+    if form == "json":
+        wheel[key] = value
+        IndexHandler.routes["/simple/torch/"] = json.dumps(page).encode()
+        return
+    text = "true" if value is True else ",".join(f"{k}={v}" for k, v in value.items())  # type: ignore[union-attr]
+    anchors = [
+        f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}"'
+        + (f' data-{key}="{text}"' if f is wheel else "")
+        + f">{f['filename']}</a><br>"
+        for f in page["files"]
+    ]
+    IndexHandler.routes["/simple/torch/"] = ("<html><body>\n" + "\n".join(anchors) + "\n</body></html>").encode()
+
+
+FORMS = [
+    ("json", "core-metadata"),
+    ("json", "dist-info-metadata"),
+    ("html", "core-metadata"),
+    ("html", "dist-info-metadata"),
+]
+
+
+def _wheel_requests(kind: str) -> list[tuple[str, str | None]]:
+    suffix = TORCH_2110 + (".metadata" if kind == "metadata" else "")
+    return [(p, r) for p, r in IndexHandler.requests if p.endswith(suffix)]
+
+
+@pytest.mark.parametrize(("form", "key"), FORMS)
+def test_an_announced_metadata_file_is_checked_against_its_hash(form: str, key: str, index: str, table: Path) -> None:
+    sha = hashlib.sha256(RECORDED_2110.read_bytes()).hexdigest()
+    serve_torch_page(form, key, {"sha256": sha}, RECORDED_2110.read_bytes())
+    new = yaml.safe_load(refresh(table, index).text)["torch"]
+    assert new["2.11.0"]["default_cuda"] == "13.0"
+    assert _wheel_requests("metadata") and _wheel_requests("wheel") == []  # no range read of the wheel
+
+
+@pytest.mark.parametrize(("form", "key"), FORMS)
+def test_a_metadata_file_that_is_not_the_announced_one_is_refused(
+    form: str, key: str, index: str, table: Path, run_fa_images, tmp_path: Path
+) -> None:
+    forged = RECORDED_2110.read_bytes().replace(b"cuda-toolkit", b"cuda-toolkiT")
+    serve_torch_page(form, key, {"sha256": hashlib.sha256(RECORDED_2110.read_bytes()).hexdigest()}, forged)
+    with pytest.raises(UsageError, match=rf"sha256 mismatch for {re.escape(TORCH_2110)}\.metadata"):
+        refresh(table, index)
+    out = tmp_path / "new.yaml"
+    proc = run_fa_images(
+        [
+            "compat",
+            "refresh",
+            "--table",
+            table,
+            "--out",
+            out,
+            "--pypi",
+            f"{index}/simple",
+            "--torch-index",
+            f"{index}/whl",
+        ]
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: sha256 mismatch for {TORCH_2110}.metadata"), proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("form", ["json", "html"])
+def test_metadata_announced_without_a_hash_is_used_as_pip_uses_it(form: str, index: str, table: Path) -> None:
+    serve_torch_page(form, "core-metadata", True, RECORDED_2110.read_bytes())
+    assert yaml.safe_load(refresh(table, index).text)["torch"]["2.11.0"]["default_cuda"] == "13.0"
+    assert _wheel_requests("metadata") and _wheel_requests("wheel") == []
+
+
+@pytest.mark.parametrize("form", ["json", "html"])
+def test_a_hash_of_another_algorithm_only_is_refused(form: str, index: str, table: Path) -> None:
+    serve_torch_page(form, "core-metadata", {"md5": "0" * 32}, RECORDED_2110.read_bytes())
+    with pytest.raises(UsageError, match=rf"{re.escape(TORCH_2110)}\.metadata: the index announces it with a md5 hash"):
+        refresh(table, index)
+    assert _wheel_requests("metadata") == []  # refused before it was fetched
+
+
+def test_metadata_not_announced_is_read_from_the_wheel(index: str, table: Path) -> None:
+    """PEP 658: a client fetches ``.metadata`` only where the page announces it."""
+    refresh(table, index)
+    assert _wheel_requests("metadata") == [] and _wheel_requests("wheel")

@@ -782,3 +782,159 @@ def test_an_entry_log_is_never_written_through_a_link(tmp_path: Path, victim: Pa
     log.write("line")
     log.close()
     assert (tmp_path / "logs" / "f.log").read_text() == "line\n"
+
+
+# --- 5. a refused merge leaves dist/ as it was: every output checked before the first move --
+
+
+def tree(folder: Path) -> dict[str, tuple[str, bytes | str | None]]:
+    """Every entry under ``folder``, links not followed: its kind and bytes, or a link's target."""
+    found: dict[str, tuple[str, bytes | str | None]] = {}
+    for here, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            path = Path(here) / name
+            mode = path.lstat().st_mode
+            rel = str(path.relative_to(folder))
+            if stat.S_ISLNK(mode):
+                found[rel] = ("link", os.readlink(path))
+            elif stat.S_ISREG(mode):
+                found[rel] = ("file", path.read_bytes())
+            else:
+                found[rel] = (untrusted.kind_of(mode), None)
+    return found
+
+
+def _replace(path: Path, make) -> None:
+    if path.is_dir() and not path.is_symlink():
+        for child in sorted(path.rglob("*"), reverse=True):
+            child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
+        path.rmdir()
+    elif os.path.lexists(path):
+        path.unlink()
+    make(path)
+
+
+WHEEL_B = WHEEL.replace("cp311-cp311", "cp312-cp312")
+# (what is in the way, relative to dist/; how it is made; what the error must call it)
+OBSTACLES = {
+    "simple is a file": ("simple", lambda p: p.write_text("x"), "a file"),
+    "simple is a symlink to elsewhere": ("simple", lambda p: p.symlink_to(p.parent.parent / "victim"), "a symlink"),
+    "simple/flash-attn is a file": ("simple/flash-attn", lambda p: p.write_text("x"), "a file"),
+    "simple/flash-attn is a FIFO": ("simple/flash-attn", os.mkfifo, "a FIFO"),
+    "the project page is a FIFO": ("simple/flash-attn/index.html", os.mkfifo, "a FIFO"),
+    "the root page is a symlink": ("simple/index.html", lambda p: p.symlink_to("../manifest.json"), "a symlink"),
+    "the new wheel's .metadata is a directory": (f"{WHEEL_B}.metadata", lambda p: p.mkdir(), "a directory"),
+    "the new wheel's .metadata is a FIFO": (f"{WHEEL_B}.metadata", os.mkfifo, "a FIFO"),
+    "manifest.json is a directory": ("manifest.json", lambda p: p.mkdir(), "a directory"),
+    "manifest.json is a FIFO": ("manifest.json", os.mkfifo, "a FIFO"),
+}
+
+
+def _merge_source(root: Path, name: str) -> Path:
+    src = root / name.split("-")[2]
+    src.mkdir()
+    wheel = _wheel(src / name, "Name: flash-attn\nVersion: 2.8.3+cu128torch2.9cxx11abitrue\n")
+    record = {"sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "size": wheel.stat().st_size}
+    record |= {"flash_attn": "2.8.3", "python": "3.11"}
+    (src / "manifest.json").write_text(json.dumps({"schema_version": 1, "wheels": {name: record}}))
+    return src
+
+
+@pytest.mark.parametrize("case", sorted(OBSTACLES))
+def test_a_refused_merge_leaves_dist_exactly_as_it_was(
+    case: str, tmp_path: Path, victim: Path, capsys, monkeypatch
+) -> None:
+    # The verifier has its own tests; here every wheel passes it, so only the writes are judged.
+    monkeypatch.setattr(dist, "verify_incoming", lambda item, log: None)
+    out = tmp_path / "dist"
+    code, _out, err = fa_images(capsys, "dist", "merge", _merge_source(tmp_path, WHEEL), "--dist", out)
+    assert code == 0, err
+    assert (out / f"{WHEEL}.metadata").is_file()  # the obstacle-free merge writes every kind of output
+    where, make, kind = OBSTACLES[case]
+    _replace(out / where, make)
+    before, victim_before = tree(out), tree(victim)
+    code, _out, err = fa_images(capsys, "dist", "merge", _merge_source(tmp_path, WHEEL_B), "--dist", out)
+    assert_clear_error(code, err, 2, str(out / where), kind)
+    assert len(err.strip().splitlines()) == 1 or err.splitlines()[1].startswith("hint:"), err
+    assert tree(out) == before
+    assert tree(victim) == victim_before
+
+
+def test_a_symlink_where_a_directory_goes_is_called_a_symlink(tmp_path: Path, victim: Path) -> None:
+    out = safe_io.OutputDir(tmp_path / "out")
+    (tmp_path / "out" / "sub").symlink_to(victim)
+    (tmp_path / "out" / "pipe").mkdir()
+    os.mkfifo(tmp_path / "out" / "pipe" / "p")
+    with pytest.raises(safe_io.UnsafeOutput, match=r"out/sub must be a directory, but it is a symlink"):
+        out.check_writable(["sub/file"])
+    with pytest.raises(safe_io.UnsafeOutput, match=r"out/pipe/p must be a directory, but it is a FIFO"):
+        out.check_writable(["pipe/p/file"])
+    with pytest.raises(safe_io.UnsafeOutput, match=r"out/pipe/p must be a file, but it is a FIFO"):
+        out.check_writable(["pipe/p"])
+    out.check_writable(["new/deeper/file", "pipe/other"])  # absent paths are fine, and nothing is made
+    assert not (tmp_path / "out" / "new").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(safe_io.UnsafeOutput, match=r"cannot be a directory: it is a file"):
+        safe_io.OutputDir(tmp_path / "file")
+
+
+def test_a_refused_add_leaves_the_builds_wheel_where_it_was(tmp_path: Path) -> None:
+    """The executor's and `wheel`'s way in (add_wheels with move=True): refused before the move."""
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "simple").symlink_to(tmp_path)
+    incoming = _incoming(tmp_path)
+    before = tree(out)
+    with pytest.raises(safe_io.UnsafeOutput, match=r"dist/simple must be a directory, but it is a symlink"):
+        dist.add_wheels(out, incoming, move=True)
+    assert incoming[0].path.is_file()
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (os.mkfifo, "a FIFO"),
+        (lambda p: p.symlink_to("elsewhere.whl"), "a symlink"),
+        (lambda p: p.mkdir(), "a directory"),
+    ],
+    ids=["fifo", "symlink", "directory"],
+)
+def test_something_else_under_the_wheels_name_is_named_and_nothing_moves(
+    make, kind: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(dist, "verify_incoming", lambda item, log: None)
+    out = tmp_path / "dist"
+    out.mkdir()
+    make(out / WHEEL_B)
+    before = tree(out)
+    code, _out, err = fa_images(capsys, "dist", "merge", _merge_source(tmp_path, WHEEL_B), "--dist", out)
+    assert_clear_error(code, err, 6, f"{out / WHEEL_B} is {kind}, not a wheel")
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["merge", "a build's wheel"])
+@pytest.mark.parametrize("fails", ["manifest.json", "simple/flash-attn/index.html", "simple/index.html"])
+def test_a_write_that_fails_past_the_checks_is_undone(fails: str, move: bool, tmp_path: Path, monkeypatch) -> None:
+    """A full disk or a race (faked here: the checks cannot see it coming) undoes the whole add."""
+    out = tmp_path / "dist"
+    first = _incoming(tmp_path)
+    dist.add_wheels(out, first)
+    stale = out / "simple" / "old-project"
+    stale.mkdir()
+    (stale / "index.html").write_text("written by fa-images once")
+    src = _merge_source(tmp_path, WHEEL_B)
+    record = dist.read_manifest(src).wheels[WHEEL_B]
+    before = tree(out)
+    write = safe_io.OutputDir.write_bytes
+
+    def full_disk(self: safe_io.OutputDir, rel: str, data: bytes, **kw: int) -> Path:
+        if str(rel) == fails:
+            raise OSError(28, "No space left on device")
+        return write(self, rel, data, **kw)
+
+    monkeypatch.setattr(safe_io.OutputDir, "write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        dist.add_wheels(out, [dist.Incoming(src / WHEEL_B, record, "test")], move=move)
+    assert tree(out) == before
+    assert (src / WHEEL_B).is_file()  # a build's wheel is not lost either

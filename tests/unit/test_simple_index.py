@@ -76,3 +76,63 @@ def test_json_entries_that_name_no_file_are_left_out() -> None:
     body = json.dumps({"files": [{"url": "../x"}, "text", {"filename": "a.tar.gz", "url": "../a", "hashes": None}]})
     page = simple_index.parse(body.encode(), "application/json")
     assert page.files == [simple_index.File("a.tar.gz", "../a", None)]
+
+
+# PEP 658/714: what a page announces about a wheel's ``.metadata`` is kept, hash included.
+WHL = "torch-2.9.1-cp313-cp313-manylinux_2_28_x86_64.whl"
+
+
+def _html_with(attrs: str) -> bytes:
+    return f'<html><body><a href="../../p/{WHL}#sha256={SHA}" {attrs}>{WHL}</a></body></html>'.encode()
+
+
+def _json_with(extra: dict) -> bytes:
+    entry = {"filename": WHL, "url": f"https://files.example/p/{WHL}", "hashes": {"sha256": SHA}, **extra}
+    return json.dumps({"meta": {"api-version": "1.1"}, "files": [entry]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "announced"),
+    [
+        (_html_with(f'data-core-metadata="sha256={"CD" * 32}"'), (("sha256", "cd" * 32),)),
+        (_html_with(f'data-dist-info-metadata="sha256={"cd" * 32}"'), (("sha256", "cd" * 32),)),
+        (  # PEP 714: the new attribute wins over the old one
+            _html_with(f'data-dist-info-metadata="sha256={"ef" * 32}" data-core-metadata="sha256={"cd" * 32}"'),
+            (("sha256", "cd" * 32),),
+        ),
+        (_html_with('data-core-metadata="true"'), ()),
+        (_html_with("data-core-metadata"), ()),  # as pip reads it: announced, no hash
+        (_html_with('data-core-metadata="md5=00ff"'), (("md5", "00ff"),)),
+        (_html_with(""), None),
+        (_json_with({"core-metadata": {"sha256": "CD" * 32}}), (("sha256", "cd" * 32),)),
+        (_json_with({"dist-info-metadata": {"sha256": "cd" * 32}}), (("sha256", "cd" * 32),)),
+        (_json_with({"dist-info-metadata": True, "core-metadata": {"sha256": "cd" * 32}}), (("sha256", "cd" * 32),)),
+        (_json_with({"core-metadata": True}), ()),
+        (_json_with({"core-metadata": False}), None),
+        (_json_with({"core-metadata": {"sha256": 7, "md5": "00"}}), (("md5", "00"),)),
+        (_json_with({"core-metadata": "sha256=cd"}), None),  # not PEP 691's shape: nothing announced
+        (_json_with({}), None),
+    ],
+    ids=[
+        "html",
+        "html-old-name",
+        "html-both-names",
+        "html-true",
+        "html-no-value",
+        "html-md5",
+        "html-none",
+        "json",
+        "json-old-name",
+        "json-both-names",
+        "json-true",
+        "json-false",
+        "json-wrong-types",
+        "json-string",
+        "json-none",
+    ],
+)
+def test_the_announced_metadata_and_its_hash_are_kept(body: bytes, announced: object) -> None:
+    (wheel,) = simple_index.parse(body, url="https://files.example/simple/torch/").files
+    assert wheel.metadata == announced
+    assert wheel.metadata_sha256 == (dict(announced).get("sha256") if announced else None)
+    assert wheel.url == f"https://files.example/p/{WHL}"
