@@ -286,14 +286,16 @@ class _Records:
         if not count:
             raise ElfError(f"its {self.sec.name or 'version'} section is corrupt: a chain longer than the section")
 
-    def read(self, pos: int, unpack: struct.Struct) -> tuple:
+    def read(self, pos: int, unpack: struct.Struct, *, shared: bool = False) -> tuple:
+        """The record at ``pos``; ``shared``: one that others may also name (it is not taken)."""
         sec, end = self.sec, pos + unpack.size
         if pos < 0 or end > sec.size:
             raise ElfError(f"its {sec.name or 'version'} section is corrupt: a record lies outside it")
-        if any(self.taken[pos:end]):
+        # 1 marks a record read once and only once, 2 one that may be read again
+        if 1 in self.taken[pos:end] or (not shared and any(self.taken[pos:end])):
             raise ElfError(f"its {sec.name or 'version'} section is corrupt: records overlap or a chain loops")
         self.work.record()
-        self.taken[pos:end] = b"\1" * unpack.size
+        self.taken[pos:end] = (b"\2" if shared else b"\1") * unpack.size
         return unpack.unpack_from(self.data, sec.offset + pos)
 
 
@@ -334,7 +336,8 @@ def read_defined_versions(data: mmap.mmap | bytes, work: Work) -> set[str]:
         pos = 0
         for fields in records.chain(0, _VERDEF, 6, sec.info):
             if fields[3]:  # vd_cnt: the first aux names the version, the rest its parents
-                name_at, _next = records.read(pos + fields[5], _VERDAUX)
+                # ld lets two definitions of one name share that aux; one read each stays linear
+                name_at, _next = records.read(pos + fields[5], _VERDAUX, shared=True)
                 defined.add(strings.at(name_at))
             pos += fields[6]
     return defined
