@@ -16,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fa_images import cli
 from fa_images.builder import dist, elf, verify, wheelfile
@@ -232,3 +234,27 @@ def test_the_reader_gives_the_one_dist_info_and_its_shared_objects(tmp_path: Pat
 )
 def test_unsafe_member_names(name: str, unsafe: str | None) -> None:
     assert wheelfile.unsafe_member(name) == unsafe
+
+
+NAMES = st.lists(
+    st.text(alphabet="ab./\\:-_C", min_size=1, max_size=12)
+    | st.sampled_from([f"{INFO}/METADATA", f"{INFO}/WHEEL", "x.dist-info/METADATA", "../a", "/a", SO]),
+    max_size=8,
+    unique=True,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=NAMES)
+def test_any_member_names_are_read_as_pip_reads_them_or_refused(names: list[str], tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    path.unlink(missing_ok=True)
+    make(path, {n: "Wheel-Version: 1.0\n" if n.endswith("/WHEEL") else "x" for n in names})
+    try:
+        with wheelfile.open_wheel(path) as wheel:
+            assert not any(wheelfile.unsafe_member(m) for m in wheel.members)
+            tops = {m.split("/", 1)[0] for m in wheel.members if "/" in m}
+            assert [t for t in tops if t.endswith(".dist-info")] == [INFO]
+            assert f"{INFO}/WHEEL" in wheel.members
+    except wheelfile.BadWheel as exc:
+        assert str(exc).isprintable()
