@@ -26,7 +26,6 @@ import json
 import os
 import re
 import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import safe_io, untrusted
+from . import safe_io, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -388,26 +387,17 @@ def _page(title: str, links: list[str]) -> str:
     )
 
 
-# A wheel's METADATA is a few kB to a few hundred (a long README); more is not a wheel fa-images made.
-MAX_CORE_METADATA = 4 << 20
 METADATA_SUFFIX = ".metadata"
 
 
 def core_metadata(wheel: Path) -> bytes | None:
-    """The wheel's ``<name>-<version>.dist-info/METADATA``, or None where it has none, one
-    that is too large, or it cannot be read as a zip."""
+    """The wheel's METADATA as pip reads it (its ``<name>-<version>.dist-info/METADATA``, through
+    ``wheelfile``), or None where it has none, one that is too large, or pip would refuse the wheel."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
-            found = [
-                i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
-            ]
-            if len(found) != 1 or found[0].file_size > MAX_CORE_METADATA:
-                return None
-            with zf.open(found[0]) as f:
-                data = f.read(MAX_CORE_METADATA + 1)
-    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, RuntimeError):
+        with wheelfile.open_wheel(wheel) as opened:
+            return opened.metadata()
+    except wheelfile.BadWheel:
         return None
-    return data if len(data) <= MAX_CORE_METADATA else None
 
 
 def _metadata_attributes(out: safe_io.OutputDir, name: str) -> str:

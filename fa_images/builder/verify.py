@@ -9,6 +9,7 @@ without nvcc; uses cuobjdump when one is around and reads the ELF otherwise.
 
 from __future__ import annotations
 
+import email.parser
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import elf, untrusted
+from . import elf, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -35,6 +36,8 @@ EXTENSION_PREFIX = "flash_attn_2_cuda."
 # One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
 MAX_EXTENSION = 4 << 30
 _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
+# A Linux platform tag's architecture: linux_x86_64, manylinux2014_aarch64, manylinux_2_28_x86_64, musllinux_1_2_i686
+_LINUX_PLATFORM = re.compile(r"(?:linux|manylinux\d+|(?:many|musl)linux_\d+_\d+)_(?P<arch>.+)")
 # Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
 _OLD_ABI_STRING = re.compile(r"(?:RK|K|R|E|I|P|_)Ss|^_ZNSs|^_ZNKSs")
 
@@ -197,39 +200,52 @@ def inspect_wheel(
     report.tags = sorted(str(t) for t in tags)
     _check_tags(report, tags, expect_python)
 
-    if not zipfile.is_zipfile(path):
-        raise UsageError(f"{path.name} is not a wheel: it is not a zip archive")
     label = _LABEL.search(version.local or "")
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UsageError(f"{path.name} is not a readable wheel: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp, zf:
-        _check_metadata(report, zf, str(_name), str(version))
-        _check_torch_pin(report, zf, label["torch"] if label else None)
-        so_names = [n for n in zf.namelist() if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
-        if not so_names:
-            report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
-            return report
-        report.extension = so_names[0]
-        report.add("extension", "pass", so_names[0])
-        so = _extract_bounded(zf, so_names[0], Path(tmp), path.name)
-        # The torch it is next to, first: the ABI and the label are compared with that torch.
-        imported = _import_next_to_torch(Path(tmp), python, tags) if import_check else None
-        torch_here = imported[2] if imported else {}
-        expected, against = _expected_abi(expect_cxx11_abi, torch_here, label)
-        try:
-            _check_abi(report, so, expected, against)
-            _check_label(report, label, torch_here)
-            _check_archs(report, so, expect_archs)
-            _check_glibc_floor(report, so, on_this_host=import_check)
-            _check_manylinux(report, so, tags)
-        except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
-            report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
-            return report
-        if imported:
-            _report_import(report, python, *imported)
+        with wheelfile.open_wheel(path) as wheel, tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp:
+            _inspect_members(report, wheel, Path(tmp), label, expect_cxx11_abi, expect_archs, python, import_check)
+    except wheelfile.BadWheel as exc:
+        raise UsageError(str(exc)) from None
     return report
+
+
+def _inspect_members(
+    report: WheelReport,
+    wheel: wheelfile.Wheel,
+    tmp: Path,
+    label: re.Match[str] | None,
+    expect_cxx11_abi: bool | None,
+    expect_archs,
+    python: str,
+    import_check: bool,
+) -> None:
+    """The checks of what is inside the wheel, read as pip reads it."""
+    tags = wheel.tags
+    metadata = _check_metadata(report, wheel)
+    _check_torch_pin(report, metadata, label["torch"] if label else None)
+    so_names = [n for n in wheel.members if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
+    if not so_names:
+        report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
+        return
+    report.extension = so_names[0]
+    report.add("extension", "pass", so_names[0])
+    _check_machine(report, wheel)
+    so = _extract_bounded(wheel.zf, so_names[0], tmp, wheel.shown)
+    # The torch it is next to, first: the ABI and the label are compared with that torch.
+    imported = _import_next_to_torch(tmp, python, tags) if import_check else None
+    torch_here = imported[2] if imported else {}
+    expected, against = _expected_abi(expect_cxx11_abi, torch_here, label)
+    try:
+        _check_abi(report, so, expected, against)
+        _check_label(report, label, torch_here)
+        _check_archs(report, so, expect_archs)
+        _check_glibc_floor(report, so, on_this_host=import_check)
+        _check_manylinux(report, so, tags)
+    except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
+        report.add("ELF", "fail", f"{so_names[0]} is not a readable shared library: {exc}")
+        return
+    if imported:
+        _report_import(report, python, *imported)
 
 
 def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> Path:
@@ -274,28 +290,59 @@ def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
     report.add("platform tag", "pass", str(tag))
 
 
-def _check_metadata(report: WheelReport, zf: zipfile.ZipFile, project: str, version: str) -> None:
-    meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
-    if meta is None:
-        report.add("metadata", "fail", "no .dist-info/METADATA")
-        return
-    try:
-        with zf.open(meta) as f:
-            text = f.read(1 << 20).decode(errors="replace")
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
-    match = re.search(r"^Version: (.+)$", text, re.MULTILINE)
-    meta_version = match.group(1).strip() if match else None
-    match = re.search(r"^Name: (.+)$", text, re.MULTILINE)
-    meta_name = match.group(1).strip() if match else None
+def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel) -> str | None:
+    """The wheel's METADATA (the one pip reads, in its own dist-info) against its file name;
+    returns the METADATA's text, or None where it has none."""
+    data = wheel.metadata()
+    if data is None:
+        report.add("metadata", "fail", f"no {wheel.dist_info}/METADATA")
+        return None
+    text = data.decode(errors="replace")
+    headers = email.parser.Parser().parsestr(text, headersonly=True)
+    meta_name, meta_version = (str(headers[h]).strip() if headers[h] is not None else None for h in ("Name", "Version"))
+    project, version = wheel.name, str(wheel.version)
     if meta_version != version:
         report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
-    elif meta_name is not None and canonicalize_name(meta_name) != canonicalize_name(project):
+    elif meta_name is not None and canonicalize_name(meta_name) != project:
         report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name}")
-    elif canonicalize_name(project) != "flash-attn":
+    elif project != "flash-attn":
         report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn")
     else:
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
+    return text
+
+
+def _platform_machines(tags) -> dict[str, elf.Machine | None]:
+    """{platform tag: the ELF machine it stands for (None: an architecture not known here)}."""
+    found: dict[str, elf.Machine | None] = {}
+    for tag in tags:
+        match = _LINUX_PLATFORM.fullmatch(tag.platform)
+        if match:
+            found[tag.platform] = elf.ARCH_MACHINES.get(match["arch"])
+    return found
+
+
+def _check_machine(report: WheelReport, wheel: wheelfile.Wheel) -> None:
+    """Every shared library in the wheel is for the CPU its platform tag names: e_machine, and
+    the 32/64-bit class and byte order that architecture implies."""
+    platforms = _platform_machines(wheel.tags)
+    if not platforms or None in platforms.values():
+        unknown = ", ".join(sorted(p for p, m in platforms.items() if m is None)) or "no Linux platform tag"
+        report.add("machine", "skip", f"{unknown}: no ELF machine known to compare with")
+        return
+    wrong = []
+    for member in wheel.shared_objects():
+        try:
+            have = elf.machine_of(wheel.head(member, elf.ELF_HEADER))
+        except elf.ElfError:
+            wrong.append(f"{member} is not an ELF file")
+            continue
+        wrong += [f"{member} is {have}, but its tag {p} needs {need}" for p, need in platforms.items() if have != need]
+    if wrong:
+        report.add("machine", "fail", "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else ""))
+    else:
+        needs = ", ".join(sorted({str(m) for m in platforms.values()}))
+        report.add("machine", "pass", f"{len(wheel.shared_objects())} shared libraries for {needs}")
 
 
 def torch_requirements(metadata: str) -> list[Requirement]:
@@ -313,17 +360,11 @@ def torch_requirements(metadata: str) -> list[Requirement]:
     return found
 
 
-def _check_torch_pin(report: WheelReport, zf: zipfile.ZipFile, label_torch: str | None) -> None:
+def _check_torch_pin(report: WheelReport, text: str | None, label_torch: str | None) -> None:
     """The wheel must pin the torch series it was built against (``torch==X.Y.*``), or pip
     and uv install it next to any torch, where it fails to import or crashes."""
-    meta = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-    if meta is None:
+    if text is None:
         return  # _check_metadata has said so
-    try:
-        with zf.open(meta) as f:
-            text = f.read(1 << 20).decode(errors="replace")
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        raise UsageError(f"{report.wheel} is a damaged wheel: {exc}") from None
     requirements = torch_requirements(text)
     if not requirements:
         report.add("torch pin", "skip", "METADATA requires no torch: nothing to pair the wheel with")

@@ -4,7 +4,9 @@ natively, on a Slurm node or by another job, with no compile.
 Each entry takes the one wheel, among those given, that is for it: flash-attn of the entry's
 version, for its Python, labelled for its torch, CUDA and C++ ABI (``+cu128torch2.9cxx11abitrue``,
 as the builder labels every wheel), or recorded for the entry in a ``dist/`` manifest beside it.
-Finding is all this does: the executor verifies the wheel as it verifies a compiled one.
+A wheel found is first opened as pip reads it (``builder.wheelfile``): one pip would refuse, or
+one with a member that would install outside its target, is refused here, before any engine is
+asked. The executor then verifies the wheel as it verifies a compiled one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from ..builder import dist as dist_dir
+from ..builder import wheelfile
 from ..builder.settings import local_version_label
 from ..config.matrix import Entry
 from ..errors import UsageError
@@ -71,6 +74,15 @@ def _refuse_control_characters(wheels: list[Path]) -> None:
             raise UsageError(f"--wheels {wheel.parent}: {wheel.name!r} holds a control character")
 
 
+def _read_as_pip_does(wheel: Path) -> None:
+    """Refuses a wheel pip would refuse, or one with a member that would install outside its target."""
+    try:
+        with wheelfile.open_wheel(wheel):
+            pass
+    except wheelfile.BadWheel as exc:
+        raise UsageError(f"--wheels {wheel}: {exc}") from None
+
+
 def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
     """entry id -> the one wheel for it among ``paths``; every entry must have exactly one."""
     wheels = _wheels_under(paths)
@@ -80,6 +92,7 @@ def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
     for entry in entries:
         matches = [w for w in wheels if _is_for(w, entry)]
         if len(matches) == 1:
+            _read_as_pip_does(matches[0])
             chosen[entry.id] = matches[0].resolve()
         elif not matches:
             problems.append(f"no wheel for {entry.id}")

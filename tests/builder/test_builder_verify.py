@@ -219,12 +219,24 @@ def test_a_sound_small_wheel_passes_all_but_import(kernel_so: Path, tmp_path: Pa
         "metadata",
         "torch pin",
         "extension",
+        "machine",
         "C++ ABI",
         "GPU code",
         "glibc floor",
         "manylinux",
     ]
     assert (report.cubin_archs, report.ptx_archs) == (["80", "90"], ["90"])
+    assert checks_of(report)["machine"] == ("pass", "1 shared libraries for x86_64 (64-bit, little-endian)")
+
+
+def test_an_x86_64_extension_under_another_cpu_tag_fails_the_machine_check(kernel_so: Path, tmp_path: Path) -> None:
+    """The real library nvcc built for this machine, in a wheel tagged for aarch64: both are named."""
+    wheel = make_wheel(tmp_path, f"flash_attn-2.8.3-{CP}-{CP}-linux_aarch64.whl", {SO_NAME: kernel_so.read_bytes()})
+    status, detail = checks_of(inspect_wheel(wheel, import_check=False))["machine"]
+    assert status == "fail"
+    assert detail == (
+        f"{SO_NAME} is x86_64 (64-bit, little-endian), but its tag linux_aarch64 needs aarch64 (64-bit, little-endian)"
+    )
 
 
 def test_a_pure_python_wheel_is_rejected(kernel_so: Path, tmp_path: Path, run_fa_images) -> None:
@@ -293,7 +305,10 @@ def test_a_wheel_without_metadata(kernel_so: Path, tmp_path: Path) -> None:
         {SO_NAME: kernel_so.read_bytes()},
         metadata_version=None,
     )
-    assert checks_of(inspect_wheel(wheel, import_check=False))["metadata"] == ("fail", "no .dist-info/METADATA")
+    assert checks_of(inspect_wheel(wheel, import_check=False))["metadata"] == (
+        "fail",
+        "no flash_attn-2.8.3.dist-info/METADATA",
+    )
 
 
 def test_missing_archs_are_named(kernel_so: Path, tmp_path: Path, run_fa_images) -> None:

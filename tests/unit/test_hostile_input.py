@@ -363,6 +363,7 @@ def _wheel(path: Path, so: bytes, *, compress: int = zipfile.ZIP_STORED) -> Path
             "flash_attn-2.8.3+cu128torch2.9cxx11abitrue.dist-info/METADATA",
             "Version: 2.8.3+cu128torch2.9cxx11abitrue\n",
         )
+        zf.writestr("flash_attn-2.8.3+cu128torch2.9cxx11abitrue.dist-info/WHEEL", "Wheel-Version: 1.0\n")
         zf.writestr(SO, so)
     return path
 

@@ -360,6 +360,7 @@ def test_dist_merge_refuses_a_wheel_name_that_is_not_a_flash_attn_wheel(case: st
 def _wheel(path: Path, metadata: str) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("flash_attn-2.8.3.dist-info/METADATA", metadata)
+        zf.writestr("flash_attn-2.8.3.dist-info/WHEEL", "Wheel-Version: 1.0\n")
         zf.writestr("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so", b"\x7fELF\x02\x01" + b"\0" * 10)
     return path
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
 from fakes import FakeEngine, accept_every_wheel
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from fa_images import cli
 from fa_images.errors import UsageError
@@ -22,10 +24,25 @@ from fa_images.run.logger import Console
 LABEL = "cu128torch2.9cxx11abitrue"
 
 
-def wheel(directory: Path, name: str) -> Path:
+def wheel(directory: Path, name: str, members: dict[str, bytes] | None = None) -> Path:
+    """A wheel pip would read (its dist-info, WHEEL and METADATA), or ``members`` in its place;
+    a name that is no wheel name gets bytes that are no zip."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_bytes(b"PK")
+    try:
+        project, version, _build, _tags = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        path.write_bytes(b"PK")
+        return path
+    info = f"{name.split('-')[0]}-{version}.dist-info"
+    if members is None:
+        members = {
+            f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\n",
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n".encode(),
+        }
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, data in members.items():
+            zf.writestr(member, data)
     return path
 
 

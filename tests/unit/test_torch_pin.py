@@ -22,6 +22,7 @@ def wheel_with(tmp_path: Path, version: str, requires: list[str]) -> Path:
     metadata += "".join(f"Requires-Dist: {r}\n" for r in requires) + "\nRequires-Dist: torch\n"  # body, not header
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(f"flash_attn-{version}.dist-info/METADATA", metadata)
+        zf.writestr(f"flash_attn-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\n")
     return path
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaging.utils import parse_wheel_filename
 
-from fa_images.builder import dist, elf, simple_index, verify
+from fa_images.builder import dist, elf, simple_index, verify, wheelfile
 from fa_images.errors import UsageError
 
 PAGE = "https://pypi.example/simple/flash-attn/"
@@ -178,7 +179,9 @@ def test_any_metadata_is_a_finding_not_a_crash(metadata: bytes) -> None:
         zf.writestr("flash_attn-2.8.3.dist-info/METADATA", metadata)
     report = verify.WheelReport(wheel="w.whl")
     with zipfile.ZipFile(buffer) as zf:
-        verify._check_metadata(report, zf, "flash_attn", "2.8.3")
+        name, version, _build, tags = parse_wheel_filename("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl")
+        info = "flash_attn-2.8.3.dist-info"
+        verify._check_metadata(report, wheelfile.Wheel(Path("w.whl"), name, version, tags, zf, info, zf.namelist()))
     assert [c.name for c in report.checks] == ["metadata"]
     assert all(line.isprintable() for line in report.lines())
 
