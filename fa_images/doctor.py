@@ -297,7 +297,9 @@ def probe_flash_attn(
     except (elf.ElfError, OSError, ValueError) as exc:
         report.add("flash-attn extension", FAIL, f"{so} is not a readable shared library: {exc}")
         return version
-    report.facts["flash_attn"].update(cxx11_abi=abi, cubin_archs=gpuarch.sorted_archs(cubins), ptx_archs=gpuarch.sorted_archs(ptx))
+    report.facts["flash_attn"].update(
+        cxx11_abi=abi, cubin_archs=gpuarch.sorted_archs(cubins), ptx_archs=gpuarch.sorted_archs(ptx)
+    )
     if torch is not None and abi is not None and abi != torch.cxx11_abi:
         report.add(
             "flash-attn C++ ABI",

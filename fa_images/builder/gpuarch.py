@@ -172,3 +172,14 @@ def visible_gpus(timeout: float = 20) -> list[tuple[str, tuple[int, int]]]:
         if match:
             found.append((match["name"].strip(), (int(match["major"]), int(match["minor"]))))
     return found
+
+
+def gpus_that_run(cubins, ptx, gpus: dict[str, str]) -> list[str]:
+    """The names of ``gpus`` (name -> compute capability '8.6', as the host's compat table lists
+    them) that run this code: where to check an image that this GPU cannot run."""
+    found = []
+    for name, capability in gpus.items():
+        major, _, minor = str(capability).partition(".")
+        if major.isdigit() and minor.isdigit() and verdict(cubins, ptx, (int(major), int(minor))).runs:
+            found.append(name)
+    return found

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, scratch, source, untrusted, verify
-from ..builder.contract import WRONG_ARCH_PREFIX
+from ..builder import contract, gpuarch, scratch, source, untrusted, verify
 from ..builder import dist as dist_dir
+from ..builder.contract import WRONG_ARCH_PREFIX
 from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
@@ -376,8 +376,11 @@ class Executor:
             return self._gpu_check_skipped(run, "skipped: no GPU visible in the container")
         if outcome.exit_code == contract.EXIT_WRONG_ARCH:
             said = [line for line in outcome.output if line.startswith(WRONG_ARCH_PREFIX)]
-            reason = said[-1].removeprefix(WRONG_ARCH_PREFIX).strip() if said else None
-            run.result.gpu_check_reason = untrusted.shown(reason[:500]) if reason else None
+            reason = untrusted.shown(said[-1].removeprefix(WRONG_ARCH_PREFIX).strip()[:500]) if said else ""
+            where = gpuarch.gpus_that_run(run.entry.archs, (), self.matrix.compat.gpus)
+            if where:  # the builder knows archs; the names of the GPUs that run them are the table's
+                reason += f"{'; ' if reason else ''}GPUs that run it: {', '.join(where)}"
+            run.result.gpu_check_reason = reason or None
             status = self._gpu_check_skipped(run, "skipped: this GPU cannot run the image's GPU code")
             return StepOutcome(note=f"{status.note}: {run.result.gpu_check_reason or 'no reason given'}", skipped=True)
         run.result.gpu_check = "passed"

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, safe_io, untrusted
+from ..builder import contract, gpuarch, safe_io, untrusted
 from ..builder.wording import counted
 from ..config import grammar
 from ..config.grammar import PullPolicy
@@ -66,6 +66,7 @@ class ImageCheck:
     arch: str | None = None  # "sm_86"
     image_id: str | None = None
     labels: dict[str, str | None] = field(default_factory=dict)  # flash_attn, torch, cuda, python, archs, entry
+    runs_on: list[str] = field(default_factory=list)  # wrong arch: the compat table's GPUs that run the image
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -165,8 +166,20 @@ def check_image(engine: Engine, ref: str, access: GpuAccess, on_line: Callable[[
     if result.verdict == "fail" and run.exit_code not in (0, 1):
         last = f"exited with {run.exit_code}: {last}"
     result.detail = last + (f" ({why_none})" if why_none and result.verdict == "no GPU" else "")
+    if result.verdict == "wrong arch":
+        result.runs_on = _gpus_that_run(labels.get("archs"))
+        result.detail += f"; GPUs that run it: {', '.join(result.runs_on)}" if result.runs_on else ""
     result.seconds = round(time.monotonic() - started, 1)
     return result
+
+
+def _gpus_that_run(archs_label: str | None) -> list[str]:
+    """The built-in compat table's GPUs that run the archs of the image's label ('80,90'); the
+    image's check names archs only (the builder has no GPU table)."""
+    from ..config import compat
+
+    archs = [a.strip() for a in (archs_label or "").split(",") if a.strip()]
+    return gpuarch.gpus_that_run(archs, (), compat.load().gpus) if archs else []
 
 
 def _verdict(code: int) -> Verdict:
@@ -199,9 +212,7 @@ def write_report(path: Path, results: list[ImageCheck], engine: str) -> None:
     safe_io.write_file(path, to_json(results, engine) + "\n", what="--report")  # atomic, never through a link
 
 
-def run(
-    engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console
-) -> list[ImageCheck]:
+def run(engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console) -> list[ImageCheck]:
     """Provides every image first (a pull that fails stops here, before any check), then checks each."""
     started = time.monotonic()
     provide(engine, refs, pull, console)

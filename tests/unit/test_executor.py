@@ -105,7 +105,7 @@ def test_gpu_check_outcomes(tiny_matrix, tmp_path, monkeypatch, code, status, gp
         assert results[0].kept_container == "fa-images-kept"
 
 
-def test_a_gpu_that_cannot_run_the_image_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_path, monkeypatch) -> None:
+def test_a_wrong_arch_gpu_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_path, monkeypatch) -> None:
     """An archs-80 image on an H100 build host: the check's WRONG ARCH (exit 8) is skipped, not failed,
     with the check's reason in the result, the JSON report and under the summary table."""
     from fa_images.run.report import print_summary, write_report
@@ -117,6 +117,7 @@ def test_a_gpu_that_cannot_run_the_image_skips_the_gpu_check_with_its_reason(tin
     assert [r.status for r in results] == ["ok", "ok"]
     assert {r.gpu_check for r in results} == {"skipped: this GPU cannot run the image's GPU code"}
     assert results[0].gpu_check_reason.startswith(said) and "\x1b" not in results[0].gpu_check_reason
+    assert "; GPUs that run it: A100, " in results[0].gpu_check_reason and "H100" not in results[0].gpu_check_reason
     write_report(tmp_path / "report.json", results, "fake engine")
     entry = json.loads((tmp_path / "report.json").read_text())["entries"][0]
     assert entry["gpu_check"] == "skipped: this GPU cannot run the image's GPU code"

@@ -217,3 +217,10 @@ def test_inspect_asks_nvidia_smi_and_escapes_what_it_prints(tmp_path: Path, monk
     assert "NVIDIA H100 80GB HBM3 (sm_90) here CANNOT run it" in shown
     assert "\x1b" not in shown and "(sm_86) here runs it (sm_80)" in shown
     assert [g["runs"] for g in report.gpus_here] == [False, True]
+
+
+def test_the_gpus_that_run_the_code_come_from_a_table_the_caller_gives() -> None:
+    table = {"A100": "8.0", "A10G": "8.6", "L4": "8.9", "H100": "9.0", "B200": "10.0", "T4": "7.5", "BAD": "x"}
+    assert gpuarch.gpus_that_run({"80"}, set(), table) == ["A100", "A10G", "L4"]
+    assert gpuarch.gpus_that_run({"90"}, set(), table) == ["H100"]
+    assert gpuarch.gpus_that_run(set(), {"90"}, table) == ["H100", "B200"]
