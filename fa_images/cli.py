@@ -639,7 +639,8 @@ flash-attn's forward and backward against torch's SDPA, after the GPU's compute 
 compared with the GPU code the image's extension carries. One line per image: the verdict, the GPU
 and its arch, the image's flash-attn, torch and CUDA (from its labels), and the check's last word.
 
-Verdicts and exit status: 0 pass; 1 fail (the check failed, or could not run); 3 no GPU (none
+Verdicts and exit status: 0 pass; 1 fail (the check failed or could not run, or --gpus devices
+passed GPUs the image cannot see); 3 no GPU (none
 visible in the container: --gpus none, no GPU runtime, a GPU-less host; the import was checked) or
 an image that cannot be pulled; 8 wrong arch (this GPU cannot run the image's code, e.g. an archs-80
 image on an H100: the line names the archs that can); 2 bad input (an IMAGE that is not an image

@@ -161,11 +161,13 @@ def check_image(engine: Engine, ref: str, access: GpuAccess, on_line: Callable[[
             result.gpu, result.arch = match["name"], match["arch"]
     said = [line.strip() for line in output if line.strip().startswith(_VERDICT_PREFIXES)]
     result.verdict = _verdict(run.exit_code)
+    if result.verdict == "no GPU" and isinstance(gpu, HostGpus):  # as in `build`: devices passed, none seen
+        result.verdict, why_none = "fail", "--gpus devices passed the GPUs, and torch in the image sees none"
     result.exit_code = EXIT_CODES[result.verdict]
     last = said[-1] if said else (output[-1].strip() if output else f"exited with {run.exit_code}, no output")
     if result.verdict == "fail" and run.exit_code not in (0, 1):
         last = f"exited with {run.exit_code}: {last}"
-    result.detail = last + (f" ({why_none})" if why_none and result.verdict == "no GPU" else "")
+    result.detail = last + (f" ({why_none})" if why_none else "")
     if result.verdict == "wrong arch":
         result.runs_on = _gpus_that_run(labels.get("archs"))
         result.detail += f"; GPUs that run it: {', '.join(result.runs_on)}" if result.runs_on else ""

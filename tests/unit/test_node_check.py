@@ -184,3 +184,12 @@ def test_help_teaches_the_verdicts_and_exit_codes(capsys) -> None:
     text = capsys.readouterr().out
     for said in ("0 pass", "1 fail", "3 no GPU", "8 wrong arch", "--pull", "--gpus", "worst"):
         assert said in text
+
+
+def test_devices_passed_that_the_image_cannot_see_is_a_failure_not_no_gpu(monkeypatch, capsys) -> None:
+    """As in `build`: --gpus devices found GPUs on the host, so a check that sees none is broken."""
+    host = gpus.HostGpus(devices=("/dev/nvidia0", "/dev/nvidiactl"), libraries=("/lib/libcuda.so.1",))
+    monkeypatch.setattr(cli, "resolve_gpus", lambda mode: gpus.GpuAccess(mode, host))
+    engine = Node({IMAGE: contract.EXIT_NO_GPU})
+    assert check(monkeypatch, engine, IMAGE, "--gpus", "devices") == 1
+    assert "FAIL" in capsys.readouterr().out and ("run", IMAGE, contract.GPU_CHECK_COMMAND, host) in engine.calls
