@@ -33,6 +33,7 @@ Build flash-attn wheels and images that are right for one exact Python, torch an
   fa-images wheel --flash-attn 2.8.3 build a wheel natively, next to the installed torch
   fa-images inspect WHEEL            check a wheel: tags, extension, ABI, GPU archs, import
   fa-images doctor                   explain this machine: what is broken, what to build
+  fa-images check IMAGE              pull an image and run its GPU check on this node's GPU
 """
 
 
@@ -663,6 +664,91 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     refresh.set_defaults(func=cmd_compat_refresh)
 
 
+CHECK_EXAMPLES = """\
+examples:
+  fa-images check ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128
+                                   pull it if the engine lacks it, run its GPU check on this node's GPU
+  fa-images check IMAGE1 IMAGE2 --pull always --json      every image, as one JSON object
+  fa-images check IMAGE --gpus devices --report check.json  no NVIDIA Container Toolkit needed
+  fa-images check                  no IMAGE: the check of the flash-attn installed here (as in an image)
+
+Each IMAGE is provided first (--pull, as `build` pulls its bases; logins from the client config,
+as pushes), then its own GPU check runs in a container with this node's GPUs (--gpus, as `build`):
+flash-attn's forward and backward against torch's SDPA, after the GPU's compute capability is
+compared with the GPU code the image's extension carries. One line per image: the verdict, the GPU
+and its arch, the image's flash-attn, torch and CUDA (from its labels), and the check's last word.
+
+Verdicts and exit status: 0 pass; 1 fail (the check failed or could not run, or --gpus devices
+passed GPUs the image cannot see); 3 no GPU (none
+visible in the container: --gpus none, no GPU runtime, a GPU-less host; the import was checked) or
+an image that cannot be pulled; 8 wrong arch (this GPU cannot run the image's code, e.g. an archs-80
+image on an H100: the line names the archs that can); 2 bad input (an IMAGE that is not an image
+reference, a flag); 7 no engine. With several images, the worst: fail, then wrong arch, then no GPU.
+
+protected: every IMAGE is checked against Docker's reference grammar before the engine sees it;
+labels and output come from the image and are bounded and escaped before they are printed;
+--report is written atomically, never through a symlink.
+"""
+
+
+def _add_check_command(sub: argparse._SubParsersAction) -> None:
+    check = sub.add_parser(
+        "check",
+        help="run an image's GPU check on this node's GPU (pulls it first); no IMAGE: the check here",
+        epilog=CHECK_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("images", nargs="*", metavar="IMAGE", help="image references, e.g. ghcr.io/acme/flash-attn:TAG")
+    check.add_argument(
+        "--pull",
+        choices=PULL_POLICIES,
+        default="missing",
+        help="missing = pull the images the engine lacks (default), always = pull every one (a moving tag), "
+        "never = refuse a missing one (exit 3)",
+    )
+    check.add_argument(
+        "--gpus",
+        choices=GPU_MODES,
+        default="runtime",
+        help="how the check's container gets the GPUs: runtime = the NVIDIA Container Toolkit (default), "
+        "devices = /dev/nvidia* and the host's driver libraries (no toolkit), none = no GPU (the import "
+        "only; the verdict is no GPU)",
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
+    check.add_argument("--report", type=Path, metavar="FILE", help="also write that JSON object to FILE")
+    check.add_argument("--import-only", action="store_true", help="without IMAGE: only the import check (no GPU)")
+    check.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .errors import UsageError
+
+    if not args.images:  # this machine's own check, as inside an image
+        if args.json or args.report:
+            raise UsageError("--json and --report go with IMAGE: the check here prints its lines")
+        return builder_cli.cmd_check(args)
+    if args.import_only:
+        raise UsageError("--import-only goes without IMAGE; an image's import is checked by its own CMD")
+    from .run import node_check
+    from .run.engine import DockerEngine
+    from .run.logger import Console
+
+    refs = node_check.checked_refs(args.images)  # before any engine call
+    access = resolve_gpus(args.gpus)
+    console = Console()
+    engine = DockerEngine.from_env()
+    description = engine.describe()
+    results = node_check.run(engine, refs, pull=args.pull, access=access, console=console)
+    if args.report:
+        node_check.write_report(args.report, results, description)
+    if args.json:
+        print(node_check.to_json(results, description))
+    else:
+        for result in results:
+            print(result.line())
+    return node_check.worst(results)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fa-images", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -770,7 +856,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dist_commands(sub)
     _add_export_commands(sub)
     _add_doctor_commands(sub)
-    builder_cli.add_commands(sub)
+    builder_cli.add_commands(sub, check=False)
+    _add_check_command(sub)
     return parser
 
 

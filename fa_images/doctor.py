@@ -25,7 +25,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .builder import contract, elf, environment, untrusted, verify
+from .builder import contract, elf, environment, gpuarch, untrusted, verify
 from .builder.errors import EnvironmentProblem
 from .builder.gpucheck import IMPORTED_MODULES
 from .builder.wording import counted
@@ -300,7 +300,9 @@ def probe_flash_attn(
     except (elf.ElfError, OSError, ValueError) as exc:
         report.add("flash-attn extension", FAIL, f"{so} is not a readable shared library: {exc}")
         return version
-    report.facts["flash_attn"].update(cxx11_abi=abi, cubin_archs=sorted(cubins, key=int), ptx_archs=sorted(ptx))
+    report.facts["flash_attn"].update(
+        cxx11_abi=abi, cubin_archs=gpuarch.sorted_archs(cubins), ptx_archs=gpuarch.sorted_archs(ptx)
+    )
     if torch is not None and abi is not None and abi != torch.cxx11_abi:
         report.add(
             "flash-attn C++ ABI",
@@ -333,16 +335,17 @@ def _check_glibc_floor(report: Report, so: Path) -> None:
 
 
 def _check_archs(report: Report, cubins: set[str], ptx: set[str], how: str, gpus: list[dict[str, str]]) -> None:
-    found = ", ".join(f"sm_{a}" for a in sorted(cubins, key=int)) or "none"
+    """Each GPU here against the extension's code, by CUDA's rule (``builder.gpuarch``), as `check` judges it."""
     for gpu in gpus:
-        cap = gpu["compute_capability"].replace(".", "")
-        # A cubin runs on GPUs of its major with the same or a higher minor; PTX on any newer GPU.
-        runs = any(a[:-1] == cap[:-1] and int(a) <= int(cap) for a in cubins) or any(int(p) <= int(cap) for p in ptx)
+        major, _, minor = gpu["compute_capability"].partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            continue
+        arch = gpuarch.verdict(cubins, ptx, (int(major), int(minor)))
         report.add(
             f"flash-attn kernels for {gpu['name']}",
-            OK if runs else FAIL,
-            f"sm_{cap} {'is' if runs else 'is NOT'} covered by the extension's code ({found}; {how})",
-            fix=None if runs else f"rebuild with archs [{cap[:-1]}0]",
+            OK if arch.runs else FAIL,
+            f"{arch.line()} ({how})",
+            fix=None if arch.runs else f"rebuild with archs [{major}0], or run this wheel on such a GPU",
         )
 
 

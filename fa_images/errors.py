@@ -2,8 +2,9 @@
 
 Exit codes: 1 some entries failed, 2 bad input (matrix, flag, wheel, a path of the wrong
 kind), 3 the machine cannot do it, 4 source fetch, 5 compile, 6 wheel verification, 7 no
-container engine, 70 an internal error (a bug: the traceback is printed, please report it),
-130 interrupted. ``builder.cli.run_command`` is the one place they are turned into exit codes.
+container engine, 8 a GPU that cannot run the image's GPU code (``check``: contract.EXIT_WRONG_ARCH),
+70 an internal error (a bug: the traceback is printed, please report it), 130 interrupted.
+``builder.cli.run_command`` is the one place they are turned into exit codes.
 """
 
 from __future__ import annotations

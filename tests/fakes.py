@@ -27,8 +27,12 @@ class FakeEngine:
         missing: frozenset[str] = frozenset(),
         unpullable: frozenset[str] = frozenset(),
         lacking: dict[str, set[str]] | None = None,
+        gpu_output: list[str] | None = None,
+        gpuless_exit: int = 0,
     ) -> None:
         self.fail_build, self.fail_push, self.gpu, self.gpu_exit = fail_build, fail_push, gpu, gpu_exit
+        # What the GPU check prints with a GPU, and how it exits in a container without one.
+        self.gpu_output, self.gpuless_exit = gpu_output, gpuless_exit
         self.interrupt_on, self.missing = interrupt_on, set(missing)
         # Bases a pull cannot get (no registry, no login, no such tag), and what a base lacks
         # when the preflight looks into it: ref -> {"python3.11", "nvcc"}.
@@ -99,8 +103,12 @@ class FakeEngine:
         if command and command[:2] == ["sh", "-c"]:  # the base preflight's probe
             return self._probe(image, command[2])
         self.calls.append(("run", image, tuple(command or ()), gpu))
-        code = self.gpu_exit if gpu else 0
-        return RunResult(code, ["flash_attn imports"], kept_container="fa-images-kept" if keep and code else None)
+        gpu_check = tuple(command or ()) == contract.GPU_CHECK_COMMAND
+        code = self.gpu_exit if gpu else (self.gpuless_exit if gpu_check else 0)
+        lines = ["flash_attn imports"] + (self.gpu_output or [] if gpu and gpu_check else [])
+        for line in lines:
+            on_line(line)
+        return RunResult(code, lines, kept_container="fa-images-kept" if keep and code else None)
 
     def push(self, ref, on_line) -> str:
         self.calls.append(("push", ref))

@@ -90,7 +90,8 @@ def _bool(text: str) -> bool:
     return text.lower() in ("true", "1")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None:
+    """``check=False``: the host mounts its own ``check`` (images on a node, or this machine's check)."""
     fmt = argparse.RawDescriptionHelpFormatter
     wheel = sub.add_parser(
         "wheel",
@@ -205,14 +206,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(func=cmd_inspect)
 
-    check = sub.add_parser(
+    if not check:
+        return
+    parser = sub.add_parser(
         "check",
         help="import flash-attn and compare it with SDPA on the GPU",
         description=gpucheck.__doc__,
         formatter_class=fmt,
     )
-    check.add_argument("--import-only", action="store_true", help="only the import check (no GPU needed)")
-    check.set_defaults(func=cmd_check)
+    parser.add_argument("--import-only", action="store_true", help="only the import check (no GPU needed)")
+    parser.set_defaults(func=cmd_check)
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:

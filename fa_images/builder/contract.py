@@ -29,6 +29,11 @@ CACHE_EXPORT_DIR = "/compiler-cache"  # in the FROM-scratch cache stage
 
 # Exit codes of the builder's own commands that the host tells apart.
 EXIT_NO_GPU = 3  # `check`: no GPU visible here, so nothing was checked
+# `check`: the GPU cannot run the extension's code (sm_90 device, sm_80 cubins and no PTX that fits):
+# not a broken wheel, the wrong place to check it; nothing was run. The host's `fa-images check`
+# exits with it too.
+EXIT_WRONG_ARCH = 8
+WRONG_ARCH_PREFIX = "WRONG ARCH: "  # the check's line with the reason, which the host reports
 EXIT_SHIM_REFUSED = 97  # the setup.py shim cannot correct this setup.py
 
 # Written beside the prepared source; read by the setup.py shim and the verifier.

@@ -4,7 +4,12 @@ Forward and backward of ``flash_attn_func`` in fp16 and bf16, causal and not, an
 ``flash_attn_varlen_func``, each compared with torch's ``scaled_dot_product_attention``.
 The reference is computed in fp32; flash-attn passes when its error is within twice the
 error of SDPA run in the same low precision, plus a small absolute slack (the rule
-flash-attn's own tests use). Exit codes: 0 pass, 1 a failure, 3 no GPU here.
+flash-attn's own tests use).
+
+Before any kernel runs, the GPU's compute capability is compared with the code the installed
+extension carries (``gpuarch``): a GPU that can run none of it is the wrong place to check the
+wheel, not a broken wheel. Exit codes: 0 pass, 1 a failure, 3 no GPU here, 8 wrong arch (this
+GPU cannot run the extension's code; it names the archs that can).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .contract import EXIT_NO_GPU
+from .contract import EXIT_NO_GPU, EXIT_WRONG_ARCH, WRONG_ARCH_PREFIX
 
 EXIT_FAILED = 1
 
@@ -119,6 +124,26 @@ def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
     return CaseResult(f"varlen float16 causal, seqlens {list(seqlens)}", max(errs), _bound(max(low_errs), "float16"))
 
 
+def arch_verdict(capability, extension: str | None = None):
+    """``gpuarch.verdict`` for the installed extension's cubins and PTX, or None when they cannot be read."""
+    from pathlib import Path
+
+    from . import gpuarch, verify
+
+    if extension is None:
+        import flash_attn_2_cuda
+
+        extension = flash_attn_2_cuda.__file__
+    try:
+        cubins, ptx, _how = verify.gpu_archs(Path(extension))
+    except (OSError, ValueError) as exc:  # elf.ElfError is a ValueError
+        print(f"note: {extension}: {exc}", file=sys.stderr)
+        return None
+    if not cubins and not ptx:
+        return None
+    return gpuarch.verdict(cubins, ptx, (int(capability[0]), int(capability[1])))
+
+
 def run(*, import_only: bool = False, out=print) -> int:
     try:
         out(import_check())
@@ -134,7 +159,16 @@ def run(*, import_only: bool = False, out=print) -> int:
         out("NO GPU: torch sees no CUDA device; the GPU check was not run (import check passed)")
         return EXIT_NO_GPU
     started = time.monotonic()
-    out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+    capability = tuple(torch.cuda.get_device_capability(0))
+    out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, capability))})")
+    arch = arch_verdict(capability)
+    if arch is None:
+        out("GPU code: the extension's archs could not be read; running the kernels to find out")
+    elif not arch.runs:
+        out(f"{WRONG_ARCH_PREFIX}{arch.line()}; no kernel was run")
+        return EXIT_WRONG_ARCH
+    else:
+        out(f"GPU code: {arch.line()}")
     try:
         results = dense_cases() + [varlen_case()]
     except Exception as exc:

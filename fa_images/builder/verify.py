@@ -28,7 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import elf, untrusted, wheelfile
+from . import elf, gpuarch, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -64,6 +64,7 @@ class WheelReport:
     glibc_floor: str | None = None  # "GLIBC_2.34": the newest glibc symbol version the extension imports
     glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
     manylinux: str | None = None  # "manylinux_2_34": the oldest policy the extension's imports allow
+    gpus_here: list[dict] = field(default_factory=list)  # this host's GPUs: name, arch, runs, detail
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -113,14 +114,15 @@ def _cuobjdump() -> str | None:
 
 
 def gpu_archs(so: Path) -> tuple[set[str], set[str], str]:
-    """(cubin archs, PTX archs, how they were read)."""
+    """(cubin archs, PTX archs, how they were read): '80', and with cuobjdump the arch-specific
+    '90a' and family '100f' variants too (the ELF reader sees the number only)."""
     tool = _cuobjdump()
     if tool:
         elfs = subprocess.run([tool, "--list-elf", str(so)], capture_output=True, text=True)
         ptxs = subprocess.run([tool, "--list-ptx", str(so)], capture_output=True, text=True)
         if elfs.returncode == 0:
-            cubins = set(re.findall(r"\.sm_(\d+)a?\.cubin", elfs.stdout))
-            ptx = set(re.findall(r"\.sm_(\d+)a?\.ptx", ptxs.stdout))
+            cubins = set(re.findall(r"\.sm_(\d+[af]?)\.cubin", elfs.stdout))
+            ptx = set(re.findall(r"\.sm_(\d+[af]?)\.ptx", ptxs.stdout))
             return cubins, ptx, "cuobjdump"
     cubins, ptx = elf.fatbin_archs(so)
     return cubins, ptx, "ELF .nv_fatbin"
@@ -185,7 +187,9 @@ def inspect_wheel(
     expect_archs: tuple[str, ...] | list[str] | None = None,
     python: str = sys.executable,
     import_check: bool = True,
+    gpus: list[tuple[str, tuple[int, int]]] | None = None,
 ) -> WheelReport:
+    """``gpus``: (name, compute capability) of the GPUs to judge the GPU code for; None asks nvidia-smi."""
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
     try:
@@ -203,7 +207,9 @@ def inspect_wheel(
     label = _LABEL.search(version.local or "")
     try:
         with wheelfile.open_wheel(path) as wheel, tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp:
-            _inspect_members(report, wheel, Path(tmp), label, expect_cxx11_abi, expect_archs, python, import_check)
+            _inspect_members(
+                report, wheel, Path(tmp), label, expect_cxx11_abi, expect_archs, python, import_check, gpus
+            )
     except wheelfile.BadWheel as exc:
         raise UsageError(str(exc)) from None
     return report
@@ -218,6 +224,7 @@ def _inspect_members(
     expect_archs,
     python: str,
     import_check: bool,
+    gpus: list[tuple[str, tuple[int, int]]] | None,
 ) -> None:
     """The checks of what is inside the wheel, read as pip reads it."""
     tags = wheel.tags
@@ -238,7 +245,7 @@ def _inspect_members(
     try:
         _check_abi(report, so, expected, against)
         _check_label(report, label, torch_here)
-        _check_archs(report, so, expect_archs)
+        _check_archs(report, so, expect_archs, gpuarch.visible_gpus() if gpus is None else gpus)
         _check_glibc_floor(report, so, on_this_host=import_check)
         _check_manylinux(report, so, tags)
     except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
@@ -541,18 +548,33 @@ def _check_label(report: WheelReport, label: re.Match[str] | None, torch_here: d
         report.add("label", "pass", f"{text} fits torch {here} (CUDA {cuda}, cxx11_abi={torch_here['cxx11_abi']})")
 
 
-def _check_archs(report: WheelReport, so: Path, expected) -> None:
+def _check_archs(report: WheelReport, so: Path, expected, gpus: list[tuple[str, tuple[int, int]]]) -> None:
     cubins, ptx, how = gpu_archs(so)
-    report.cubin_archs = sorted(cubins, key=int)
-    report.ptx_archs = sorted(ptx, key=int)
+    report.cubin_archs = gpuarch.sorted_archs(cubins)
+    report.ptx_archs = gpuarch.sorted_archs(ptx)
     found = f"sm_{', sm_'.join(report.cubin_archs) or '-'}" + (f" + PTX {', '.join(report.ptx_archs)}" if ptx else "")
-    missing = sorted(set(expected or ()) - cubins, key=int)
+    built = {a.rstrip("af") for a in cubins}
+    missing = gpuarch.sorted_archs(set(expected or ()) - built)
     if not cubins and not ptx:
         report.add("GPU code", "fail", f"no GPU code found ({how})")
     elif missing:
         report.add("GPU code", "fail", f"missing sm_{', sm_'.join(missing)}; has {found} ({how})")
     else:
-        report.add("GPU code", "pass", f"{found} ({how})")
+        report.add("GPU code", "pass", f"{found} ({how})" + "".join(_gpu_here(report, name, cc) for name, cc in gpus))
+
+
+def _gpu_here(report: WheelReport, name: str, capability: tuple[int, int]) -> str:
+    """'; NVIDIA H100 (sm_90) cannot run it: ...' for a GPU this host has: sound is the wheel, this
+    is the place. The wheel's archs are kept in the report, with what this GPU makes of them."""
+    arch = gpuarch.verdict(report.cubin_archs, report.ptx_archs, capability)
+    report.gpus_here.append({"name": name, "arch": arch.device, "runs": arch.runs, "detail": arch.line()})
+    if arch.runs:
+        how = f"sm_{arch.cubin}" if arch.cubin else f"PTX compute_{arch.jit_ptx}, JIT-compiled"
+        return f"; {name} ({arch.device}) here runs it ({how})"
+    return (
+        f"; {name} ({arch.device}) here CANNOT run it: it runs on compute capability "
+        f"{gpuarch.where_it_runs(report.cubin_archs, report.ptx_archs)}"
+    )
 
 
 def _import_next_to_torch(unpacked: Path, python: str, tags) -> tuple[str, str, dict]:

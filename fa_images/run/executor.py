@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, scratch, source, verify
+from ..builder import contract, gpuarch, scratch, source, untrusted, verify
 from ..builder import dist as dist_dir
+from ..builder.contract import WRONG_ARCH_PREFIX
 from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
@@ -39,6 +40,7 @@ GpuCheckStatus = Literal[
     "skipped: --gpus none",
     "skipped: the engine has no GPU runtime (NVIDIA Container Toolkit); --gpus devices needs none",
     "skipped: no GPU visible in the container",
+    "skipped: this GPU cannot run the image's GPU code",
 ]
 
 
@@ -70,6 +72,9 @@ class EntryResult:
     wheel_sha256: str | None = None
     check: CheckStatus = "not run"
     gpu_check: GpuCheckStatus = "not run"
+    # Why a skipped GPU check could not say more: the check's WRONG ARCH line (this GPU's arch, the
+    # archs the image carries and the capabilities they run on), from the image's own output.
+    gpu_check_reason: str | None = None
     pushed: str | None = None  # the digest
     # The torch stage's image: every entry of the same base, Python and torch has this one.
     torch_stage: str | None = None
@@ -363,9 +368,22 @@ class Executor:
             )
         # Devices passed explicitly that torch cannot see are a failure, not a GPU-less host.
         no_gpu = check.no_gpu_exit if access.host is None else None
-        outcome = self._run_check(run, check, gpu=gpu, tolerate=() if no_gpu is None else (no_gpu,))
+        # A GPU that cannot run the image's archs (an archs-80 image on an H100 build host) is the
+        # wrong place to check it, not a broken wheel: skipped, with the check's own reason.
+        tolerate = (contract.EXIT_WRONG_ARCH,) + (() if no_gpu is None else (no_gpu,))
+        outcome = self._run_check(run, check, gpu=gpu, tolerate=tolerate)
         if no_gpu is not None and outcome.exit_code == no_gpu:
             return self._gpu_check_skipped(run, "skipped: no GPU visible in the container")
+        if outcome.exit_code == contract.EXIT_WRONG_ARCH:
+            said = [line for line in outcome.output if line.startswith(WRONG_ARCH_PREFIX)]
+            reason = untrusted.shown(said[-1].removeprefix(WRONG_ARCH_PREFIX).strip()[:500]) if said else ""
+            ptx = (max(run.entry.archs, key=int),) if run.entry.ptx else ()  # the builder's --ptx: the newest
+            where = gpuarch.gpus_that_run(run.entry.archs, ptx, self.matrix.compat.gpus)
+            if where:  # the builder knows archs; the names of the GPUs that run them are the table's
+                reason += f"{'; ' if reason else ''}GPUs that run it: {', '.join(where)}"
+            run.result.gpu_check_reason = reason or None
+            status = self._gpu_check_skipped(run, "skipped: this GPU cannot run the image's GPU code")
+            return StepOutcome(note=f"{status.note}: {run.result.gpu_check_reason or 'no reason given'}", skipped=True)
         run.result.gpu_check = "passed"
         return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 

@@ -155,8 +155,9 @@ def from_stages(entry: Entry, *, prebuilt: bool = False) -> tuple[BuildTarget, .
 
 _GPU_NOTES = {
     "runtime": "  (GPUs from the engine's NVIDIA runtime; skipped without one, "
-    f"and on exit {contract.EXIT_NO_GPU}: no GPU seen)",
-    "devices": "  (the host's /dev/nvidia* and driver libraries passed in; any failure fails)",
+    f"on exit {contract.EXIT_NO_GPU}: no GPU seen, and on exit {contract.EXIT_WRONG_ARCH}: wrong arch)",
+    "devices": "  (the host's /dev/nvidia* and driver libraries passed in; skipped on exit "
+    f"{contract.EXIT_WRONG_ARCH}: wrong arch; any other failure fails)",
 }
 
 

@@ -35,6 +35,9 @@ def print_summary(console: Console, results: list[EntryResult]) -> None:
     console.line()
     for row in rows:
         console.line("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for r in results:
+        if r.gpu_check_reason:  # a GPU check skipped for the wrong arch: why, and where it can run
+            console.line(f"{r.id}: {r.gpu_check}: {r.gpu_check_reason}")
     failed = [r for r in results if r.status not in ("ok",)]
     for r in failed:
         if r.log and r.status == "failed":

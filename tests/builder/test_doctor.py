@@ -186,3 +186,29 @@ def test_doctor_reads_gpus_and_driver_from_nvidia_smi(run_fa_images, tmp_path: P
     assert int(table.cuda[cuda].min_driver) <= 535
     assert entry["archs"] == [90]
     assert plans(run_fa_images, tmp_path, entry).returncode == 0
+
+
+def test_doctor_says_which_gpu_here_can_run_the_installed_kernels(run_fa_images, tmp_path: Path) -> None:
+    """An installed extension with sm_80 cubins (a real .nv_fatbin, the one test_gpu_arch.py reads) on a
+    host with an H100 and an A10G (nvidia-smi is a stand-in): the A10G runs it, the H100 cannot, and
+    doctor says so by CUDA's rule, as the GPU check inside an image does."""
+    import importlib.machinery
+
+    from test_gpu_arch import extension
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / f"flash_attn_2_cuda{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(extension([80]))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "NVIDIA H100 80GB HBM3, 9.0, 570.86.10"\necho "NVIDIA A10G, 8.6, 570.86.10"\n')
+    smi.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(site)}
+    _code, report = doctor(run_fa_images, env=env)
+    found = findings(report)
+    h100, a10g = found["flash-attn kernels for NVIDIA H100 80GB HBM3"], found["flash-attn kernels for NVIDIA A10G"]
+    assert h100["status"] == "fail" and h100["detail"].startswith("this GPU is sm_90; the extension carries sm_80")
+    assert "8.0 to 8.x (sm_80)" in h100["detail"] and h100["fix"].startswith("rebuild with archs [90]")
+    assert a10g["status"] == "ok" and a10g["detail"].startswith("this GPU (sm_86) runs the sm_80 cubin")
+    assert report["facts"]["flash_attn"]["cubin_archs"] == ["80"]

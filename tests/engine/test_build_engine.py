@@ -180,6 +180,28 @@ def test_image_runs_its_import_check_and_reports_no_gpu(project, first_build):
     assert f"flash_attn {GOOD} imports next to torch 2.9.1" in out
 
 
+def test_check_on_a_node_without_a_gpu_gives_the_no_gpu_verdict(project, first_build):
+    """`fa-images check IMAGE`, as on the node that pulled it: this machine has no GPU (and the engine no
+    GPU runtime), so the image's own check passes its import and says NO GPU: exit 3, with the labels."""
+    _, entries = first_build
+    image = entries[entry_id(GOOD)]["image"]
+    for gpus in ([], ["--gpus", "none"]):
+        proc = project.run("check", image, "--json", *gpus, timeout=600)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        data = json.loads(proc.stdout)
+        assert data["exit_code"] == 3 and data["ok"] is False
+        (result,) = data["images"]
+        assert result["verdict"] == "no GPU" and result["gpu"] is None
+        assert result["gpus"] == (gpus[1] if gpus else "runtime")
+        assert result["detail"].startswith("NO GPU: torch sees no CUDA device"), result
+        labels = result["labels"]
+        assert (labels["flash_attn"], labels["torch"], labels["cuda"], labels["archs"]) == (GOOD, "2.9.1", "12.8", "80")
+    text = project.run("check", image, "--gpus", "none", "--pull", "never", timeout=600)
+    print(text.stdout)
+    assert text.returncode == 3 and "Traceback" not in text.stderr
+    assert text.stdout.startswith(f"{image}: NO GPU · no GPU seen · flash-attn {GOOD}, torch 2.9.1, CUDA 12.8 · ")
+
+
 def test_push_logs_in_through_the_credential_helper(project, first_build):
     proc, entries = first_build
     good = entries[entry_id(GOOD)]

@@ -105,6 +105,29 @@ def test_gpu_check_outcomes(tiny_matrix, tmp_path, monkeypatch, code, status, gp
         assert results[0].kept_container == "fa-images-kept"
 
 
+def test_a_wrong_arch_gpu_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_path, monkeypatch) -> None:
+    """An archs-80 image on an H100 build host: the check's WRONG ARCH (exit 8) is skipped, not failed,
+    with the check's reason in the result, the JSON report and under the summary table."""
+    from fa_images.run.report import print_summary, write_report
+
+    accept_every_wheel(monkeypatch)
+    said = "this GPU is sm_90; the extension carries sm_80, which runs on compute capability 8.0 to 8.x (sm_80)"
+    engine = FakeEngine(gpu=True, gpu_exit=contract.EXIT_WRONG_ARCH, gpu_output=[f"WRONG ARCH: {said}\x1b[2J"])
+    results = execute(tiny_matrix, engine, tmp_path)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert {r.gpu_check for r in results} == {"skipped: this GPU cannot run the image's GPU code"}
+    assert results[0].gpu_check_reason.startswith(said) and "\x1b" not in results[0].gpu_check_reason
+    assert "; GPUs that run it: A100, " in results[0].gpu_check_reason and "H100" not in results[0].gpu_check_reason
+    write_report(tmp_path / "report.json", results, "fake engine")
+    entry = json.loads((tmp_path / "report.json").read_text())["entries"][0]
+    assert entry["gpu_check"] == "skipped: this GPU cannot run the image's GPU code"
+    assert entry["gpu_check_reason"] == results[0].gpu_check_reason
+    out = io.StringIO()
+    print_summary(Console(out), results)
+    assert f"{results[0].id}: skipped: this GPU cannot run the image's GPU code: {said}" in out.getvalue()
+    assert "2 of 2 entries succeeded" in out.getvalue()
+
+
 def test_ctrl_c_marks_the_entry_and_propagates(tiny_matrix, tmp_path, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
     ex = Executor(

@@ -161,6 +161,16 @@ def test_devices_passed_but_unseen_is_a_failure_not_a_skip(tiny_matrix, tmp_path
     assert results[0].gpu_check == "not run" and "GPU check exited with 3" in results[0].error
 
 
+def test_devices_passed_to_a_gpu_of_the_wrong_arch_is_a_skip_not_a_failure(tiny_matrix, tmp_path, monkeypatch) -> None:
+    """The GPUs were seen (unlike exit 3 above): the image is for other GPUs, so the check is skipped with why."""
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine(gpu_exit=8, gpu_output=["WRONG ARCH: this GPU is sm_90; the extension carries sm_80"])
+    results = tex.execute(tiny_matrix, engine, tmp_path, gpus=GpuAccess("devices", HOST))
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert results[0].gpu_check == "skipped: this GPU cannot run the image's GPU code"
+    assert results[0].gpu_check_reason.startswith("this GPU is sm_90; the extension carries sm_80; GPUs that run it")
+
+
 def test_gpus_none_skips_the_check_even_with_a_gpu_runtime(tiny_matrix, tmp_path, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
     engine = FakeEngine(gpu=True)
