@@ -571,7 +571,7 @@ def test_a_wheel_path_with_control_characters_is_shown_escaped_in_the_plan(
     """A directory's name is the user's own, and any text: the plan quotes it escaped."""
     place = tmp_path / "w\x1b]0;owned\x07\x1b[2J\r"
     place.mkdir()
-    (place / FITS).write_bytes(b"PK")
+    _wheel(place / FITS, _elf_header())  # a wheel pip would read: --wheels opens it first
     code, out, err = _build(monkeypatch, capsys, "--wheels", place, "--only", tiny_matrix.entries[0].id, "--dry-run")
     assert code == 0, err
     assert raw_controls(out + err) == [], repr(out)
@@ -588,7 +588,7 @@ def test_build_prints_engine_output_and_names_escaped(tiny_matrix, tmp_path: Pat
     accept_every_wheel(monkeypatch)
     place = tmp_path / "w\x1b[2J"
     place.mkdir()
-    (place / FITS).write_bytes(b"PK")
+    _wheel(place / FITS, _elf_header())  # a wheel pip would read: --wheels opens it first
     engine = FakeEngine()
     real_build = engine.build
     hostile = "nvcc: \x1b[31mred\x1b[0m \x1b]0;title\x07 \rover\x08written \x9b2J"
