@@ -23,6 +23,8 @@ lines=$(wc -l <"$W/device.log")
 if [ -n "$OUT_DIR" ]; then
     cp "$W/device.log" "$OUT_DIR/" 2>/dev/null
     cp "$W"/proj/report*.json "$OUT_DIR/" 2>/dev/null
-    cp "$W"/proj/logs/*.log "$OUT_DIR/" 2>/dev/null
+    for log in "$W"/proj/logs*/*.log; do  # logs/ID.log, logs-80/ID.log: the same names, so prefixed
+        [ -f "$log" ] && cp "$log" "$OUT_DIR/$(basename "$(dirname "$log")")-$(basename "$log")"
+    done
     tail -c 200000 "$W/dockerd-overlay2.log" >"$OUT_DIR/dockerd.log" 2>/dev/null
 fi
