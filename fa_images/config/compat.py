@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..builder import contract
+from ..builder import contract, gpuarch
 from ..builder.settings import ARCH_CODES
 from ..builder.source import SUPPORTED_FLASH_ATTN
 from ..errors import ConfigError, Problem
@@ -124,17 +124,14 @@ class Compat:
 
 
 def arch_runs_on(archs: tuple[str, ...], capability: str, *, ptx: bool) -> bool:
-    """Whether a wheel of ``archs`` runs on a GPU of ``capability`` ('8.9').
-
-    CUDA's rule, the one the GPU check applies to the built extension at run time: an sm_XY
-    cubin runs on compute capability X.Z with Z >= Y (sm_80 runs on 8.6 and 8.9, never on 9.0);
-    the PTX of the newest arch (``ptx: true``) is compiled by the driver for any GPU at or above it.
-    """
+    """Whether a wheel of ``archs`` runs on a GPU of ``capability`` ('8.9'): CUDA's rule, as the
+    GPU check applies it to the built extension (``builder/gpuarch.py``); with ``ptx: true`` the
+    wheel also carries the PTX of its newest arch."""
     major, _, minor = capability.partition(".")
-    cap = int(major) * 10 + int(minor or 0)
-    if any(int(a) // 10 == cap // 10 and int(a) <= cap for a in archs):
+    cap = (int(major), int(minor or 0))
+    if any(gpuarch.cubin_runs(a, cap) for a in archs):
         return True
-    return ptx and bool(archs) and max(int(a) for a in archs) <= cap
+    return ptx and bool(archs) and gpuarch.ptx_runs(max(archs, key=gpuarch.sort_key), cap)
 
 
 def _merged(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[str, ...]:
