@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -55,18 +56,27 @@ def needs(plans: list[EntryPlan], python_from: str) -> list[BaseNeeds]:
     ]
 
 
-def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Console) -> None:
-    """Every base in the engine, as ``policy`` says: ``missing`` pulls what the engine lacks,
-    ``always`` pulls every one (a moving tag is refreshed), ``never`` refuses a missing one.
+def provide(
+    engine: Engine,
+    refs: list[str],
+    policy: PullPolicy,
+    console: Console,
+    *,
+    what: str = "base image",
+    hint: Callable[[list[str], PullPolicy], str] | None = None,
+) -> None:
+    """Every image of ``refs`` in the engine, as ``policy`` says: ``missing`` pulls what the engine
+    lacks, ``always`` pulls every one (a moving tag is refreshed), ``never`` refuses a missing one.
+    ``build`` provides its bases so, and ``check`` the images it checks (``what``, ``hint``).
 
     Every pull is tried before a failure is reported, and every failure is named in one error:
-    an offline user learns of all the bases to provide in one run, not one per run."""
+    an offline user learns of all the images to provide in one run, not one per run."""
+    hint = hint or provide_hint
     missing = engine.missing_images(refs)
     if policy == "never" and missing:
         raise EnvironmentProblem(
-            f"base {'images' if len(missing) > 1 else 'image'} not in the engine: {', '.join(missing)}; "
-            "--pull never forbids pulling",
-            hint=provide_hint(missing, policy),
+            f"{counted(len(missing), what)} not in the engine: {', '.join(missing)}; --pull never forbids pulling",
+            hint=hint(missing, policy),
         )
     wanted = refs if policy == "always" else missing
     if not wanted:
@@ -81,14 +91,14 @@ def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Consol
     took = duration(time.monotonic() - started)
     pulled = len(wanted) - len(failed)
     if pulled:
-        console.line(f"pulled {counted(pulled, 'base image')} in {took} (--pull {policy})")
+        console.line(f"pulled {counted(pulled, what)} in {took} (--pull {policy})")
     if failed:
         if len(failed) == 1:
             ((ref, why),) = failed.items()
-            message = f"cannot pull base image {ref}: {why}"
+            message = f"cannot pull {what} {ref}: {why}"
         else:
-            message = f"cannot pull {len(failed)} base images: " + "; ".join(f"{r}: {w}" for r, w in failed.items())
-        raise EnvironmentProblem(message, hint=provide_hint(list(failed), policy))
+            message = f"cannot pull {counted(len(failed), what)}: " + "; ".join(f"{r}: {w}" for r, w in failed.items())
+        raise EnvironmentProblem(message, hint=hint(list(failed), policy))
 
 
 def provide_hint(missing: list[str], policy: PullPolicy) -> str:

@@ -22,8 +22,9 @@ from ..builder import contract, gpuarch, safe_io, untrusted
 from ..builder.wording import counted
 from ..config import grammar
 from ..config.grammar import PullPolicy
-from ..errors import EnvironmentProblem, StepFailed, UsageError
-from .engine import Engine, PullProgress, registry_of
+from ..errors import StepFailed, UsageError
+from . import bases
+from .engine import Engine, registry_of
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, duration
 
@@ -95,36 +96,16 @@ def checked_refs(refs: list[str]) -> list[str]:
     return list(dict.fromkeys(refs))
 
 
-def provide(engine: Engine, refs: list[str], policy: PullPolicy, console: Console) -> None:
-    """The images in the engine, as ``policy`` says (as ``build`` provides its bases); every one
-    missing under ``--pull never`` is named in one error."""
-    missing = engine.missing_images(refs)
-    if policy == "never" and missing:
-        raise EnvironmentProblem(
-            f"{counted(len(missing), 'image')} not in the engine: {', '.join(missing)}; --pull never forbids pulling",
-            hint="pull with --pull missing (the default), or `docker load -i image.tar` what was saved elsewhere",
-        )
-    wanted = refs if policy == "always" else missing
-    for ref in wanted:
-        _pull(engine, ref, console)
-
-
-def _pull(engine: Engine, ref: str, console: Console) -> None:
-    def on_progress(update: PullProgress) -> None:
-        size = f" {update.current / 1e6:.1f}/{update.total / 1e6:.1f} MB" if update.current and update.total else ""
-        layer = f" · {update.layer}" if update.layer else ""
-        console.progress(f"    pull {ref}{layer} · {update.status}{size}", key=(ref, update.layer, update.status))
-
-    try:
-        with console.step(f"pull {ref}") as shown:
-            info = engine.pull(ref, on_progress)
-            shown.update(note=f"{info.id[:19]}, {info.size / 1e9:.2f} GB")
-    except StepFailed as exc:
-        raise EnvironmentProblem(
-            f"cannot pull {ref}: {exc}",
-            hint=f"check that {registry_of(ref)} is reachable and has this tag, and `docker login "
-            f"{registry_of(ref)}` for a private one",
-        ) from None
+def _hint(refs: list[str], policy: PullPolicy) -> str:
+    """How to give the engine the images to check that ``policy`` did not already try."""
+    pulls = " && ".join(f"docker pull {ref}" for ref in refs)
+    if policy == "never":
+        first = f"pull with --pull missing (the default), or {pulls}"
+    else:
+        registries = list(dict.fromkeys(registry_of(ref) for ref in refs))
+        logins = " / ".join(f"`docker login {r}`" for r in registries)
+        first = f"check that {', '.join(registries)} can be reached and has the tag ({logins} for a private one)"
+    return f"{first}; offline: `docker load -i image.tar` of an image saved elsewhere"
 
 
 def _gpu_for(engine: Engine, access: GpuAccess) -> tuple[bool | HostGpus, str]:
@@ -217,7 +198,7 @@ def write_report(path: Path, results: list[ImageCheck], engine: str) -> None:
 def run(engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console) -> list[ImageCheck]:
     """Provides every image first (a pull that fails stops here, before any check), then checks each."""
     started = time.monotonic()
-    provide(engine, refs, pull, console)
+    bases.provide(engine, refs, pull, console, what="image", hint=_hint)
     results = [check_image(engine, ref, access, lambda _line: None) for ref in refs]
     console.line(f"checked {counted(len(results), 'image')} in {duration(time.monotonic() - started)}")
     return results

@@ -125,7 +125,7 @@ def test_pull_never_refuses_in_an_instant_with_both_ways(project):
     print(f"--pull never refused in {', '.join(f'{t:.2f}' for t in times)} s (the whole command)")
     assert min(times) < 2, times
     error, hint = proc.stderr.splitlines()[1:3]
-    assert error == f"error: base image not in the engine: {project.base}; --pull never forbids pulling"
+    assert error == f"error: 1 base image not in the engine: {project.base}; --pull never forbids pulling"
     assert f"docker pull {project.base}" in hint
     assert "docker load -i base.tar" in hint and "bases.devel / bases.runtime" in hint and "local tag" in hint
     assert not (project.dir / "logs").exists()  # no entry started

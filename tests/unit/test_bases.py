@@ -69,7 +69,7 @@ def test_pull_never_refuses_in_an_instant_with_both_ways(tiny_matrix, monkeypatc
     assert time.monotonic() - started < 2
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "engine: fake engine"
-    assert lines[1] == f"error: base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
+    assert lines[1] == f"error: 2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
     hint = lines[2]
     assert f"docker pull {RUNTIME} && docker pull {DEVEL}" in hint  # every image, not only the first
     assert "docker load -i" in hint and "bases.devel / bases.runtime" in hint and "local tag" in hint
@@ -160,7 +160,7 @@ def test_the_report_is_written_when_the_bases_stop_the_run(tiny_matrix, monkeypa
     assert run_build(monkeypatch, engine, "--pull", "never", "--report", "report.json") == 3
     report = json.loads(Path("report.json").read_text())
     assert (report["ok"], report["exit_code"], report["engine"], report["entries"]) == (False, 3, "fake engine", [])
-    assert report["error"].startswith(f"base images not in the engine: {RUNTIME}, {DEVEL}; --pull never")
+    assert report["error"].startswith(f"2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never")
     assert report["not_run"] == [e.id for e in tiny_matrix.entries]
 
 

@@ -143,7 +143,7 @@ def test_a_failed_pull_is_one_error_before_any_check(monkeypatch, capsys) -> Non
     engine = Node({IMAGE: 0}, missing=frozenset({IMAGE}), unpullable=frozenset({IMAGE}))
     assert check(monkeypatch, engine, IMAGE) == 3
     err = capsys.readouterr().err
-    assert f"error: cannot pull {IMAGE}: pull of {IMAGE} failed: manifest unknown" in err
+    assert f"error: cannot pull image {IMAGE}: pull of {IMAGE} failed: manifest unknown" in err
     assert "docker login ghcr.io" in err and "Traceback" not in err
     assert not [c for c in engine.calls if c[0] == "run"]
 
@@ -193,3 +193,14 @@ def test_devices_passed_that_the_image_cannot_see_is_a_failure_not_no_gpu(monkey
     engine = Node({IMAGE: contract.EXIT_NO_GPU})
     assert check(monkeypatch, engine, IMAGE, "--gpus", "devices") == 1
     assert "FAIL" in capsys.readouterr().out and ("run", IMAGE, contract.GPU_CHECK_COMMAND, host) in engine.calls
+
+
+def test_every_image_that_cannot_be_pulled_is_named_in_one_error(monkeypatch, capsys) -> None:
+    """As `build` with its bases: each pull is tried, then one error names every failure."""
+    other = "reg.local/fa:b"
+    engine = Node({IMAGE: 0, other: 0}, missing=frozenset({IMAGE, other}), unpullable=frozenset({IMAGE, other}))
+    assert check(monkeypatch, engine, IMAGE, other) == 3
+    err = capsys.readouterr().err
+    assert f"error: cannot pull 2 images: {IMAGE}: " in err and f"; {other}: " in err, err
+    assert "docker login ghcr.io" in err and "docker login reg.local" in err
+    assert [c[0] for c in engine.calls if c[0] in ("pull", "run")] == ["pull", "pull"]
