@@ -19,6 +19,7 @@ from .builder.wording import counted
 from .config.grammar import PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
+from .run.logger import say
 
 if TYPE_CHECKING:
     from .config import matrix
@@ -88,15 +89,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     width = max(len(e.id) for e in entries)
     for e in entries:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
-        print(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
+        say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
     groups = len({e.compile_group for e in entries})
-    print(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels)")
+    say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels)")
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
-    from .run.logger import say
 
     m = _load(args)
     result = render.render_all(m, m.entries, args.out, check=args.check)
@@ -106,15 +106,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         for path in result.extra:
             say(f"not in the matrix: {path}")
         if result.stale or result.extra:
-            print(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", file=sys.stderr)
+            say(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", out=sys.stderr)
             return 1
-        print(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")
+        say(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")
         return 0
     for path in result.written:
-        print(f"wrote {path}")
+        say(f"wrote {path}")
     for path in result.extra:
         say(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
-    print(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
+    say(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 
 
@@ -225,7 +225,6 @@ def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
     """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
     from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
-    from .run.logger import say
 
     entries = m.select(args.only)
     prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
@@ -287,9 +286,9 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
 
     placed = dist.merge(args.sources, args.dist, log=lambda line: print(shown(line), file=sys.stderr))
     for path in placed:
-        print(f"merged {shown(str(path))}")
+        say(f"merged {path}")
     wheels = counted(len(dist.read_manifest(args.dist).wheels), "wheel")
-    print(f"{args.dist}: {wheels}; index {args.dist / dist.SIMPLE}/")
+    say(f"{args.dist}: {wheels}; index {args.dist / dist.SIMPLE}/")
     return 0
 
 
@@ -316,12 +315,12 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         return 0
     if args.check:
         if _current_text(args.out) != text:
-            print(f"{args.out} is out of date: run `fa-images export github` with the same flags", file=sys.stderr)
+            say(f"{args.out} is out of date: run `fa-images export github` with the same flags", out=sys.stderr)
             return 1
-        print(f"{args.out}: up to date")
+        say(f"{args.out}: up to date")
         return 0
     safe_io.write_file(args.out, text, what="--out")
-    print(f"wrote {args.out}")
+    say(f"wrote {args.out}")
     return 0
 
 
@@ -343,7 +342,7 @@ def cmd_export_bake(args: argparse.Namespace) -> int:
     m = _load(args)
     opts = bake.BakeOptions(cache_from=tuple(args.cache_from or ()), cache_to=tuple(args.cache_to or ()))
     path = bake.export(m, m.select(args.only), args.out_dir, opts)
-    print(f"wrote {path}; build with: cd {args.out_dir} && docker buildx bake")
+    say(f"wrote {path}; build with: cd {args.out_dir} && docker buildx bake")
     return 0
 
 
@@ -365,8 +364,8 @@ def cmd_export_slurm(args: argparse.Namespace) -> int:
     )
     paths = slurm.export(m, m.select(args.only), args.out_dir, opts)
     for path in paths:
-        print(f"wrote {path}")
-    print(f"submit with: {args.out_dir / 'submit.sh'} (the directory must be on storage every node shares)")
+        say(f"wrote {path}")
+    say(f"submit with: {args.out_dir / 'submit.sh'} (the directory must be on storage every node shares)")
     return 0
 
 
@@ -582,7 +581,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     from . import starter
 
     path = starter.write(args.out, force=args.force, python=args.python, target=args.target)
-    print(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
+    say(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
     return 0
 
 
@@ -610,11 +609,10 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} must be a file, not a {kind} (fa-images does not write through links)")
     result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     target.write_text(out.name, result.text)
-    from .run.logger import say
 
     for note in result.notes:  # they quote what the indexes published
         say(note)
-    print(f"wrote {out}")
+    say(f"wrote {out}")
     return 0
 
 

@@ -656,3 +656,13 @@ def test_render_names_a_stray_dockerfile_escaped(tmp_path: Path, capsys) -> None
         code, out, err = fa_images(capsys, "render", "--matrix", path, "--out", tmp_path / "out", *check)
         assert code == (1 if check else 0), err
         assert raw_controls(out + err) == [] and "x\\x1b[2J\\r.Dockerfile" in out, repr(out)
+
+
+def test_a_path_given_on_the_command_line_is_printed_escaped(tmp_path: Path, capsys) -> None:
+    """The user's own flags are text from outside too: `wrote PATH` cannot drive the terminal."""
+    out = tmp_path / "m\x1b]0;owned\x07\x1b[2J\r.yaml"
+    code, stdout, err = fa_images(capsys, "init", "--target", "aws", "--out", out)
+    assert code == 0, err
+    assert out.is_file()
+    assert raw_controls(stdout + err) == [], repr(stdout)
+    assert "m\\x1b]0;owned\\x07\\x1b[2J\\r.yaml" in stdout
