@@ -736,9 +736,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     console = Console()
     engine = DockerEngine.from_env()
     description = engine.describe()
-    results = node_check.run(engine, refs, pull=args.pull, access=access, console=console)
-    if args.report:
-        node_check.write_report(args.report, results, description)
+    results: list[node_check.ImageCheck] = []
+    failure: BaseException | None = None
+    try:
+        results = node_check.run(engine, refs, pull=args.pull, access=access, console=console)
+    except BaseException as exc:  # a pull that failed: the report says so, as build's does
+        failure = exc
+        raise
+    finally:
+        if args.report:
+            node_check.write_report(args.report, results, description, failure)
     if args.json:
         print(node_check.to_json(results, description))
     else:

@@ -486,6 +486,7 @@ def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
         expect_cxx11_abi=item.record.cxx11_abi,
         expect_archs=item.record.archs or None,
         import_check=False,
+        gpus=[],  # the wheel is judged, not this host's GPUs: no nvidia-smi
     )
     for line in report.lines():
         log(line)

@@ -57,17 +57,22 @@ def ptx_runs(arch: str, capability: tuple[int, int]) -> bool:
     return tuple(capability) >= (major, minor)
 
 
+def _known(archs) -> list[str]:
+    """The archs that read as archs, in order: an extension's fatbin may name any number."""
+    return [a for a in sorted_archs(archs) if sort_key(a)[0] != 1 << 30]
+
+
 def where_it_runs(cubins, ptx) -> str:
     """The compute capabilities the code runs on, for a message: '8.0 to 8.x (sm_80); 9.0 and newer
     through PTX compute_90'."""
     parts = []
-    for arch in sorted_archs(cubins):
+    for arch in _known(cubins):
         major, minor, variant = split(arch)
         if variant == "a":
             parts.append(f"{major}.{minor} only (sm_{arch})")
         else:
             parts.append(f"{major}.{minor} to {major}.x (sm_{arch})")
-    for arch in sorted_archs(ptx):
+    for arch in _known(ptx):
         major, minor, variant = split(arch)
         if variant:
             parts.append(f"{major}.{minor}{' only' if variant == 'a' else f' to {major}.x'} (PTX compute_{arch})")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..builder import contract, gpuarch, safe_io, untrusted
+from ..builder.cli import exit_code_of
 from ..builder.wording import counted
 from ..config import grammar
 from ..config.grammar import PullPolicy
@@ -27,6 +28,7 @@ from . import bases
 from .engine import Engine, registry_of
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, duration
+from .report import message_of
 
 Verdict = Literal["pass", "fail", "no GPU", "wrong arch"]
 # Exit code of each verdict: the builder's own for no GPU and wrong arch, so the host's exit code is the
@@ -181,18 +183,21 @@ def worst(results: list[ImageCheck]) -> int:
     return next((EXIT_CODES[v] for v in WORST_FIRST if v in verdicts), 0)
 
 
-def to_json(results: list[ImageCheck], engine: str) -> str:
+def to_json(results: list[ImageCheck], engine: str, failure: BaseException | None = None) -> str:
+    """``failure``: what stopped the command before every image was checked (a pull that failed)."""
     data = {
         "engine": engine,
-        "exit_code": worst(results),
-        "ok": all(r.verdict == "pass" for r in results),
+        "exit_code": worst(results) if failure is None else exit_code_of(failure),
+        "ok": failure is None and all(r.verdict == "pass" for r in results),
+        "error": None if failure is None else message_of(failure),
         "images": [r.to_dict() for r in results],
     }
     return json.dumps(data, indent=2)
 
 
-def write_report(path: Path, results: list[ImageCheck], engine: str) -> None:
-    safe_io.write_file(path, to_json(results, engine) + "\n", what="--report")  # atomic, never through a link
+def write_report(path: Path, results: list[ImageCheck], engine: str, failure: BaseException | None = None) -> None:
+    text = to_json(results, engine, failure) + "\n"
+    safe_io.write_file(path, text, what="--report")  # atomic, never through a link
 
 
 def run(engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console) -> list[ImageCheck]:

@@ -60,12 +60,13 @@ def write_report(
     ok = failure is None and all(r.status == "ok" for r in results)
     data: dict = {"engine": engine, "ok": ok, "entries": [r.to_dict() for r in results]}
     data["exit_code"] = 0 if failure is None else exit_code_of(failure)
-    data["error"] = None if failure is None else _message(failure)
+    data["error"] = None if failure is None else message_of(failure)
     data["not_run"] = list(not_run or [])
     safe_io.write_file(path, json.dumps(data, indent=2) + "\n", what="--report")  # atomic, never through a link
 
 
-def _message(exc: BaseException) -> str:
+def message_of(exc: BaseException) -> str:
+    """What a report says of the exception that ended the command."""
     if isinstance(exc, FatalError):
         return str(exc)
     if isinstance(exc, KeyboardInterrupt):

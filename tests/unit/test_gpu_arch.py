@@ -224,3 +224,9 @@ def test_the_gpus_that_run_the_code_come_from_a_table_the_caller_gives() -> None
     assert gpuarch.gpus_that_run({"80"}, set(), table) == ["A100", "A10G", "L4"]
     assert gpuarch.gpus_that_run({"90"}, set(), table) == ["H100"]
     assert gpuarch.gpus_that_run(set(), {"90"}, table) == ["H100", "B200"]
+
+
+def test_an_arch_number_that_is_no_arch_is_left_out_of_the_messages() -> None:
+    """A fatbin may name any number: it is not an arch, and it is no reason to call the ELF unreadable."""
+    assert gpuarch.where_it_runs({"7", "80", "1234"}, {"x"}) == "8.0 to 8.x (sm_80)"
+    assert gpuarch.where_it_runs({"7"}, set()) == "no GPU"

@@ -666,3 +666,20 @@ def test_a_path_given_on_the_command_line_is_printed_escaped(tmp_path: Path, cap
     assert out.is_file()
     assert raw_controls(stdout + err) == [], repr(stdout)
     assert "m\\x1b]0;owned\\x07\\x1b[2J\\r.yaml" in stdout
+
+
+def test_prepare_only_with_a_compiler_cache_is_refused_before_anything_is_made(tmp_path: Path, capsys) -> None:
+    """Its work dir would be kept under the one fixed name every cached build uses, and stop the next."""
+    code, _out, err = fa_images(
+        capsys,
+        "wheel",
+        "--prepare-only",
+        "--flash-attn",
+        "2.8.3",
+        "--out",
+        tmp_path / "out",
+        "--compiler-cache",
+        tmp_path / "cache",
+    )
+    assert_clear_error(code, err, 2, "--prepare-only keeps its work dir")
+    assert not (tmp_path / "cache").exists()

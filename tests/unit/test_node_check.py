@@ -103,6 +103,7 @@ def test_the_json_shape_and_the_report(monkeypatch, capsys, tmp_path: Path) -> N
     data = json.loads(capsys.readouterr().out)  # stdout is the JSON alone
     assert data == json.loads((tmp_path / "check.json").read_text())
     assert data["engine"] == "fake engine" and data["exit_code"] == 8 and data["ok"] is False
+    assert data["error"] is None
     (image,) = data["images"]
     runs_on = image["runs_on"]  # the compat table's GPUs of compute capability 8.x: where to check it
     assert {"A100", "A10G", "L4"} <= set(runs_on) and not {"H100", "B200", "T4"} & set(runs_on)
@@ -204,3 +205,14 @@ def test_every_image_that_cannot_be_pulled_is_named_in_one_error(monkeypatch, ca
     assert f"error: cannot pull 2 images: {IMAGE}: " in err and f"; {other}: " in err, err
     assert "docker login ghcr.io" in err and "docker login reg.local" in err
     assert [c[0] for c in engine.calls if c[0] in ("pull", "run")] == ["pull", "pull"]
+
+
+def test_the_report_is_written_when_a_pull_stops_the_check(monkeypatch, capsys, tmp_path: Path) -> None:
+    """As `build --report`: the record of a run that ended early says how, with its exit code."""
+    report = tmp_path / "check.json"
+    report.write_text('{"ok": true}')  # an earlier run's success must not stand
+    engine = Node({IMAGE: 0}, missing=frozenset({IMAGE}), unpullable=frozenset({IMAGE}))
+    assert check(monkeypatch, engine, IMAGE, "--report", str(report)) == 3
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and data["exit_code"] == 3 and data["images"] == []
+    assert data["error"].startswith(f"cannot pull image {IMAGE}: ")
