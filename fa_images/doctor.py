@@ -378,7 +378,8 @@ def _check_imports(report: Report, python: str, torch, version: str, table, arch
             report.add("flash-attn import", FAIL, f"import flash_attn_2_cuda: {ext.get('type')}: {message}")
         return
     report.add("flash-attn import", OK, "flash_attn_2_cuda imports next to torch")
-    pins = {p.partition("==")[0]: p for p in (table.runtime_deps if table else ())}
+    minor = ".".join(str(report.facts.get("python", "")).split(".")[:2])  # the runtime pins are per Python
+    pins = {p.partition("==")[0]: p for p in (table.runtime_deps_for(minor) if table else ())}
     for name in ("flash_attn", *IMPORTED_MODULES):
         failure = results.get(name)
         if failure is None:
