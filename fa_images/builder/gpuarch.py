@@ -38,6 +38,11 @@ def sorted_archs(archs) -> list[str]:
     return sorted(archs, key=sort_key)
 
 
+def built_ptx(archs, ptx: bool) -> tuple[str, ...]:
+    """The PTX a build of ``archs`` carries: with ``--ptx``, that of its newest arch (for newer GPUs)."""
+    return (max(archs, key=int),) if ptx and archs else ()
+
+
 def capability_arch(capability: tuple[int, int]) -> str:
     """(9, 0) -> 'sm_90'."""
     return f"sm_{capability[0]}{capability[1]}"

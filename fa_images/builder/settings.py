@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import gpuarch
 from .contract import SETTINGS_FILE, cuda_tag
 
 # flash-attn arch codes the builder compiles; 8.6/8.9 GPUs run the sm_80 kernels. The compat
@@ -47,8 +48,7 @@ class BuildSettings:
         flags: list[str] = []
         for arch in self.archs:
             flags += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
-        if self.ptx:
-            newest = max(self.archs, key=int)
+        for newest in gpuarch.built_ptx(self.archs, self.ptx):
             flags += ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]
         return flags
 

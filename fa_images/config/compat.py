@@ -131,7 +131,7 @@ def arch_runs_on(archs: tuple[str, ...], capability: str, *, ptx: bool) -> bool:
     cap = (int(major), int(minor or 0))
     if any(gpuarch.cubin_runs(a, cap) for a in archs):
         return True
-    return ptx and bool(archs) and gpuarch.ptx_runs(max(archs, key=gpuarch.sort_key), cap)
+    return any(gpuarch.ptx_runs(a, cap) for a in gpuarch.built_ptx(archs, ptx))
 
 
 def _merged(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[str, ...]:

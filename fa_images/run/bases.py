@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -24,6 +23,10 @@ from .logger import Console, duration
 from .plan import EntryPlan
 
 _PROBE = "fa-images-probe"
+OFFLINE_BASES = (
+    "`docker save IMAGE -o base.tar` where a registry is reachable, `docker load -i base.tar` here, and "
+    "point bases.devel / bases.runtime in the matrix at that local tag (or at a registry mirror)"
+)
 
 
 @dataclass(frozen=True)
@@ -63,20 +66,20 @@ def provide(
     console: Console,
     *,
     what: str = "base image",
-    hint: Callable[[list[str], PullPolicy], str] | None = None,
+    offline: str = OFFLINE_BASES,
 ) -> None:
     """Every image of ``refs`` in the engine, as ``policy`` says: ``missing`` pulls what the engine
     lacks, ``always`` pulls every one (a moving tag is refreshed), ``never`` refuses a missing one.
-    ``build`` provides its bases so, and ``check`` the images it checks (``what``, ``hint``).
+    ``build`` provides its bases so, and ``check`` the images it checks (``what``, and ``offline``:
+    how to provide them without a registry).
 
     Every pull is tried before a failure is reported, and every failure is named in one error:
     an offline user learns of all the images to provide in one run, not one per run."""
-    hint = hint or provide_hint
     missing = engine.missing_images(refs)
     if policy == "never" and missing:
         raise EnvironmentProblem(
             f"{counted(len(missing), what)} not in the engine: {', '.join(missing)}; --pull never forbids pulling",
-            hint=hint(missing, policy),
+            hint=provide_hint(missing, policy, offline),
         )
     wanted = refs if policy == "always" else missing
     if not wanted:
@@ -98,12 +101,12 @@ def provide(
             message = f"cannot pull {what} {ref}: {why}"
         else:
             message = f"cannot pull {counted(len(failed), what)}: " + "; ".join(f"{r}: {w}" for r, w in failed.items())
-        raise EnvironmentProblem(message, hint=hint(list(failed), policy))
+        raise EnvironmentProblem(message, hint=provide_hint(list(failed), policy, offline))
 
 
-def provide_hint(missing: list[str], policy: PullPolicy) -> str:
-    """The ways to give the engine its bases that ``policy`` did not already try: from a
-    registry, or from a file saved elsewhere."""
+def provide_hint(missing: list[str], policy: PullPolicy, offline: str = OFFLINE_BASES) -> str:
+    """The ways to give the engine its images that ``policy`` did not already try: from a
+    registry, or (``offline``) from a file saved elsewhere."""
     pulls = " && ".join(f"docker pull {ref}" for ref in missing)
     them = "them" if len(missing) > 1 else "it"
     if policy == "never":
@@ -111,16 +114,13 @@ def provide_hint(missing: list[str], policy: PullPolicy) -> str:
     else:  # the pull was tried and failed: the registry, not the policy, is what to fix
         registries = list(dict.fromkeys(registry_of(ref) for ref in missing))
         one = len(registries) == 1
+        logins = " / ".join(f"`docker login {r}`" for r in registries)
         first = (
             f"check that {', '.join(registries)} {'is' if one else 'are'} reachable from the engine and "
             f"{'has' if one else 'have'} {'this tag' if len(missing) == 1 else 'these tags'} "
-            "(`docker login` for a private one)"
+            f"({logins} for a private one)"
         )
-    return (
-        f"{first}; offline: `docker save IMAGE -o base.tar` where a registry is reachable, "
-        "`docker load -i base.tar` here, and point bases.devel / bases.runtime in the matrix at that "
-        "local tag (or at a registry mirror)"
-    )
+    return f"{first}; offline: {offline}"
 
 
 def _pull(engine: Engine, ref: str, console: Console) -> None:

@@ -377,7 +377,7 @@ class Executor:
         if outcome.exit_code == contract.EXIT_WRONG_ARCH:
             said = [line for line in outcome.output if line.startswith(WRONG_ARCH_PREFIX)]
             reason = untrusted.shown(said[-1].removeprefix(WRONG_ARCH_PREFIX).strip()[:500]) if said else ""
-            ptx = (max(run.entry.archs, key=int),) if run.entry.ptx else ()  # the builder's --ptx: the newest
+            ptx = gpuarch.built_ptx(run.entry.archs, run.entry.ptx)
             where = gpuarch.gpus_that_run(run.entry.archs, ptx, self.matrix.compat.gpus)
             if where:  # the builder knows archs; the names of the GPUs that run them are the table's
                 reason += f"{'; ' if reason else ''}GPUs that run it: {', '.join(where)}"

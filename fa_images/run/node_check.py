@@ -25,7 +25,7 @@ from ..config import grammar
 from ..config.grammar import PullPolicy
 from ..errors import StepFailed, UsageError
 from . import bases
-from .engine import Engine, registry_of
+from .engine import Engine
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, duration
 from .report import message_of
@@ -52,6 +52,8 @@ LABELS = {
     "entry": "fa-images.entry",
 }
 MAX_TEXT = 300  # a label or an output line longer than this is cut: it came from the image
+# How to give the engine an image without a registry, for the hint of a pull that failed.
+OFFLINE = "`docker save IMAGE -o image.tar` where a registry is reachable, `docker load -i image.tar` here"
 _GPU_LINE = re.compile(r"GPU: (?P<name>.{1,200}) \((?P<arch>sm_\d{2,3}[af]?)\)")
 _VERDICT_PREFIXES = ("PASS:", "FAIL:", "NO GPU:", contract.WRONG_ARCH_PREFIX.strip())
 
@@ -96,18 +98,6 @@ def checked_refs(refs: list[str]) -> list[str]:
             hint="e.g. ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128 (name[:tag][@sha256:…])",
         )
     return list(dict.fromkeys(refs))
-
-
-def _hint(refs: list[str], policy: PullPolicy) -> str:
-    """How to give the engine the images to check that ``policy`` did not already try."""
-    pulls = " && ".join(f"docker pull {ref}" for ref in refs)
-    if policy == "never":
-        first = f"pull with --pull missing (the default), or {pulls}"
-    else:
-        registries = list(dict.fromkeys(registry_of(ref) for ref in refs))
-        logins = " / ".join(f"`docker login {r}`" for r in registries)
-        first = f"check that {', '.join(registries)} can be reached and has the tag ({logins} for a private one)"
-    return f"{first}; offline: `docker load -i image.tar` of an image saved elsewhere"
 
 
 def _gpu_for(engine: Engine, access: GpuAccess) -> tuple[bool | HostGpus, str]:
@@ -203,7 +193,7 @@ def write_report(path: Path, results: list[ImageCheck], engine: str, failure: Ba
 def run(engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console) -> list[ImageCheck]:
     """Provides every image first (a pull that fails stops here, before any check), then checks each."""
     started = time.monotonic()
-    bases.provide(engine, refs, pull, console, what="image", hint=_hint)
+    bases.provide(engine, refs, pull, console, what="image", offline=OFFLINE)
     results = [check_image(engine, ref, access, lambda _line: None) for ref in refs]
     console.line(f"checked {counted(len(results), 'image')} in {duration(time.monotonic() - started)}")
     return results
