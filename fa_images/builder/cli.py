@@ -221,11 +221,12 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
 def cmd_wheel(args: argparse.Namespace) -> int:
     if args.json and not args.prepare_only:
         raise UsageError("--json goes with --prepare-only")
-    if args.prepare_only and args.compiler_cache:
-        # The cache's work dir has one fixed name (compiler_cache); kept, it would stop the next build.
+    if args.prepare_only and args.compiler_cache and args.work_dir is None:
+        # The cache's work dir has one fixed name (compiler_cache); kept in the default parent, it
+        # would stop every later cached build there. A --work-dir of its own keeps it out of their way.
         raise UsageError(
             "--prepare-only keeps its work dir, and with --compiler-cache that dir has the one name every build uses",
-            hint="prepare without --compiler-cache (the cache matters only to a compile)",
+            hint="give it a --work-dir of its own, or prepare without --compiler-cache",
         )
     if (args.shard or args.after_shards) and not args.compiler_cache:
         flag = "--shard" if args.shard else "--after-shards"

@@ -163,6 +163,23 @@ def test_prepare_only_json_names_paths_that_exist(run_fa_images, tmp_path: Path,
     assert f"kept the work dir: {source_dir.parent.parent} " in proc.stderr
 
 
+def test_prepare_with_a_compiler_cache_in_a_work_dir_of_its_own(run_fa_images, tmp_path: Path, prepare_only) -> None:
+    """The compile RUN plus --prepare-only, as the Python 3.9 stage test runs it: the source is
+    prepared under the cache's fixed name, which is kept, and a second prepare there is refused."""
+    sdist = make_tiny_sdist(tmp_path / "in", version="2.8.3")
+    work = tmp_path / "work"
+    cache = tmp_path / "cache"
+    args = prepare_only("--compiler-cache", cache, sdist=sdist, out=tmp_path / "dist", work=work, json=True)
+    proc = run_fa_images(args)
+    assert proc.returncode == 0, proc.stderr
+    source_dir = Path(json.loads(proc.stdout)["source_dir"])
+    assert source_dir == work / "fa-images-wheel-cached" / "src" / "flash_attn-2.8.3"
+    assert (source_dir / "setup.py").is_file()
+    again = run_fa_images(args)
+    assert_one_clear_error(again, 2, "fa-images-wheel-cached exists")
+    assert (source_dir / "setup.py").is_file(), "the refused run must leave the kept source alone"
+
+
 def test_sha256_mismatch_of_a_local_sdist(real_sdist, run_fa_images, tmp_path: Path, prepare_only) -> None:
     sdist = real_sdist("2.8.3")
     wrong = "0" * 64

@@ -668,7 +668,7 @@ def test_a_path_given_on_the_command_line_is_printed_escaped(tmp_path: Path, cap
     assert "m\\x1b]0;owned\\x07\\x1b[2J\\r.yaml" in stdout
 
 
-def test_prepare_only_with_a_compiler_cache_is_refused_before_anything_is_made(tmp_path: Path, capsys) -> None:
+def test_prepare_only_with_a_compiler_cache_needs_a_work_dir_of_its_own(tmp_path: Path, capsys) -> None:
     """Its work dir would be kept under the one fixed name every cached build uses, and stop the next."""
     code, _out, err = fa_images(
         capsys,
@@ -682,4 +682,5 @@ def test_prepare_only_with_a_compiler_cache_is_refused_before_anything_is_made(t
         tmp_path / "cache",
     )
     assert_clear_error(code, err, 2, "--prepare-only keeps its work dir")
+    assert "--work-dir" in err
     assert not (tmp_path / "cache").exists()
