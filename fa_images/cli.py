@@ -16,7 +16,7 @@ from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
-from .config.grammar import PULL_POLICIES
+from .config.grammar import BUILDER_CHOICES, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 from .run.logger import say
@@ -96,10 +96,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from .config.grammar import BuilderForm
     from .outputs import render
 
     m = _load(args)
-    result = render.render_all(m, m.entries, args.out, check=args.check)
+    form: BuilderForm = args.builder or ("buildkit" if m.build.builder == "buildkit" else "sdk")
+    result = render.render_all(m, m.entries, args.out, check=args.check, builder=form)
     if args.check:  # the files found in --out are named escaped: any name can be there
         for path in result.stale:
             say(f"stale: {path}")
@@ -160,7 +162,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .errors import EntriesFailed, UsageError
     from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
-    from .run.engine import DockerEngine
+    from .run.connect import connect
     from .run.executor import Executor, Options
     from .run.logger import Console
     from .run.report import print_summary, write_report
@@ -180,13 +182,21 @@ def cmd_build(args: argparse.Namespace) -> int:
         entries = m.select(args.only)
         planned = [e.id for e in entries]
         prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
-        plans = plan_mod.make_plan(
-            entries, check=args.check, push=args.push, gpus=args.gpus, prebuilt=prebuilt, python_from=m.bases.python
-        )
         gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
-        engine = DockerEngine.from_env()
+        connection = connect(args.builder or m.build.builder, memory=m.build.memory_bytes)
+        engine = connection.engine
         description = engine.describe()
         console.line(f"engine: {description}")
+        console.line(f"builder: {connection.builder.describe()} ({connection.why})")
+        plans = plan_mod.make_plan(
+            entries,
+            check=args.check,
+            push=args.push,
+            gpus=args.gpus,
+            prebuilt=prebuilt,
+            python_from=m.bases.python,
+            form=connection.builder.form,
+        )
         options = Options(
             dist=args.dist,
             log_dir=args.log_dir,
@@ -198,7 +208,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
             pull=args.pull or m.build.pull,
         )
-        executor = Executor(engine, m, options, console)
+        executor = Executor(engine, connection.builder, m, options, console)
         try:
             executor.run(plans)
         except KeyboardInterrupt:
@@ -223,13 +233,25 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
     """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
+    from .config.grammar import BuilderForm
+    from .run import buildkit
     from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
 
     entries = m.select(args.only)
     prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
+    choice = args.builder or m.build.builder
+    form: BuilderForm = "sdk" if choice == "sdk" else "buildkit"
+    if choice == "auto" and not isinstance(buildkit.find_cli(), buildkit.Cli):
+        form = "sdk"  # as `build` would choose here, Podman aside (that needs the engine)
     plans = plan_mod.make_plan(
-        entries, check=args.check, push=args.push, gpus=args.gpus, prebuilt=prebuilt, python_from=m.bases.python
+        entries,
+        check=args.check,
+        push=args.push,
+        gpus=args.gpus,
+        prebuilt=prebuilt,
+        python_from=m.bases.python,
+        form=form,
     )
     if args.json:
         print(plan_mod.to_json(plans))
@@ -774,6 +796,13 @@ def build_parser() -> argparse.ArgumentParser:
     _matrix_args(render)
     render.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR", help="default: dockerfiles/")
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if DIR is stale")
+    render.add_argument(
+        "--builder",
+        choices=("buildkit", "sdk"),
+        help="the form to write: buildkit (RUN --mount: the torch venv mounted, not copied; a cache mount for "
+        "the compiler cache) or sdk (no BuildKit syntax; the legacy builder builds it). Default: buildkit if "
+        "the matrix says build.builder: buildkit, else sdk, so the files never depend on this host",
+    )
     render.set_defaults(func=cmd_render)
 
     build = sub.add_parser(
@@ -848,6 +877,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="when to pull the base images, before any build: missing = those the engine lacks (default, "
         "or build.pull in the matrix), always = every one (refreshes a moving tag), never = refuse a missing "
         "one (exit 3; for bases from `docker load` or a local tag). Pulls log in as pushes do",
+    )
+    build.add_argument(
+        "--builder",
+        choices=BUILDER_CHOICES,
+        help="which builder makes the images: buildkit = BuildKit through the docker CLI (`docker buildx build`, "
+        "or `DOCKER_BUILDKIT=1 docker build` where the CLI has it built in): the torch venv mounted, not "
+        "copied, and the compiler cache a cache mount; sdk = the docker SDK's legacy builder (Podman, and "
+        "build.memory); auto = BuildKit where the CLI has it and the engine is Docker's, else sdk (default, "
+        "or build.builder in the matrix). The CLI and the SDK use one daemon: DOCKER_HOST, else the active context",
     )
     build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
     build.add_argument(

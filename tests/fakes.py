@@ -10,7 +10,8 @@ import pytest
 from fa_images.builder import contract, verify
 from fa_images.builder.verify import WheelReport
 from fa_images.errors import StepFailed
-from fa_images.run.engine import BuildProgress, BuildResult, ImageInfo, PullProgress, RunResult
+from fa_images.run.engine import ImageInfo, PullProgress, RunResult
+from fa_images.run.image_builder import BuildProgress, BuildRequest, BuildResult
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -53,13 +54,18 @@ class FakeEngine:
     def has_gpu_runtime(self) -> bool:
         return self.gpu
 
-    def build(self, *, context, target, tag, network, memory, labels, on_line, on_progress) -> BuildResult:
+    @property
+    def form(self) -> str:
+        return "sdk"
+
+    def build(self, request: BuildRequest, *, on_line, on_progress) -> BuildResult:
+        """The image builder's side: one request, its stages tagged and its files written."""
+        context, target, tag = request.context, request.target, request.tag
         assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
         entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
         self.calls.append(("build", target, tag))
-        self.memory_limits.append(memory)
-        if tag:
-            self.labels[tag] = dict(labels)
+        self.memory_limits.append(request.memory)
+        self.labels[tag] = dict(request.labels)
         on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
         on_line("compiling")
         if target == contract.RUNTIME_STAGE:
@@ -76,28 +82,37 @@ class FakeEngine:
                 lines=["x.cu:1:2: error: boom"],
             )
         # The one build makes every stage of the Dockerfile; the stream names each one's image.
-        stages = [line.split()[3] for line in (context / "Dockerfile").read_text().splitlines() if " AS " in line]
-        return BuildResult(f"sha256:{entry}-{target}", {stage: f"sha256:{entry}-{stage}" for stage in stages})
+        names = [line.split()[3] for line in (context / "Dockerfile").read_text().splitlines() if " AS " in line]
+        stages = {stage: f"sha256:{entry}-{stage}" for stage in names}
+        for stage, ref in request.stage_tags.items():
+            self.tag(stages[stage], ref)
+        missed = {}
+        for stage, dest in request.files.items():
+            try:
+                self._files(stages[stage], stage, dest)
+            except StepFailed as exc:
+                if stage not in request.best_effort:
+                    raise
+                missed[stage] = str(exc)
+        return BuildResult(f"sha256:{entry}-{target}", stages, missed=missed)
+
+    def _files(self, image: str, stage: str, dest: Path) -> None:
+        if stage == contract.WHEEL_STAGE:
+            self.calls.append(("export", image))
+            (dest / WHEEL).write_bytes(b"not really a wheel")
+            (dest / "manifest.json").write_text("{}")
+            return
+        self.calls.append(("export_dir", image, contract.CACHE_EXPORT_DIR))
+        if self.fail_cache_export:
+            (dest / "half-written").write_text("")
+            raise StepFailed(f"exporting the files of {image} failed: connection reset")
+        cache = dest / contract.CACHE_EXPORT_DIR.lstrip("/")
+        (cache / "0").mkdir(parents=True)
+        (cache / "0" / "object").write_text(f"compiled in {image}")
 
     def tag(self, image: str, ref: str) -> None:
         self.calls.append(("tag", image, ref))
         self.labels[ref] = {}
-
-    def export(self, image, dest):
-        self.calls.append(("export", image))
-        (dest / WHEEL).write_bytes(b"not really a wheel")
-        (dest / "manifest.json").write_text("{}")
-        return [dest / WHEEL, dest / "manifest.json"]
-
-    def export_dir(self, image, path, dest) -> int:
-        self.calls.append(("export_dir", image, path))
-        if self.fail_cache_export:
-            dest.mkdir()
-            (dest / "half-written").write_text("")
-            raise StepFailed(f"exporting a directory of {image} failed: connection reset")
-        (dest / "0").mkdir(parents=True)
-        (dest / "0" / "object").write_text(f"compiled in {image}")
-        return len(f"compiled in {image}")
 
     def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
         if command and command[:2] == ["sh", "-c"]:  # the base preflight's probe
@@ -160,3 +175,12 @@ def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
         return report
 
     monkeypatch.setattr(verify, "inspect_wheel", fake_inspect)
+
+
+def use_engine(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> None:
+    """Every engine the CLI connects to is ``engine``, which is also the image builder."""
+    from fa_images.run import connect
+    from fa_images.run.engine import DockerEngine
+
+    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    monkeypatch.setattr(connect, "connect", lambda *_a, **_k: connect.Connection(engine, engine, "a fake"))  # type: ignore[arg-type]

@@ -161,6 +161,18 @@ def pull_policy(value: str) -> str | None:
     return None if value in PULL_POLICIES else f"must be one of {', '.join(PULL_POLICIES)}, not {value!r}"
 
 
+# Which builder makes the images (build.builder, build --builder): "auto" takes BuildKit where the
+# docker CLI has it and the engine is Docker's, else the docker SDK's legacy builder.
+BuilderChoice = Literal["auto", "buildkit", "sdk"]
+BUILDER_CHOICES: tuple[str, ...] = get_args(BuilderChoice)
+# The two forms of a Dockerfile, one per builder.
+BuilderForm = Literal["buildkit", "sdk"]
+
+
+def builder_choice(value: str) -> str | None:
+    return None if value in BUILDER_CHOICES else f"must be one of {', '.join(BUILDER_CHOICES)}, not {value!r}"
+
+
 def memory_bytes(value: str) -> int:
     """'6g' -> 6 GiB in bytes; raises ValueError for anything else."""
     match = MEMORY.fullmatch(value.strip())

@@ -39,6 +39,7 @@ SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("build", "network"): grammar.network,
     ("build", "memory"): grammar.memory,
     ("build", "pull"): grammar.pull_policy,
+    ("build", "builder"): grammar.builder_choice,
 }
 TEMPLATED = {("bases", "devel"), ("bases", "runtime"), ("packages", "torch_index")}
 

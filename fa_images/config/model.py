@@ -51,6 +51,9 @@ class BuildOptions:
     # When `build` pulls the base images: "missing" (those the engine lacks), "always", "never"
     # (refuse a missing one: an offline site's bases come from `docker load`). --pull overrides it.
     pull: grammar.PullPolicy = "missing"
+    # Which builder makes the images: "auto", "buildkit" or "sdk" (grammar.BuilderChoice). --builder
+    # overrides it.
+    builder: grammar.BuilderChoice = "auto"
 
     @property
     def memory_bytes(self) -> int | None:

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..builder import contract, source
+from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from . import group_cache, wheelhouse
 from .render import render_entry
@@ -50,7 +51,13 @@ def builder_files() -> list[Path]:
 
 
 def inputs_digest(
-    matrix: Matrix, entry: Entry, source_file: Path, *, base_ids: dict[str, str], prebuilt: bool = False
+    matrix: Matrix,
+    entry: Entry,
+    source_file: Path,
+    *,
+    base_ids: dict[str, str],
+    prebuilt: bool = False,
+    form: BuilderForm = "sdk",
 ) -> str:
     """A digest of everything the entry's image and wheel are made of: the Dockerfile (every
     setting that reaches the build, pins included), the builder code, the sdist (or the prebuilt
@@ -62,7 +69,7 @@ def inputs_digest(
     def part(name: str, data: bytes) -> None:
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
 
-    part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt)).encode())
+    part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt, builder=form)).encode())
     for path in builder_files():
         part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
     part("wheel" if prebuilt else "sdist", source.sha256_of(source_file).encode())
@@ -94,11 +101,12 @@ def assemble(
     *,
     compiler_cache: Path | None = None,
     prebuilt: bool = False,
+    form: BuilderForm = "sdk",
 ) -> Path:
     """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small. The
     sdist and the compile group's cache from under ``compiler_cache`` (None: an empty one); or,
     ``prebuilt``, the wheel ``source_file`` and no compiler cache."""
-    (dest / "Dockerfile").write_text(render_entry(matrix, entry, prebuilt=prebuilt))
+    (dest / "Dockerfile").write_text(render_entry(matrix, entry, prebuilt=prebuilt, builder=form))
     for path in builder_files():
         copy = dest / path.relative_to(PACKAGE.parent)
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +119,8 @@ def assemble(
         sdists = dest / "inputs" / "sdists"
         sdists.mkdir(parents=True)
         shutil.copy2(source_file, sdists / source.sdist_name(entry.flash_attn))
-        group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
+        if form == "sdk":  # BuildKit's compile has the group's cache mount instead
+            group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
     if wheelhouse.private_kinds(matrix, entry):
         wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")
     return dest

@@ -14,13 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Protocol
 
 from ..builder import contract
-
-
-class DirExporter(Protocol):
-    def export_dir(self, image: str, path: str, dest: Path) -> int: ...
 
 
 def default_root(cache_home: Path) -> Path:
@@ -42,22 +37,34 @@ def fill(root: Path | None, group: str, dest: Path) -> int:
     return size_of(dest)
 
 
-def save(engine: DirExporter, image: str, root: Path, group: str) -> int:
-    """Replaces the group's cache with the one in ``image`` (the cache stage); returns its bytes.
-    Written beside the old one and renamed into place, so an interrupted save keeps the old."""
+def incoming(root: Path, group: str) -> Path:
+    """A new, empty directory beside the group's cache (on its file system, so ``install`` renames):
+    the build writes the cache stage's files into it."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / group
-    staging, old = (root / f".{group}.{os.getpid()}.{kind}" for kind in ("new", "old"))
+    path = root / f".{group}.{os.getpid()}.in"
+    shutil.rmtree(path, ignore_errors=True)  # left by an earlier run of this pid, stopped
+    path.mkdir()
+    return path
+
+
+def install(arrived: Path, root: Path, group: str) -> int:
+    """Replaces the group's cache with the one the cache stage left in ``arrived`` (from
+    ``incoming``, removed here); returns its bytes. Renamed into place, the old one aside first, so
+    an interrupted save keeps the old."""
+    final, old = root / group, root / f".{group}.{os.getpid()}.old"
+    new = arrived / contract.CACHE_EXPORT_DIR.lstrip("/")
     try:
-        size = engine.export_dir(image, contract.CACHE_EXPORT_DIR, staging)
+        if not new.is_dir() or new.is_symlink():
+            raise OSError(f"the cache stage holds no {contract.CACHE_EXPORT_DIR}")
+        size = size_of(new)
         if final.exists():
             final.rename(old)
-        staging.rename(final)
+        new.rename(final)
         return size
     finally:
         if old.exists() and not final.exists():  # stopped between the two renames
             old.rename(final)
-        for leftover in (staging, old):
+        for leftover in (arrived, old):
             shutil.rmtree(leftover, ignore_errors=True)
 
 

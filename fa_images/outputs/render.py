@@ -1,12 +1,15 @@
 """Entries -> Dockerfiles, through one jinja2 template.
 
 Output is a pure function of the matrix and the template: no timestamps, sorted inputs,
-so the committed ``dockerfiles/`` can be checked for staleness byte for byte. The files
-use no BuildKit syntax, so the docker SDK's legacy builder can build them.
+so the committed ``dockerfiles/`` can be checked for staleness byte for byte. Two forms, one
+template: BuildKit's (``RUN --mount``: the torch venv, the builder and the sdist mounted, the
+compiler cache a cache mount) and the legacy builder's (the docker SDK: no BuildKit syntax, so
+they are copied in). ``builder`` picks one; the rest of the file is the same.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,7 @@ import jinja2
 
 from ..builder import contract, safe_io, untrusted
 from ..config import grammar
+from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from ..errors import UsageError
 from . import os_packages, wheelhouse
@@ -59,9 +63,23 @@ def pip_args(install: wheelhouse.Install) -> str:
     return " ".join(shlex.quote(a) for a in install.source.flags() + list(install.requirements))
 
 
-def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False) -> str:
-    """The entry's Dockerfile; ``prebuilt``: the runtime image around a wheel the context carries
-    (``inputs/prebuilt/``), with no compile."""
+def venv_mounts(matrix: Matrix, entry: Entry) -> list[str]:
+    """BuildKit's mounts of the torch stage's Python into the builder stage (none where the builder
+    stage is the torch stage itself): the bytes the wheel is compiled against, never a copy."""
+    if entry.devel_image == entry.runtime_image:
+        return []
+    dirs = ["/opt/python", "/opt/venv"] if matrix.bases.python == "uv" else ["/opt/venv"]
+    return [f"--mount=type=bind,from={contract.TORCH_STAGE},source={d},target={d}" for d in dirs]
+
+
+def cache_mount_id(entry: Entry) -> str:
+    """The BuildKit cache mount of the entry's compile group: the same id for every Python of it."""
+    return "fa-images-compiler-cache-" + hashlib.sha256(entry.compile_group.encode()).hexdigest()[:16]
+
+
+def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False, builder: BuilderForm = "sdk") -> str:
+    """The entry's Dockerfile for ``builder``; ``prebuilt``: the runtime image around a wheel the
+    context carries (``inputs/prebuilt/``), with no compile."""
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
     installs = {i.name: i for i in wheelhouse.installs(matrix, entry)}
     private = wheelhouse.private_kinds(matrix, entry)
@@ -82,6 +100,9 @@ def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False) -> str
             runtime_install=pip_args(installs["runtime deps"]),
             build_tools=BUILD_TOOLS_DIR,
             prebuilt=prebuilt,
+            buildkit=builder == "buildkit",
+            venv_mounts=venv_mounts(matrix, entry) if builder == "buildkit" else [],
+            cache_mount_id=cache_mount_id(entry),
             # One base for both: the compile runs on the torch stage instead of a copy of its venv.
             same_base=entry.devel_image == entry.runtime_image,
             # Names the host and the builder share (builder/contract.py), and the image's own check.
@@ -119,11 +140,13 @@ class RenderResult:
     extra: tuple[Path, ...]  # *.Dockerfile on disk that no entry renders
 
 
-def render_all(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, check: bool = False) -> RenderResult:
+def render_all(
+    matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, check: bool = False, builder: BuilderForm = "sdk"
+) -> RenderResult:
     """Writes (or with ``check``, compares) one Dockerfile per entry in ``out_dir``, through
     safe_io: a symlink planted as ``<id>.Dockerfile`` (or as the folder) is refused, never
     followed; nothing is deleted. A file that is not a regular file counts as stale."""
-    wanted = {dockerfile_name(e): render_entry(matrix, e) for e in entries}
+    wanted = {dockerfile_name(e): render_entry(matrix, e, builder=builder) for e in entries}
     if check:
         stale = tuple(out_dir / n for n, text in wanted.items() if _current(out_dir / n) != text)
         return RenderResult(written=(), stale=stale, extra=_extra(out_dir, wanted))

@@ -1,24 +1,22 @@
-"""The container engine, behind the few calls fa-images needs: pull, build, export, run, push.
+"""The container runtime, behind the few calls fa-images needs: pull, tag, run, push.
 
 ``DockerEngine`` drives the Docker Engine API through the docker SDK's low-level client
-with decoded streaming, so a 20-minute build shows progress instead of blocking. It turns
-errors that the API reports *inside* its streams (a failed RUN step, a refused push) into
+with decoded streaming, so a long pull or push shows progress instead of blocking. It turns
+errors that the API reports *inside* its streams (a refused pull or push) into
 exceptions, because docker-py returns them as data. Every container it creates is removed
-on every path out, Ctrl-C included, unless the caller asks to keep it.
+on every path out, Ctrl-C included, unless the caller asks to keep it. Builds are an image
+builder's (``image_builder``), which talks to the same daemon.
 """
 
 from __future__ import annotations
 
 import functools
-import io
 import os
 import re
-import tarfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from ..errors import EngineUnavailable, StepFailed
@@ -27,36 +25,11 @@ from .gpus import HostGpus
 
 OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
-# The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
-_STEP_IMAGE = re.compile(r"^ ?--?-> ([0-9a-f]{12,64})$")
-_ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _short(instruction: str, width: int = 60) -> str:
     text = " ".join(instruction.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _dedupe(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
-
-
-@dataclass(frozen=True)
-class BuildProgress:
-    step: int
-    total: int
-    instruction: str
-    stage: str | None
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    image_id: str  # the target's
-    # Each stage the build made (by the name after AS) -> its image id, as the stream said; the
-    # executor takes the wheel and the compiler cache from these instead of building again.
-    stages: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -90,31 +63,12 @@ class Engine(Protocol):
 
     def has_gpu_runtime(self) -> bool: ...
 
-    def build(
-        self,
-        *,
-        context: Path,
-        target: str,
-        tag: str | None,
-        network: str | None,
-        memory: int | None,
-        labels: dict[str, str],
-        on_line: OnLine,
-        on_progress: Callable[[BuildProgress], None],
-    ) -> BuildResult: ...
-
     def tag(self, image: str, ref: str) -> None:
         """Tags an image the engine holds (an id) as ``ref``."""
         ...
 
     def image_info(self, ref: str) -> ImageInfo | None:
         """What the engine knows of an image it holds, or None when it holds none by that name."""
-        ...
-
-    def export(self, image: str, dest: Path) -> list[Path]: ...
-
-    def export_dir(self, image: str, path: str, dest: Path) -> int:
-        """Copies the directory ``path`` of an image into ``dest`` (made here); returns its bytes."""
         ...
 
     def missing_images(self, refs: list[str]) -> list[str]: ...
@@ -134,7 +88,25 @@ class Engine(Protocol):
         ...
 
 
+def _context() -> Any | None:
+    """The docker CLI's active context when it is not the default one (DOCKER_HOST unset): the
+    CLI, and so BuildKit's builds, talk to its daemon, and the SDK must talk to the same one."""
+    if os.environ.get("DOCKER_HOST"):
+        return None
+    try:
+        from docker.context import ContextAPI
+
+        context = ContextAPI.get_current_context()
+    except Exception:  # an unreadable CLI config: the CLI fails on it too, and says why
+        return None
+    return context if context is not None and context.name != "default" and context.Host else None
+
+
 def _where() -> str:
+    """The daemon both the SDK and the docker CLI use: DOCKER_HOST, else the active context's."""
+    context = _context()
+    if context is not None:
+        return f"{context.Host} (docker context {context.name})"
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
@@ -196,7 +168,11 @@ class DockerEngine:
 
         where = _where()
         try:
-            client = docker.from_env(version="auto", timeout=600)
+            context = _context()
+            if context is None:
+                client = docker.from_env(version="auto", timeout=600)
+            else:
+                client = docker.DockerClient(base_url=context.Host, tls=context.TLSConfig, version="auto", timeout=600)
             client.ping()
         except Exception as exc:  # the SDK raises several unrelated types for "nobody home"
             raise EngineUnavailable(
@@ -206,93 +182,20 @@ class DockerEngine:
             ) from None
         return cls(client)
 
+    def product(self) -> str:
+        """ "Docker Engine", or what else answers the API: Podman names itself in Components."""
+        info = self.client.version()
+        name = next((c.get("Name") for c in info.get("Components") or [] if c.get("Name")), "Docker Engine")
+        return "Docker Engine" if name == "Engine" else str(name)
+
     def describe(self) -> str:
         info = self.client.version()
-        # Podman answers the same API and names itself in Components.
-        name = next((c.get("Name") for c in info.get("Components") or [] if c.get("Name")), "Docker Engine")
-        name = "Docker Engine" if name == "Engine" else name
-        return f"{name} {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
+        return f"{self.product()} {info.get('Version', '?')} (API {info.get('ApiVersion', '?')}) at {_where()}"
 
     def has_gpu_runtime(self) -> bool:
         """Whether a device request can be answered: the NVIDIA Container Toolkit's runtime is registered."""
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
-
-    @_engine_call("building")
-    def build(
-        self,
-        *,
-        context: Path,
-        target: str,
-        tag: str | None,
-        network: str | None,
-        memory: int | None,
-        labels: dict[str, str],
-        on_line: OnLine,
-        on_progress: Callable[[BuildProgress], None],
-    ) -> BuildResult:
-        # The limit holds for every RUN container; the builder reads it from its cgroup and
-        # sizes its jobs by it. Swap is no way out: memswap equal to memory means none.
-        limits = {"memory": memory, "memswap": memory} if memory else None
-        stream = self.api.build(
-            path=str(context),
-            dockerfile="Dockerfile",
-            target=target,
-            tag=tag,
-            rm=True,
-            forcerm=True,
-            decode=True,
-            network_mode=network,
-            container_limits=limits,
-            labels=labels or None,
-            pull=False,
-        )
-        image_id: str | None = None
-        stage: str | None = None
-        stages: dict[str, str] = {}
-        step: BuildProgress | None = None
-        tail: list[str] = []
-        errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
-        for chunk in stream:
-            if "error" in chunk or "errorDetail" in chunk:
-                message = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
-                code = re.search(r"returned a non-zero code: (\d+)", message)
-                what = f"exited with {code.group(1)}" if code else f"failed: {message.strip()}"
-                where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
-                # The step's last error line: the builder ends with a one-line summary of the cause.
-                cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
-                raise StepFailed(
-                    f"{where} {what}{cause}",
-                    step=step.instruction if step else None,
-                    lines=_dedupe(errors[-6:] + tail[-6:]),
-                )
-            if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
-                line = line.rstrip()
-                if not line:
-                    continue
-                match = _STEP.match(line)
-                if match:
-                    instruction = match.group(3)
-                    from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
-                    stage = from_as.group(1) if from_as else stage
-                    step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
-                    errors = []
-                    on_progress(step)
-                made = _STEP_IMAGE.match(line)
-                if made and stage is not None:
-                    stages[stage] = made.group(1)
-                built = re.match(r"Successfully built ([0-9a-f]+)", line)
-                if built and image_id is None:
-                    image_id = built.group(1)
-                if _ERROR.search(line):
-                    errors.append(line)
-                tail = (tail + [line])[-40:]
-                on_line(line)
-        if image_id is None:
-            raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
-        return BuildResult(image_id, stages)
 
     @_engine_call("tagging")
     def tag(self, image: str, ref: str) -> None:
@@ -363,53 +266,6 @@ class DockerEngine:
         finally:
             if not state["keep"]:
                 container.remove(force=True)
-
-    @_engine_call("exporting the files of")
-    def export(self, image: str, dest: Path) -> list[Path]:
-        """Copies the files of an image (the FROM-scratch ``wheel`` stage) into ``dest``."""
-        # A scratch image has no command; the container is created, never started.
-        with self._container(image, ["/fa-images-never-started"]) as (container, _):
-            chunks, _stat = container.get_archive("/")
-            data = io.BytesIO(b"".join(chunks))
-        written = []
-        with tarfile.open(fileobj=data) as tar:
-            for member in tar.getmembers():
-                name = Path(member.name.removeprefix("./").removeprefix("/"))  # the engine writes "/x"
-                if not member.isfile() or name.name.startswith(".") or len(name.parts) != 1:
-                    continue
-                source = tar.extractfile(member)
-                assert source is not None
-                target = dest / name.name
-                target.write_bytes(source.read())
-                written.append(target)
-        return written
-
-    @_engine_call("exporting a directory of")
-    def export_dir(self, image: str, path: str, dest: Path) -> int:
-        """Copies the directory ``path`` of an image into ``dest``, streamed through a file next to
-        it (a compiler cache runs to gigabytes) and extracted by tarfile's "data" filter."""
-        top = Path(path).name
-        spool = dest.with_name(dest.name + ".tar")
-        try:
-            with self._container(image, ["/fa-images-never-started"]) as (container, _):
-                chunks, _stat = container.get_archive(path)
-                with spool.open("wb") as out:
-                    for chunk in chunks:
-                        out.write(chunk)
-            dest.mkdir()
-            size = 0
-            with tarfile.open(spool) as tar:
-                for member in tar:
-                    name = Path(member.name)
-                    inside = len(name.parts) > 1 and name.parts[0] == top
-                    if not inside or not (member.isfile() or member.isdir()):
-                        continue
-                    member = member.replace(name=Path(*name.parts[1:]).as_posix())
-                    tar.extract(member, dest, filter="data")
-                    size += member.size if member.isfile() else 0
-            return size
-        finally:
-            spool.unlink(missing_ok=True)
 
     @_engine_call("running a container of")
     def run(

@@ -1,7 +1,8 @@
-"""Carries out a build plan through an ``Engine``: first the base images (pulled as the pull
-policy says, then checked for what the build needs: ``bases.py``); then for each entry, fetch the source (or take
-and verify a wheel that exists), build the image in one build, tag the builder stage, export
-and verify the wheel from its stage, check the image, push.
+"""Carries out a build plan through an ``Engine`` (the container runtime) and an ``ImageBuilder``:
+first the base images (pulled as the pull policy says, then checked for what the build needs:
+``bases.py``); then for each entry, fetch the source (or take and verify a wheel that exists),
+build the image with its tagged stages and the files of its wheel stage (one ``BuildRequest``,
+whichever builder), verify the wheel, check the image, push.
 
 One entry's failure does not stop the others (unless fail-fast). Wheels reach ``dist/``
 only after verification, by an atomic rename, so an interrupted or failed run never leaves
@@ -26,8 +27,9 @@ from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
 from ..outputs import context, group_cache
 from . import bases
-from .engine import BuildProgress, BuildResult, Engine, RunResult
+from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
+from .image_builder import BuildProgress, BuildRequest, BuildResult, ImageBuilder
 from .logger import Console, EntryLog, duration
 from .plan import CheckCommand, EntryPlan, StepName
 
@@ -117,6 +119,7 @@ class _EntryRun:
     source: Path | None = None  # the checked sdist, or the verified prebuilt wheel
     build: BuildResult | None = None
     inputs: str | None = None  # context.inputs_digest of this entry
+    wheel_dir: Path | None = None  # where the build wrote the wheel stage's files, inside dist/
 
     @property
     def entry(self) -> Entry:
@@ -124,8 +127,10 @@ class _EntryRun:
 
 
 class Executor:
-    def __init__(self, engine: Engine, matrix: Matrix, options: Options, console: Console) -> None:
-        self.engine, self.matrix, self.options, self.console = engine, matrix, options, console
+    def __init__(
+        self, engine: Engine, builder: ImageBuilder, matrix: Matrix, options: Options, console: Console
+    ) -> None:
+        self.engine, self.builder, self.matrix, self.options, self.console = engine, builder, matrix, options, console
         self.results: list[EntryResult] = []
 
     def run(self, plans: list[EntryPlan]) -> list[EntryResult]:
@@ -174,6 +179,8 @@ class Executor:
             self.console.line(f"    full log: {log.path}")
             log.write(f"fa-images: {result.failed_step} failed: {exc}")
         finally:
+            if run.wheel_dir is not None:  # a build or an export that failed: its files go with it
+                shutil.rmtree(run.wheel_dir, ignore_errors=True)
             log.close()
 
     # The steps, one method each; STEP_TABLE below maps the plan's step names to them.
@@ -189,7 +196,7 @@ class Executor:
             note = run.source.name
         base_ids = {ref: info.id for ref in run.plan.bases if (info := self.engine.image_info(ref))}
         run.inputs = context.inputs_digest(
-            self.matrix, entry, run.source, base_ids=base_ids, prebuilt=prebuilt is not None
+            self.matrix, entry, run.source, base_ids=base_ids, prebuilt=prebuilt is not None, form=self.builder.form
         )
         if not self.options.force and self._up_to_date(run):
             return StepOutcome(note=f"{note}; image and wheel up to date (--force rebuilds)")
@@ -254,7 +261,6 @@ class Executor:
             )
 
         assert run.source is not None
-        network = self.matrix.build.network
 
         def kept(line: str) -> None:
             run.log.write(line)
@@ -269,49 +275,64 @@ class Executor:
                 tmp,
                 compiler_cache=None if prebuilt else self.options.compiler_cache,
                 prebuilt=prebuilt,
+                form=self.builder.form,
             )
-
-            def build(target: str, tag: str | None, *, live: bool) -> BuildResult:
-                return self.engine.build(
-                    context=ctx,
-                    target=target,
-                    tag=tag,
-                    network=network,
-                    memory=self.matrix.build.memory_bytes,
-                    labels={INPUTS_LABEL: run.inputs} if run.inputs else {},
-                    on_line=on_line if live else run.log.write,
-                    on_progress=on_progress if live else lambda _: None,
-                )
-
-            # One build makes every stage; the stages the executor reads come from it by id. An
-            # engine whose output names no stage ids gets one more build per stage, from its cache.
-            run.build = build(run.plan.build.stage, run.plan.build.tag, live=True)
-            run.result.image_id = run.build.image_id
-            run.result.torch_stage = run.build.stages.get(contract.TORCH_STAGE)
-            for target in run.plan.from_stages:
-                stage_image = run.build.stages.get(target.stage)
-                if stage_image is None:
-                    stage_image = run.build.stages[target.stage] = build(target.stage, None, live=False).image_id
-                if target.tag:
-                    self.engine.tag(stage_image, target.tag)
-        assert run.result.image_id is not None
-        self._save_compiler_cache(run)
+            request = self._request(run, ctx)
+            try:
+                run.build = self.builder.build(request, on_line=on_line, on_progress=on_progress)
+            finally:
+                cache_in = request.files.get(contract.CACHE_STAGE)
+                if cache_in is not None and (run.build is None or contract.CACHE_STAGE in run.build.missed):
+                    shutil.rmtree(cache_in, ignore_errors=True)
+        run.result.image_id = run.build.image_id
+        run.result.torch_stage = run.build.stage_ids.get(contract.TORCH_STAGE)
+        if contract.BUILDER_STAGE in run.build.cached_stages:
+            # BuildKit found the compile in its cache (this host's, or one imported): nothing compiled.
+            run.result.kernels = run.result.kernels or 0
+            run.log.write("fa-images: the compile step came from the build cache: 0 kernels compiled")
+        self._save_compiler_cache(run, request.files.get(contract.CACHE_STAGE))
         image = self.engine.image_info(run.entry.image)
         run.result.image_size = image.size if image else None
         size = f", {image.size / 1e9:.2f} GB" if image else ""
         kernels = run.result.kernels
         cached = f"; kernels from the compiler cache: {run.result.kernels_from_cache} of {kernels}" if kernels else ""
+        if contract.BUILDER_STAGE in run.build.cached_stages:
+            cached = "; the compile came from the build cache: 0 kernels compiled"
         return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size}){cached}")
 
-    def _save_compiler_cache(self, run: _EntryRun) -> None:
+    def _request(self, run: _EntryRun, ctx: Path) -> BuildRequest:
+        """What the build must produce: the image, the stages the plan tags, and the files of the
+        stages it reads (the wheel into dist/, the compiler cache beside the host's copy)."""
+        self.options.dist.mkdir(parents=True, exist_ok=True)
+        run.wheel_dir = Path(tempfile.mkdtemp(prefix=f".{run.entry.id}-", dir=self.options.dist))
+        files, best_effort = {contract.WHEEL_STAGE: run.wheel_dir}, set()
+        root = self.options.compiler_cache
+        if root is not None and any(t.stage == contract.CACHE_STAGE for t in run.plan.from_stages):
+            files[contract.CACHE_STAGE] = group_cache.incoming(root, run.entry.compile_group)
+            best_effort.add(contract.CACHE_STAGE)  # an accelerator: its loss costs a compile, not the entry
+        return BuildRequest(
+            context=ctx,
+            target=run.plan.build.stage,
+            tag=run.plan.build.tag or run.entry.image,
+            stage_tags={t.stage: t.tag for t in run.plan.from_stages if t.tag},
+            files=files,
+            best_effort=frozenset(best_effort),
+            network=self.matrix.build.network,
+            memory=self.matrix.build.memory_bytes,
+            labels={INPUTS_LABEL: run.inputs} if run.inputs else {},
+        )
+
+    def _save_compiler_cache(self, run: _EntryRun, arrived: Path | None) -> None:
         """The group's next Python takes its kernels from this build's cache. A cache that cannot
         be saved costs that Python a full compile, not this entry its result."""
         root, group = self.options.compiler_cache, run.entry.compile_group
-        cache_image = run.build.stages.get(contract.CACHE_STAGE) if run.build else None
-        if root is None or cache_image is None or run.plan.prebuilt is not None:
+        if root is None or arrived is None or run.build is None:
             return
+        missed = run.build.missed.get(contract.CACHE_STAGE)
         try:
-            size = group_cache.save(self.engine, cache_image, root, group)
+            if missed is not None:
+                raise StepFailed(missed)
+            size = group_cache.install(arrived, root, group)
         except (FatalError, OSError) as exc:
             self.console.line(f"    compiler cache of {group} not saved: {exc}")
             run.log.write(f"fa-images: compiler cache of {group} not saved: {exc}")
@@ -321,14 +342,11 @@ class Executor:
     def _export(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:
             return StepOutcome(note=f"{run.result.wheel} (up to date)", skipped=True)
-        entry, dist = run.entry, self.options.dist
-        assert run.build is not None
-        wheel_image = run.build.stages[contract.WHEEL_STAGE]
-        dist.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{entry.id}-", dir=dist))
+        entry, dist, staging = run.entry, self.options.dist, run.wheel_dir
+        assert staging is not None
         try:
-            files = self.engine.export(wheel_image, staging)
-            wheels = [f for f in files if f.suffix == ".whl"]
+            # Regular files at the top of the stage, never a link: what the builder left is untrusted.
+            wheels = sorted(f for f in staging.iterdir() if f.suffix == ".whl" and f.is_file() and not f.is_symlink())
             if len(wheels) != 1:
                 raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, not one: {[w.name for w in wheels]}")
             report = self._verify(run, wheels[0])
@@ -340,6 +358,7 @@ class Executor:
             return StepOutcome(note=f"{final} ({final.stat().st_size / 1e6:.1f} MB, sha256 {report.sha256[:12]}…)")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            run.wheel_dir = None
 
     def _check(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:

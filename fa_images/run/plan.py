@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..builder import contract
+from ..config.grammar import BuilderForm
 from ..config.matrix import Entry
 
 StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
@@ -36,6 +37,8 @@ STAGES = (
 )
 # Those of a runtime image made around a wheel that already exists: nothing compiles.
 PREBUILT_STAGES = tuple(s for s in STAGES if s not in (contract.BUILDER_STAGE, contract.CACHE_STAGE))
+# BuildKit's form: the compiler cache is a cache mount, not a stage.
+BUILDKIT_STAGES = tuple(s for s in STAGES if s != contract.CACHE_STAGE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,10 +84,11 @@ class EntryPlan:
     push: tuple[str, ...]  # the refs the "push" step pushes
     bases: tuple[str, ...]  # the base images the build starts from
     prebuilt: Path | None = None  # a verified wheel the image is made around, instead of a compile
+    form: BuilderForm = "sdk"  # the Dockerfile form of the builder that builds it
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return PREBUILT_STAGES if self.prebuilt else STAGES
+        return PREBUILT_STAGES if self.prebuilt else BUILDKIT_STAGES if self.form == "buildkit" else STAGES
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -100,6 +104,7 @@ class EntryPlan:
             "steps": list(self.steps),
             "stages": list(self.stages),
             "prebuilt": str(self.prebuilt) if self.prebuilt else None,
+            "builder": self.form,
             "bases": list(self.bases),
             "build": self.build.to_dict(),
             "from_stages": [t.to_dict() for t in self.from_stages],
@@ -133,24 +138,24 @@ def runtime_build(entry: Entry) -> BuildTarget:
     return BuildTarget(stage=contract.RUNTIME_STAGE, tag=entry.image, purpose="the image users pull")
 
 
-def from_stages(entry: Entry, *, prebuilt: bool = False) -> tuple[BuildTarget, ...]:
-    """What the executor takes from the stages the build made, by their image ids."""
+def from_stages(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
+    """What the executor takes from the stages the build made: tagged, or their files read."""
     wheel = BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel, exported and verified into dist")
     if prebuilt:
         return (wheel,)
-    return (
-        BuildTarget(
-            stage=contract.BUILDER_STAGE,
-            tag=entry.builder_image,
-            purpose="the compile's cache, tagged so `docker image prune` keeps it",
-        ),
-        wheel,
-        BuildTarget(
-            stage=contract.CACHE_STAGE,
-            tag=None,
-            purpose="the compiler cache, kept on the host for the next Python of the group",
-        ),
+    builder = BuildTarget(
+        stage=contract.BUILDER_STAGE,
+        tag=entry.builder_image,
+        purpose="the compile's cache, tagged so `docker image prune` keeps it",
     )
+    if form == "buildkit":  # the compiler cache stays in BuildKit's cache mount of the group
+        return (builder, wheel)
+    cache = BuildTarget(
+        stage=contract.CACHE_STAGE,
+        tag=None,
+        purpose="the compiler cache, kept on the host for the next Python of the group",
+    )
+    return (builder, wheel, cache)
 
 
 _GPU_NOTES = {
@@ -182,6 +187,7 @@ def make_plan(
     gpus: str = "runtime",
     prebuilt: dict[str, Path] | None = None,
     python_from: str = "system",
+    form: BuilderForm = "sdk",
 ) -> list[EntryPlan]:
     """``prebuilt``: entry id -> a verified wheel to make that entry's image around.
     ``python_from``: the matrix's ``bases.python``; uv makes the Python on the devel base."""
@@ -197,7 +203,7 @@ def make_plan(
             entry=e,
             steps=steps,
             build=runtime_build(e),
-            from_stages=from_stages(e, prebuilt=e.id in prebuilt),
+            from_stages=from_stages(e, prebuilt=e.id in prebuilt, form=form),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=(e.image,) if "push" in steps else (),
             # No compile, no devel base: unless uv makes the Python there.
@@ -207,6 +213,7 @@ def make_plan(
                 )
             ),
             prebuilt=prebuilt.get(e.id),
+            form=form,
         )
         for e in entries
     ]

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 
@@ -26,7 +27,7 @@ RUNTIME = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 
 
 def run_build(monkeypatch, engine: FakeEngine, *args: str) -> int:
-    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    fakes.use_engine(monkeypatch, engine)
     return cli.main(["build", "--matrix", "matrix.yaml", "--gpus", "none", *args])
 
 
@@ -68,9 +69,9 @@ def test_pull_never_refuses_in_an_instant_with_both_ways(tiny_matrix, monkeypatc
     assert run_build(monkeypatch, engine, "--pull", "never") == 3
     assert time.monotonic() - started < 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == "engine: fake engine"
-    assert lines[1] == f"error: 2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
-    hint = lines[2]
+    assert lines[:2] == ["engine: fake engine", "builder: fake engine (a fake)"]
+    assert lines[2] == f"error: 2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
+    hint = lines[3]
     assert f"docker pull {RUNTIME} && docker pull {DEVEL}" in hint  # every image, not only the first
     assert "docker load -i" in hint and "bases.devel / bases.runtime" in hint and "local tag" in hint
     assert [c[0] for c in engine.calls] == ["missing_images"]  # asked, never built or pulled

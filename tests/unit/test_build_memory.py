@@ -83,5 +83,7 @@ def test_every_build_call_carries_the_limit(tiny_matrix, tmp_path: Path, monkeyp
     limited = replace(tiny_matrix, build=replace(tiny_matrix.build, memory="12g"))
     engine = FakeEngine()
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    Executor(engine, limited, options, Console(io.StringIO())).run(plan.make_plan(limited.entries[:1], push=False))
+    Executor(engine, engine, limited, options, Console(io.StringIO())).run(
+        plan.make_plan(limited.entries[:1], push=False)
+    )
     assert engine.memory_limits and set(engine.memory_limits) == {12 * GIB}

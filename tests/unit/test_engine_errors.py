@@ -9,6 +9,7 @@ import pytest
 import requests
 
 from fa_images.run.engine import DockerEngine, StepFailed
+from fa_images.run.sdk_builder import SdkBuilder
 
 REFUSED = docker.errors.APIError(
     "500 Server Error",
@@ -47,10 +48,10 @@ class _Refusing:
             lambda e: e.run("reg/fa:x", ["true"], gpu=False, keep=False, on_line=print),
             "running a container of reg/fa:x",
         ),
-        (lambda e: e.export("sha256:abc", Path(".")), "exporting the files of sha256:abc"),
+        (lambda e: SdkBuilder(e)._export_tree("sha256:abc", Path("x")), "exporting the files of sha256:abc"),
         (lambda e: e.push("reg/fa:x", on_line=print), "pushing reg/fa:x"),
         (
-            lambda e: e.build(
+            lambda e: SdkBuilder(e)._build_stage(
                 context=Path("."),
                 target="runtime",
                 tag="reg/fa:x",

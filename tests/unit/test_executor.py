@@ -32,7 +32,7 @@ def execute(
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
     plans = plan.make_plan(m.entries, push=push, gpus=opts.gpus.mode)
-    return Executor(engine, m, opts, Console(out)).run(plans)
+    return Executor(engine, engine, m, opts, Console(out)).run(plans)
 
 
 def test_one_failure_does_not_stop_the_others(tiny_matrix, tmp_path, monkeypatch) -> None:
@@ -130,8 +130,10 @@ def test_a_wrong_arch_gpu_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_p
 
 def test_ctrl_c_marks_the_entry_and_propagates(tiny_matrix, tmp_path, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
+    engine = FakeEngine(interrupt_on="py3.12")
     ex = Executor(
-        FakeEngine(interrupt_on="py3.12"),
+        engine,
+        engine,
         tiny_matrix,
         Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs"),
         Console(io.StringIO()),

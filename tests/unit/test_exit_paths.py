@@ -11,11 +11,11 @@ import os
 import tempfile
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 
 from fa_images import cli
-from fa_images.run.engine import DockerEngine
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run_build(monkeypatch, engine: FakeEngine, *args: str) -> int:
-    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    fakes.use_engine(monkeypatch, engine)
     return cli.main(["build", "--matrix", "matrix.yaml", "--gpus", "none", *args])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import fakes
 import pytest
 import test_executor as tex
 from docker.types import DeviceRequest
@@ -184,7 +185,7 @@ def test_build_gpus_devices_without_nodes_exits_3_before_building(tmp_path, monk
         'image: reg.local/fa\nentries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: ["80"]}\n'
     )
     engine = FakeEngine()
-    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    fakes.use_engine(monkeypatch, engine)
     monkeypatch.setattr(gpus, "DEV", tmp_path)  # no /dev/nvidia* here
     monkeypatch.chdir(tmp_path)
     code = cli.main(["build", "--gpus", "devices", "--dist", "dist"])

@@ -20,7 +20,7 @@ from fa_images.run.logger import Console
 def build(matrix, engine: FakeEngine, tmp_path: Path, **options) -> tuple[list, str]:
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    results = Executor(engine, matrix, opts, Console(out)).run(plan.make_plan(matrix.entries))
+    results = Executor(engine, engine, matrix, opts, Console(out)).run(plan.make_plan(matrix.entries))
     return results, out.getvalue()
 
 
@@ -68,7 +68,7 @@ def test_a_cache_that_cannot_be_saved_fails_no_entry_and_keeps_the_old_one(tiny_
     engine.fail_cache_export = True
     results, out = build(tiny_matrix, engine, tmp_path, compiler_cache=tmp_path / "cc")
     assert [r.status for r in results] == ["ok", "ok"]
-    assert f"compiler cache of {group} not saved: exporting a directory of" in out
+    assert f"compiler cache of {group} not saved: exporting the files of" in out
     assert old.read_text() == "from an earlier run"
     assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == [group]
     # Both Pythons got the earlier run's cache.

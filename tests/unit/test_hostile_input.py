@@ -18,6 +18,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import fakes
 import pytest
 import yaml
 from fixtures.tiny import make_tiny_sdist
@@ -540,9 +541,7 @@ def _build(monkeypatch, capsys, *args: str | Path) -> tuple[int, str, str]:
     """``build`` through the command line, a fake engine standing in for the daemon."""
     from fakes import FakeEngine
 
-    from fa_images.run.engine import DockerEngine
-
-    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: FakeEngine()))
+    fakes.use_engine(monkeypatch, FakeEngine())
     return fa_images(capsys, "build", "--matrix", "matrix.yaml", "--gpus", "none", *args)
 
 
@@ -583,8 +582,6 @@ def test_build_prints_engine_output_and_names_escaped(tiny_matrix, tmp_path: Pat
     and a wheel path with escapes reach the terminal escaped, and the entry's log as they came."""
     from fakes import FakeEngine, accept_every_wheel
 
-    from fa_images.run.engine import DockerEngine
-
     accept_every_wheel(monkeypatch)
     place = tmp_path / "w\x1b[2J"
     place.mkdir()
@@ -593,12 +590,12 @@ def test_build_prints_engine_output_and_names_escaped(tiny_matrix, tmp_path: Pat
     real_build = engine.build
     hostile = "nvcc: \x1b[31mred\x1b[0m \x1b]0;title\x07 \rover\x08written \x9b2J"
 
-    def build(**kwargs):
+    def build(request, **kwargs):
         kwargs["on_line"](hostile)  # a line of the compile's own output: the live line
-        return real_build(**kwargs)
+        return real_build(request, **kwargs)
 
     engine.build = build  # type: ignore[method-assign]
-    monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
+    fakes.use_engine(monkeypatch, engine)
     entry = tiny_matrix.entries[0].id
     code, out, err = fa_images(capsys, "build", "--gpus", "none", "--wheels", place, "--only", entry)
     assert code == 0, err

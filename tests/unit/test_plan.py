@@ -149,7 +149,7 @@ def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch
     engine = FakeEngine(gpu=gpu, gpu_exit=gpu_exit)
     plans = plan.make_plan(tiny_matrix.entries[:1], push=push)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    ((p, r),) = zip(plans, Executor(engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
+    ((p, r),) = zip(plans, Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
     assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(p.build.stage, p.build.tag)]
     assert [c[1:] for c in engine.calls if c[0] == "tag"] == [
         (f"sha256:{p.entry.id}-{t.stage}", t.tag) for t in p.from_stages if t.tag
@@ -165,7 +165,8 @@ def test_report_keeps_its_fields(tiny_matrix, tmp_path, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
     plans = plan.make_plan(tiny_matrix.entries)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    results = Executor(FakeEngine(fail_build={"py3.11"}), tiny_matrix, options, Console(io.StringIO())).run(plans)
+    engine = FakeEngine(fail_build={"py3.11"})
+    results = Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans)
     write_report(tmp_path / "report.json", results, "fake engine")
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["engine"], report["ok"]) == ("fake engine", False)

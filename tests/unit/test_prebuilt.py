@@ -128,15 +128,15 @@ def test_the_build_around_a_wheel_compiles_nothing(tiny_matrix, tmp_path, monkey
     dockerfiles: list[str] = []
     real_build = engine.build
 
-    def build(**kwargs):
-        dockerfiles.append((kwargs["context"] / "Dockerfile").read_text())
-        assert sorted(p.name for p in (kwargs["context"] / "inputs" / "prebuilt").iterdir()) == [given.name]
-        return real_build(**kwargs)
+    def build(request, **kwargs):
+        dockerfiles.append((request.context / "Dockerfile").read_text())
+        assert sorted(p.name for p in (request.context / "inputs" / "prebuilt").iterdir()) == [given.name]
+        return real_build(request, **kwargs)
 
     engine.build = build  # type: ignore[method-assign]
     plans = plan.make_plan((entry,), prebuilt={entry.id: given.resolve()}, python_from=tiny_matrix.bases.python)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    (result,) = Executor(engine, tiny_matrix, options, Console(io.StringIO())).run(plans)
+    (result,) = Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans)
     assert (result.status, result.prebuilt, result.check) == ("ok", True, "passed")
     (dockerfile,) = dockerfiles
     assert " AS builder" not in dockerfile and "COPY inputs/prebuilt/ /" in dockerfile

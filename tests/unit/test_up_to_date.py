@@ -32,16 +32,17 @@ class FakeEngine(fakes.FakeEngine):
 
     python = ""
 
-    def build(self, **kwargs):
-        if kwargs["target"] == "runtime":
-            self.python = "".join(re.search(r"-py(\d+)\.(\d+)-", kwargs["tag"]).groups())
-        return super().build(**kwargs)
+    def build(self, request, **kwargs):
+        if request.target == "runtime":
+            self.python = "".join(re.search(r"-py(\d+)\.(\d+)-", request.tag).groups())
+        return super().build(request, **kwargs)
 
-    def export(self, image, dest):
+    def _files(self, image, stage, dest):
+        if stage != "wheel":
+            return super()._files(image, stage, dest)
         self.calls.append(("export", image))
         wheel = dest / f"flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp{self.python}-cp{self.python}-linux_x86_64.whl"
         wheel.write_bytes(f"a wheel for cp{self.python}".encode())
-        return [wheel]
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, **o
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
     plans = plan.make_plan(matrix.entries, check=check, python_from=matrix.bases.python)
-    results = Executor(engine, matrix, opts, Console(out)).run(plans)
+    results = Executor(engine, engine, matrix, opts, Console(out)).run(plans)
     return results, out.getvalue()
 
 

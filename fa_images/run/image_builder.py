@@ -1,0 +1,68 @@
+"""What one build must produce, and the interface both image builders answer.
+
+The executor says *what* it needs (``BuildRequest``: the target image and its tag, the stages to
+tag, the stages whose files it takes) and never *how*: the docker SDK's legacy builder
+(``sdk_builder``) gets stages by their image ids and copies their files out of containers;
+BuildKit (``buildkit``) builds each from its cache and writes files through ``--output``.
+Pulling, running, tagging and pushing are the container runtime's (``engine.Engine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..config.grammar import BuilderForm
+
+OnLine = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    step: int
+    total: int
+    instruction: str
+    stage: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    context: Path  # holds the Dockerfile, rendered for this builder's form
+    target: str  # the stage built and tagged ``tag``, with every stage it needs
+    tag: str
+    stage_tags: Mapping[str, str] = field(default_factory=dict)  # other stages, tagged: stage -> ref
+    # Stages whose files the executor takes: stage -> an empty directory made by the caller, which
+    # receives the stage's regular files and directories (never a link or a device).
+    files: Mapping[str, Path] = field(default_factory=dict)
+    # Of those, the stages whose files are a help, not a result (the compiler cache): when they
+    # cannot be taken, the build still succeeds and says why in ``BuildResult.missed``.
+    best_effort: frozenset[str] = frozenset()
+    network: str | None = None
+    memory: int | None = None  # bytes, a limit on every RUN (only the legacy builder can set one)
+    labels: Mapping[str, str] = field(default_factory=dict)  # on the target image
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str  # the target's
+    stage_ids: Mapping[str, str] = field(default_factory=dict)  # stage -> image id, where the builder knows it
+    # Stages the build cache answered whole (nothing in them ran); BuildKit says so of each step.
+    cached_stages: frozenset[str] = frozenset()
+    missed: Mapping[str, str] = field(default_factory=dict)  # best-effort stage -> why its files are not there
+
+
+class ImageBuilder(Protocol):
+    """Turns a ``BuildRequest`` into images, tags and files, streaming the build's lines."""
+
+    @property
+    def form(self) -> BuilderForm:
+        """The Dockerfile form this builder builds (``render.render_entry``'s ``builder``)."""
+        ...
+
+    def describe(self) -> str: ...
+
+    def build(
+        self, request: BuildRequest, *, on_line: OnLine, on_progress: Callable[[BuildProgress], None]
+    ) -> BuildResult: ...

@@ -1,0 +1,174 @@
+"""The docker SDK's legacy builder behind ``ImageBuilder``: one streamed build of the target, whose
+"---> id" lines name the image each stage left; stages are tagged and exported from those ids.
+
+It builds the Dockerfile form without BuildKit syntax (the torch venv and the compiler cache are
+copied into the builder stage), and it is the builder Podman's Docker API answers to. Docker's
+own CLI deprecates it; ``buildkit.BuildKitBuilder`` is the other.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ..config.grammar import BuilderForm
+from ..errors import StepFailed
+from .engine import DockerEngine, _engine_call, _short
+from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+# The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
+_STEP_IMAGE = re.compile(r"^ ?--?-> ([0-9a-f]{12,64})$")
+_ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# What an engine adds to a container of a FROM-scratch image: not the stage's files.
+_ENGINE_MADE = frozenset({".dockerenv", "dev", "proc", "sys", "etc"})
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+class SdkBuilder:
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
+
+    @property
+    def form(self) -> BuilderForm:
+        return "sdk"
+
+    def describe(self) -> str:
+        return "the docker SDK's legacy builder"
+
+    def build(
+        self, request: BuildRequest, *, on_line: OnLine, on_progress: Callable[[BuildProgress], None]
+    ) -> BuildResult:
+        def build(target: str, tag: str | None, *, live: bool) -> tuple[str, dict[str, str]]:
+            return self._build_stage(
+                context=request.context,
+                target=target,
+                tag=tag,
+                network=request.network,
+                memory=request.memory,
+                labels=request.labels,
+                on_line=on_line if live else lambda _: None,
+                on_progress=on_progress if live else lambda _: None,
+            )
+
+        image_id, stages = build(request.target, request.tag, live=True)
+        # The one build made every stage; an engine whose output names no stage ids gets one more
+        # build per stage, from its layer cache.
+        for stage in {**request.stage_tags, **request.files}:
+            if stage not in stages:
+                stages[stage] = build(stage, None, live=False)[0]
+        for stage, ref in request.stage_tags.items():
+            self.engine.tag(stages[stage], ref)
+        missed: dict[str, str] = {}
+        for stage, dest in request.files.items():
+            try:
+                self._export_tree(stages[stage], dest)
+            except (StepFailed, OSError) as exc:
+                if stage not in request.best_effort:
+                    raise
+                missed[stage] = str(exc)
+        return BuildResult(image_id, stages, missed=missed)
+
+    @_engine_call("building")
+    def _build_stage(
+        self,
+        *,
+        context: Path,
+        target: str,
+        tag: str | None,
+        network: str | None,
+        memory: int | None,
+        labels: Mapping[str, str],
+        on_line: OnLine,
+        on_progress: Callable[[BuildProgress], None],
+    ) -> tuple[str, dict[str, str]]:
+        # The limit holds for every RUN container; the builder reads it from its cgroup and
+        # sizes its jobs by it. Swap is no way out: memswap equal to memory means none.
+        limits = {"memory": memory, "memswap": memory} if memory else None
+        stream = self.engine.api.build(
+            path=str(context),
+            dockerfile="Dockerfile",
+            target=target,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            network_mode=network,
+            container_limits=limits,
+            labels=dict(labels) or None,
+            pull=False,
+        )
+        image_id: str | None = None
+        stage: str | None = None
+        stages: dict[str, str] = {}
+        step: BuildProgress | None = None
+        tail: list[str] = []
+        errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                message = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
+                code = re.search(r"returned a non-zero code: (\d+)", message)
+                what = f"exited with {code.group(1)}" if code else f"failed: {message.strip()}"
+                where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
+                # The step's last error line: the builder ends with a one-line summary of the cause.
+                cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
+                raise StepFailed(
+                    f"{where} {what}{cause}",
+                    step=step.instruction if step else None,
+                    lines=_dedupe(errors[-6:] + tail[-6:]),
+                )
+            if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                match = _STEP.match(line)
+                if match:
+                    instruction = match.group(3)
+                    from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
+                    stage = from_as.group(1) if from_as else stage
+                    step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
+                    errors = []
+                    on_progress(step)
+                made = _STEP_IMAGE.match(line)
+                if made and stage is not None:
+                    stages[stage] = made.group(1)
+                built = re.match(r"Successfully built ([0-9a-f]+)", line)
+                if built and image_id is None:
+                    image_id = built.group(1)
+                if _ERROR.search(line):
+                    errors.append(line)
+                tail = (tail + [line])[-40:]
+                on_line(line)
+        if image_id is None:
+            raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
+        return image_id, stages
+
+    @_engine_call("exporting the files of")
+    def _export_tree(self, image: str, dest: Path) -> None:
+        """Copies the files of a FROM-scratch stage into ``dest``, streamed through a file beside it
+        (a compiler cache runs to gigabytes) and extracted by tarfile's "data" filter: regular
+        files and directories only."""
+        spool = dest.with_name(dest.name + ".tar")
+        try:
+            # A scratch image has no command; the container is created, never started.
+            with self.engine._container(image, ["/fa-images-never-started"]) as (container, _):
+                chunks, _stat = container.get_archive("/")
+                with spool.open("wb") as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+            with tarfile.open(spool) as tar:
+                for member in tar:
+                    name = member.name.removeprefix("./").lstrip("/")
+                    if not name or name.split("/")[0] in _ENGINE_MADE or not (member.isfile() or member.isdir()):
+                        continue
+                    tar.extract(member.replace(name=name), dest, filter="data")
+        finally:
+            spool.unlink(missing_ok=True)
