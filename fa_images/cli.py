@@ -17,6 +17,7 @@ from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
 from .config.grammar import PULL_POLICIES
+from .errors import EXIT_TABLE_CHANGED
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 from .run.logger import say
@@ -550,10 +551,17 @@ a torch whose import exits quietly or has no version, and nvidia-smi lines of an
 reported as findings, never a crash; what they print is escaped before it reaches the terminal.
 """
 
-COMPAT_EXAMPLES = """\
+COMPAT_EXAMPLES = f"""\
 examples:
   fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
+  fa-images compat refresh --json                what changed as one JSON object, for CI
+
+It prints what changed against --table: each torch release and flash-attn sdist added or
+removed, each release whose CUDA variants, C++ ABI, Pythons or default CUDA changed, then a count.
+Exit status: 0 written, no release changed; {EXIT_TABLE_CHANGED} written, and some changed (not an
+error: CI can rebuild or open a pull request); 2 bad input (an index page, a flag, a hash that
+disagrees), nothing written.
 
 protected: index pages are read with a size cap (64 MiB) and a time cap, as UTF-8; a link must
 keep its page's scheme and host (an https link may go to another host, as PyPI's do; never
@@ -610,10 +618,14 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
     result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     target.write_text(out.name, result.text)
 
-    for note in result.notes:  # they quote what the indexes published
-        say(note)
+    status = EXIT_TABLE_CHANGED if result.diff.changed else 0
+    if args.json:  # json.dumps escapes every control character the indexes could send
+        print(json.dumps({**result.diff.as_json(), "notes": result.notes, "wrote": str(out)}, indent=2))
+        return status
+    for line in [*result.notes, *result.diff.lines()]:  # they quote what the indexes published
+        say(line)
     say(f"wrote {out}")
-    return 0
+    return status
 
 
 def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
@@ -659,6 +671,9 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
         "--torch-index", default="https://download.pytorch.org/whl", metavar="URL", help="torch's variant index"
     )
     refresh.add_argument("--min-torch", default="2.4.0", metavar="VERSION", help="the oldest torch to list")
+    refresh.add_argument(
+        "--json", action="store_true", help="what changed, the notes and the file written, as one JSON object"
+    )
     refresh.set_defaults(func=cmd_compat_refresh)
 
 
