@@ -17,7 +17,6 @@ from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
 from .config.grammar import PULL_POLICIES
-from .errors import EXIT_TABLE_CHANGED
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 from .run.logger import say
@@ -551,7 +550,7 @@ a torch whose import exits quietly or has no version, and nvidia-smi lines of an
 reported as findings, never a crash; what they print is escaped before it reaches the terminal.
 """
 
-COMPAT_EXAMPLES = f"""\
+COMPAT_EXAMPLES = """\
 examples:
   fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
@@ -559,7 +558,7 @@ examples:
 
 It prints what changed against --table: each torch release and flash-attn sdist added or
 removed, each release whose CUDA variants, C++ ABI, Pythons or default CUDA changed, then a count.
-Exit status: 0 written, no release changed; {EXIT_TABLE_CHANGED} written, and some changed (not an
+Exit status: 0 written, no release changed; {changed} written, and some changed (not an
 error: CI can rebuild or open a pull request); 2 bad input (an index page, a flag, a hash that
 disagrees), nothing written.
 
@@ -601,7 +600,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_compat_refresh(args: argparse.Namespace) -> int:
     from .config import compat, compatgen, grammar
-    from .errors import UsageError
+    from .errors import EXIT_TABLE_CHANGED, UsageError
 
     for name in ("pypi", "torch_index"):
         problem = grammar.index_url(getattr(args, name))
@@ -654,12 +653,15 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
     init.set_defaults(func=cmd_init)
-    comp = sub.add_parser("compat", help="the compatibility table", epilog=COMPAT_EXAMPLES, formatter_class=fmt)
+    from .errors import EXIT_TABLE_CHANGED
+
+    compat_examples = COMPAT_EXAMPLES.format(changed=EXIT_TABLE_CHANGED)
+    comp = sub.add_parser("compat", help="the compatibility table", epilog=compat_examples, formatter_class=fmt)
     comp_sub = comp.add_subparsers(dest="compat_command", required=True, metavar="COMMAND")
     refresh = comp_sub.add_parser(
         "refresh",
         help="refresh torch releases and flash-attn sdists from the indexes",
-        epilog=COMPAT_EXAMPLES,
+        epilog=compat_examples,
         formatter_class=fmt,
     )
     refresh.add_argument("--table", type=Path, metavar="FILE", help="the table to refresh (default: the built-in)")
