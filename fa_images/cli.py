@@ -576,6 +576,13 @@ COMPAT_EXAMPLES = """\
 examples:
   fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
+  fa-images compat refresh --json                what changed as one JSON object, for CI
+
+It prints what changed against --table: each torch release and flash-attn sdist added or
+removed, each release whose CUDA variants, C++ ABI, Pythons or default CUDA changed, then a count.
+Exit status: 0 written, no release changed; {changed} written, and some changed (not an
+error: CI can rebuild or open a pull request); 2 bad input (an index page, a flag, a hash that
+disagrees), nothing written.
 
 protected: index pages are read with a size cap (64 MiB) and a time cap, as UTF-8; a link must
 keep its page's scheme and host (an https link may go to another host, as PyPI's do; never
@@ -615,7 +622,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_compat_refresh(args: argparse.Namespace) -> int:
     from .config import compat, compatgen, grammar
-    from .errors import UsageError
+    from .errors import EXIT_TABLE_CHANGED, UsageError
 
     for name in ("pypi", "torch_index"):
         problem = grammar.index_url(getattr(args, name))
@@ -632,10 +639,14 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
     result = compatgen.refresh(table, pypi=args.pypi, torch_index=args.torch_index, min_torch=args.min_torch)
     target.write_text(out.name, result.text)
 
-    for note in result.notes:  # they quote what the indexes published
-        say(note)
+    status = EXIT_TABLE_CHANGED if result.diff.changed else 0
+    if args.json:  # json.dumps escapes every control character the indexes could send
+        print(json.dumps({**result.diff.as_json(), "notes": result.notes, "wrote": str(out)}, indent=2))
+        return status
+    for line in [*result.notes, *result.diff.lines()]:  # they quote what the indexes published
+        say(line)
     say(f"wrote {out}")
-    return 0
+    return status
 
 
 def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
@@ -664,12 +675,15 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
     init.set_defaults(func=cmd_init)
-    comp = sub.add_parser("compat", help="the compatibility table", epilog=COMPAT_EXAMPLES, formatter_class=fmt)
+    from .errors import EXIT_TABLE_CHANGED
+
+    compat_examples = COMPAT_EXAMPLES.format(changed=EXIT_TABLE_CHANGED)
+    comp = sub.add_parser("compat", help="the compatibility table", epilog=compat_examples, formatter_class=fmt)
     comp_sub = comp.add_subparsers(dest="compat_command", required=True, metavar="COMMAND")
     refresh = comp_sub.add_parser(
         "refresh",
         help="refresh torch releases and flash-attn sdists from the indexes",
-        epilog=COMPAT_EXAMPLES,
+        epilog=compat_examples,
         formatter_class=fmt,
     )
     refresh.add_argument("--table", type=Path, metavar="FILE", help="the table to refresh (default: the built-in)")
@@ -681,6 +695,9 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
         "--torch-index", default="https://download.pytorch.org/whl", metavar="URL", help="torch's variant index"
     )
     refresh.add_argument("--min-torch", default="2.4.0", metavar="VERSION", help="the oldest torch to list")
+    refresh.add_argument(
+        "--json", action="store_true", help="what changed, the notes and the file written, as one JSON object"
+    )
     refresh.set_defaults(func=cmd_compat_refresh)
 
 

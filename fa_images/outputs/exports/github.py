@@ -36,11 +36,16 @@ from ...errors import UsageError
 from . import builder_env, sharding, slug
 
 ARTIFACT_PREFIX = "fa-images-"
-CHECKOUT = "actions/checkout@v4"
-SETUP_PYTHON = "actions/setup-python@v5"
-UPLOAD = "actions/upload-artifact@v4"
-DOWNLOAD = "actions/download-artifact@v4"
-LOGIN = "docker/login-action@v3"
+# The actions the workflow uses, each at the newest major whose action.yml declares
+# `runs: using: node24`: GitHub's runners made Node 24 the default in June 2026 and removed Node 20
+# in September 2026. Beside each, the release whose action.yml was read. Node 24 actions need
+# runner 2.327.1 or later, on self-hosted runners too.
+CHECKOUT = "actions/checkout@v7"  # v7.0.1 (v4: node20)
+SETUP_PYTHON = "actions/setup-python@v7"  # v7.0.0 (v5: node20)
+UPLOAD = "actions/upload-artifact@v7"  # v7.0.0 (v5: node20)
+DOWNLOAD = "actions/download-artifact@v8"  # v8.0.1 (v6: node20; v8 fails a download whose digest differs)
+LOGIN = "docker/login-action@v4"  # v4.1.0 (v3: node20)
+ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, DOWNLOAD, LOGIN)  # every `uses:` the workflow may hold
 
 # GitHub runs at most 256 jobs of one matrix; a group's shards are one matrix.
 MAX_MATRIX_JOBS = 256
