@@ -772,15 +772,25 @@ REFUSED = [
         Want(1, "python is missing"),
     ),
     refused(
-        "an axis must be a non-empty list",
+        "an axis must be a non-empty list, or a rule where the table knows the versions",
         """
         matrix:
-          python: "3.12"
+          python: 3.12
           torch: []
           flash_attn: ["2.8.3"]
+          target: "A100"
         """,
-        Want(2, "axis 'python' must be a non-empty list, not the string '3.12'", hint='e.g. python: ["3.12"]'),
-        Want(3, "axis 'torch' must be a non-empty list, not a list ([])", hint='e.g. torch: ["2.9.1"]'),
+        Want(
+            2,
+            "axis 'python' must be a non-empty list or a rule, not a number ('3.12')",
+            hint='e.g. python: ["3.12"], python: ">=3.10" or python: {newest: 2}',
+        ),
+        Want(
+            3,
+            "axis 'torch' must be a non-empty list or a rule, not a list ([])",
+            hint='e.g. torch: ["2.9.1"], torch: ">=2.9" or torch: {newest: 2}',
+        ),
+        Want(5, "axis 'target' must be a non-empty list, not the string 'A100'", hint="e.g. target: [aws]"),
         # What the dropped axes leave behind is reported too.
         Want(2, "python is missing"),
         Want(3, "torch is missing"),
