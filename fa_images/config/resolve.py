@@ -248,6 +248,8 @@ class EntryResolver:
         ruled = combo.ruled
         # Without a cuda key, the CUDA is the torch's default: chosen by the torch's rule, if any.
         given = combo.values.get("cuda") is not None
+        if given and cuda not in self.compat.cuda:
+            return None  # a CUDA the table does not know is a mistake, not a missing build
         cuda_ruled = "cuda" in ruled if given else "torch" in ruled
         cuda = cuda if given else release.default_cuda
         if ruled & {"python", "torch"} and python not in release.pythons:

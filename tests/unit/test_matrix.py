@@ -1220,6 +1220,19 @@ REFUSED = [
         Want(2, "torch 2.9.1 has no wheels for Python 3.9", hint=Like(start="torch 2.9.1 supports 3.10, ")),
     ),
     refused(
+        "a CUDA written by hand that the table does not know is a mistake, not a build a rule lacks",
+        """
+        matrix:
+          python: ["3.12"]
+          torch: {newest: 1}
+          cuda: ["12.7"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        """,
+        Want(4, Like(start="torch 2.", end=" has no CUDA 12.7 build")),
+        Want(4, Like(start="CUDA 12.7 is not in the compat table")),
+    ),
+    refused(
         "a rule whose every combination the table has no build of",
         """
         matrix:
