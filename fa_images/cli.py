@@ -82,7 +82,14 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    entries = _load(args).entries
+    m = _load(args)
+    entries = m.entries
+    # What each rule of the matrix resolved to, and what the table has no build of: on stderr
+    # with --json, whose stdout is the entries alone.
+    notes = [f"matrix.{r.axis} {r} resolves to {', '.join(r.values)}" for r in m.rules]
+    left_out = list(dict.fromkeys(f"left out {lo.combination}: {lo.reason}" for lo in m.left_out))
+    for note in notes + left_out:
+        say(note, out=sys.stderr if args.json else None)
     if args.json:
         print(json.dumps([e.summary() for e in entries], indent=2))
         return 0
@@ -91,7 +98,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
     groups = len({e.compile_group for e in entries})
-    say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels)")
+    also = f"; {counted(len(left_out), 'combination')} left out" if left_out else ""
+    say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels){also}")
     return 0
 
 

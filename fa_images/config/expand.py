@@ -2,6 +2,7 @@
 
 The rules are GitHub Actions': every combination of the axes, minus the excluded, then the
 included (merged into the combinations they do not contradict, else added), then the entries.
+An axis named by a rule (``torch: ">=2.9"``) takes the versions ``rules.py`` resolved it to.
 A combination is still raw YAML values with the place it came from; ``resolve`` checks it.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ from .compat import did_you_mean
 # stops a hostile or mistaken file from expanding into millions of entries.
 MAX_COMBINATIONS = 10_000
 AXES = ("python", "torch", "cuda", "flash_attn", "target", "archs", "ptx")
+# The axes whose versions the compat table knows, which a rule may name (rules.py), and an example.
+RULE_EXAMPLES = {"python": '">=3.10"', "torch": '">=2.9"', "cuda": '">=12.8"', "flash_attn": '"==2.8.*"'}
 MATRIX_RULES = ("include", "exclude")
 AXIS_EXAMPLES = {
     "python": '"3.12"',
@@ -38,6 +42,9 @@ class Combo:
     origin: tuple  # path in the YAML, for error lines
     label: str
     key_origin: dict[str, tuple] = field(default_factory=dict)  # keys an include rule added
+    # Axes whose value a rule chose: where the table has no such build, the combination is
+    # left out rather than refused (resolve.EntryResolver.left_out).
+    ruled: frozenset[str] = frozenset()
 
 
 def as_written(value: Any) -> str:
@@ -55,31 +62,46 @@ def kind(value: Any) -> str:
         return "null"
     if isinstance(value, str):
         return f"the string {value!r}"
-    kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
-    return f"{kind.get(type(value), type(value).__name__)} ({getattr(value, 'text', value)!r})"
+    # bool before int (True is an int), and a YAML float is yamlfile.Number, a float.
+    kinds = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (list, "a list"), (dict, "a mapping"))
+    name = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
+    return f"{name} ({getattr(value, 'text', value)!r})"
 
 
-def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[Combo]:
-    """Axes -> combinations, then exclude, then include (GitHub Actions rules), then entries."""
+def expand(
+    doc: yamlfile.YamlDoc, problems: list[Problem], ruled: Mapping[str, tuple[str, ...] | None] | None = None
+) -> list[Combo]:
+    """Axes -> combinations, then exclude, then include (GitHub Actions rules), then entries.
+
+    ``ruled``: the axes named by a rule, and the versions it resolved to (None: the rule was
+    refused, its problem recorded)."""
+    ruled = ruled or {}
     raw = doc.data.get("matrix")
     if raw is None:
         raw = {}
     elif not isinstance(raw, dict):
         problems.append(doc.problem(("matrix",), f"matrix must be a mapping of axes, not {kind(raw)}"))
         raw = {}
-    axes = {k: v for k, v in raw.items() if k not in MATRIX_RULES}
+    axes = {k: (list(ruled[k] or ()) if k in ruled else v) for k, v in raw.items() if k not in MATRIX_RULES}
     for key, values in axes.items():
+        if key in ruled:
+            continue  # a rule: rules.py has resolved it or said what is wrong with it
         if key not in AXES:
             problems.append(doc.problem(("matrix", key), f"unknown axis {key!r}", hint=did_you_mean(key, AXES)))
         elif not isinstance(values, list) or not values:
+            rule = f", {key}: {RULE_EXAMPLES[key]} or {key}: {{newest: 2}}" if key in RULE_EXAMPLES else ""
             problems.append(
                 doc.problem(
                     ("matrix", key),
-                    f"axis {key!r} must be a non-empty list, not {kind(values)}",
-                    hint=f"e.g. {key}: [{AXIS_EXAMPLES.get(key, '...')}]",
+                    f"axis {key!r} must be a non-empty list{' or a rule' if rule else ''}, not {kind(values)}",
+                    hint=f"e.g. {key}: [{AXIS_EXAMPLES.get(key, '...')}]{rule}",
                 )
             )
-    axes = {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
+    written = list(axes)
+    # A refused rule has said what is wrong with its axis: the product of the others is no
+    # combination anyone wrote, and would only add "torch is missing" to each.
+    broken = any(k in ruled and not v for k, v in axes.items())
+    axes = {} if broken else {k: v for k, v in axes.items() if k in AXES and isinstance(v, list) and v}
     size = math.prod(len(v) for v in axes.values()) if axes else 0
     if size > MAX_COMBINATIONS:
         problems.append(
@@ -87,27 +109,34 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[Combo]:
                 ("matrix",), f"the axes expand to {size} combinations; fa-images builds at most {MAX_COMBINATIONS}"
             )
         )
-        axes, size = {}, 0
+        axes, size, broken = {}, 0, True
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
 
     for i, rule in enumerate(as_list(raw.get("exclude") or [])):
         if not isinstance(rule, dict):
             problems.append(doc.problem(("matrix", "exclude", i), "each exclude rule must be a mapping"))
             continue
-        bad = [k for k in rule if k not in axes]
+        bad = [k for k in rule if k not in written]
         if bad:
             problems.append(
                 doc.problem(
                     ("matrix", "exclude", i),
                     f"exclude rule names {bad[0]!r}, which is not an axis",
-                    hint=did_you_mean(bad[0], list(axes)),
+                    hint=did_you_mean(bad[0], written),
                 )
             )
             continue
         combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
 
+    by_rule = frozenset(k for k in axes if k in ruled)
     out = [
-        Combo(c, ("matrix",), "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]") for c in combos
+        Combo(
+            c,
+            ("matrix",),
+            "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]",
+            ruled=by_rule,
+        )
+        for c in combos
     ]
     for i, rule in enumerate(as_list(raw.get("include") or [])):
         if not isinstance(rule, dict):
@@ -122,7 +151,7 @@ def expand(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[Combo]:
                         combo.values[k] = v
                         combo.key_origin[k] = ("matrix", "include", i, k)
                 merged = True
-        if not merged:
+        if not merged and not broken:
             out.append(Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
 
     entries = doc.data.get("entries")

@@ -14,9 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
-from . import grammar, yamlfile
+from . import grammar, rules, yamlfile
 from .compat import did_you_mean
 from .expand import AXES, MAX_COMBINATIONS, as_list, expand, kind
 from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, Matrix, Packages
@@ -175,7 +176,8 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         build=_section(doc, "build", BuildOptions, problems),
         allow_unknown=allow_unknown,
     )
-    combos = expand(doc, problems)
+    resolved = rules.resolve_axes(doc, compat, problems)
+    combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
     if not combos and not problems:
         problems.append(doc.problem(("matrix",), "the matrix expands to no entries"))
     entries: list[Entry] = []
@@ -194,6 +196,16 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
             continue
         seen[entry.id] = combo.label
         entries.append(entry)
+    if not entries and builder.left_out and not problems:
+        first, more = builder.left_out[0], len(builder.left_out) - 1
+        problems.append(
+            doc.problem(
+                ("matrix",),
+                f"the matrix expands to no entries: the compat table has no build of its "
+                f"{counted(len(builder.left_out), 'combination')}",
+                hint=f"{first.combination}: {first.reason}" + (f", and {more} more" if more else ""),
+            )
+        )
     if problems:
         raise ConfigError(dedupe(problems))
     packages = builder.packages
@@ -207,4 +219,6 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         packages=packages,
         build=builder.build_opts,
         compat=compat,
+        rules=tuple(rule for rule in resolved.values() if rule),
+        left_out=tuple(builder.left_out),
     )

@@ -5,6 +5,7 @@ Code past the loader (``matrix.load``) sees only these, never raw YAML.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -107,6 +108,30 @@ class Entry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResolvedRule:
+    """A matrix axis that named its versions by a rule, and what the compat table resolved it to."""
+
+    axis: str
+    versions: str | None  # the PEP 440 specifier, as written
+    newest: int | None  # the newest N of the releases the specifier admits
+    values: tuple[str, ...]  # in version order
+
+    def __str__(self) -> str:
+        spec = json.dumps(self.versions) if self.versions is not None else None
+        if self.newest is None:
+            return str(spec)
+        return "{" + (f"versions: {spec}, " if spec else "") + f"newest: {self.newest}}}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeftOut:
+    """A combination a rule made that the compat table has no build for, and why."""
+
+    combination: str  # as error lines name it: matrix[python=3.12, torch=2.10.0, cuda=13.0, ...]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Matrix:
     file: str
     image: str
@@ -115,6 +140,8 @@ class Matrix:
     packages: Packages
     build: BuildOptions
     compat: Compat = field(repr=False)
+    rules: tuple[ResolvedRule, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
 
     def select(self, ids: list[str] | None) -> tuple[Entry, ...]:
         if not ids:

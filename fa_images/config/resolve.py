@@ -2,6 +2,8 @@
 
 Versions are checked against their grammar and the compatibility table, the CUDA variant and
 archs are resolved, and placeholders in the base images and indexes are filled per entry.
+A combination a rule made (``torch: ">=2.9"``) that the table has no build for is left out,
+with the reason ``plan`` shows; the same combination written out by hand is refused.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from ..builder.settings import parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
 from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean
-from .expand import AXES, Combo, as_list, as_written
-from .model import Bases, BuildOptions, Entry, Packages
+from .expand import AXES, RULE_EXAMPLES, Combo, as_list, as_written, kind
+from .model import Bases, BuildOptions, Entry, LeftOut, Packages
 
 PLACEHOLDERS = {"cuda": "12.8", "cuda_release": "12.8.1", "cuda_tag": "cu128"}  # name -> a sample value
 VERSION_GRAMMAR: dict[str, Callable[[str], str | None]] = {
@@ -64,6 +66,7 @@ class EntryResolver:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
+        self.left_out: list[LeftOut] = []
 
     def _fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
         path = combo.key_origin.get(key or "", combo.origin + ((key,) if key else ()))
@@ -73,6 +76,14 @@ class EntryResolver:
         value = combo.values.get(key)
         if value is None:
             self._fail(combo, key, f"{key} is missing")
+            return None
+        if isinstance(value, dict) and key in RULE_EXAMPLES:
+            self._fail(
+                combo,
+                key,
+                f"{key} must be one quoted version here, not {kind(value)}",
+                hint="a rule ({newest: N}, a specifier) names the versions of a matrix axis, not of one entry",
+            )
             return None
         if not isinstance(value, str):
             written = as_written(value)
@@ -186,6 +197,11 @@ class EntryResolver:
                 f"Python {python} is not supported",
                 hint=f"use one of {', '.join(self.compat.pythons)}",
             )
+        if len(self.problems) == before and python and torch_v and combo.ruled:
+            reason = self._left_out_reason(combo, python, torch_v, cuda, archs)
+            if reason:
+                self.left_out.append(LeftOut(combination=combo.label, reason=reason))
+                return None
         release, cuda = self._torch(combo, python, torch_v, cuda)
         cuda_rel = self._cuda(combo, cuda, torch_v)
         self._flash_attn(combo, fa)
@@ -219,6 +235,34 @@ class EntryResolver:
             runtime_image=fill_placeholders(self.bases.runtime, fill),
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
         )
+
+    def _left_out_reason(
+        self, combo: Combo, python: str, torch_v: str, cuda: str | None, archs: tuple[str, ...]
+    ) -> str | None:
+        """Why the table has no build of this combination, where a rule chose a value the reason
+        is about; None where it has one, or where only values written by hand are at fault (those
+        are refused, by entry())."""
+        release = self.compat.torch.get(torch_v)
+        if release is None:
+            return None
+        ruled = combo.ruled
+        # Without a cuda key, the CUDA is the torch's default: chosen by the torch's rule, if any.
+        given = combo.values.get("cuda") is not None
+        if given and cuda not in self.compat.cuda:
+            return None  # a CUDA the table does not know is a mistake, not a missing build
+        cuda_ruled = "cuda" in ruled if given else "torch" in ruled
+        cuda = cuda if given else release.default_cuda
+        if ruled & {"python", "torch"} and python not in release.pythons:
+            return f"torch {torch_v} has no wheels for Python {python}"
+        if not cuda:
+            return None
+        if ruled & {"torch", "cuda"} and release.variant(cuda) is None:
+            return f"torch {torch_v} has no CUDA {cuda} build"
+        needs = [(a, self.compat.archs[a][0]) for a in archs if a in self.compat.archs]
+        too_old = next(((a, need) for a, need in needs if Version(cuda) < Version(need)), None)
+        if cuda_ruled and too_old:
+            return f"arch {too_old[0]} needs CUDA >= {too_old[1]}, not {cuda}"
+        return None
 
     def _torch(
         self, combo: Combo, python: str | None, torch_v: str | None, cuda: str | None

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from unittest.mock import ANY
 
 import pytest
+from packaging.version import Version
 
 from fa_images.builder.source import SUPPORTED_FLASH_ATTN
 from fa_images.config import compat as compat_mod
@@ -556,9 +557,19 @@ def refused(case_id: str, text: str, *wants: Want, compat: str | None = None) ->
 
 
 TORCH_2_9_1 = 'entries:\n  - python: "3.12"\n    torch: "2.9.1"\n    flash_attn: "2.8.3"\n'
+RULE_HINT = 'e.g. torch: ">=2.9", torch: {newest: 2} or torch: {versions: ">=2.9", newest: 2}'
+NEWEST = "matrix.torch.newest must be a whole number from 1 to 100,"
+
+
 AMPERE_HINT = "flash-attn 2 needs Ampere (8.0) or newer"
 IMAGE_RULE = "(lower case letters, digits, '.', '_', '-', '/', an optional registry host)"
 IMAGE_HINT = "e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)"
+
+
+def torch_rule(rule: str) -> str:
+    """A matrix whose torch axis, on line 2, is ``rule`` (YAML; a block mapping's keys from line 3)."""
+    return f'matrix:\n  torch: {rule}\n  python: ["3.12"]\n  flash_attn: ["2.8.3"]\n  target: [A100]\n'
+
 
 REFUSED = [
     # --- one entry built twice
@@ -772,15 +783,25 @@ REFUSED = [
         Want(1, "python is missing"),
     ),
     refused(
-        "an axis must be a non-empty list",
+        "an axis must be a non-empty list, or a rule where the table knows the versions",
         """
         matrix:
-          python: "3.12"
+          python: 3.12
           torch: []
           flash_attn: ["2.8.3"]
+          target: "A100"
         """,
-        Want(2, "axis 'python' must be a non-empty list, not the string '3.12'", hint='e.g. python: ["3.12"]'),
-        Want(3, "axis 'torch' must be a non-empty list, not a list ([])", hint='e.g. torch: ["2.9.1"]'),
+        Want(
+            2,
+            "axis 'python' must be a non-empty list or a rule, not a number ('3.12')",
+            hint='e.g. python: ["3.12"], python: ">=3.10" or python: {newest: 2}',
+        ),
+        Want(
+            3,
+            "axis 'torch' must be a non-empty list or a rule, not a list ([])",
+            hint='e.g. torch: ["2.9.1"], torch: ">=2.9" or torch: {newest: 2}',
+        ),
+        Want(5, "axis 'target' must be a non-empty list, not the string 'A100'", hint="e.g. target: [aws]"),
         # What the dropped axes leave behind is reported too.
         Want(2, "python is missing"),
         Want(3, "torch is missing"),
@@ -1069,6 +1090,164 @@ REFUSED = [
         f'bases:\n  devel: "mirror/cuda:{{cuda_version}}-devel"\nentries:\n  - {ENTRY}\n',
         Want(2, Like(holds=("cuda_version",))),
     ),
+    # --- versions by rule (issue 29): every bad rule is one problem, at its key, naming its path
+    *[
+        refused(f"a torch rule: {case}", torch_rule(rule), Want(line, message, hint=hint))
+        for case, rule, line, message, hint in [
+            (
+                "not a specifier",
+                '"=>2.9"',
+                2,
+                "matrix.torch '=>2.9' is not a version specifier",
+                'a PEP 440 specifier such as ">=2.9", ">=2.9,<2.12" or "==2.9.*"',
+            ),
+            (
+                "one version where a rule goes",
+                '"2.9.1"',
+                2,
+                "matrix.torch '2.9.1' is not a version specifier",
+                'one version is a list of one: torch: ["2.9.1"]; or "==2.9.1"',
+            ),
+            (
+                "a control character is shown escaped",
+                '">=2.9\\e[2J"',
+                2,
+                "matrix.torch '>=2.9\\x1b[2J' is not a version specifier",
+                ANY,
+            ),
+            (
+                "an empty specifier",
+                '""',
+                2,
+                "matrix.torch is an empty specifier, which would take every release",
+                RULE_HINT,
+            ),
+            ("an empty rule", "{}", 2, "matrix.torch is an empty rule", RULE_HINT),
+            (
+                "a specifier too long to be one",
+                '"' + ">=2.9," * 40 + '"',
+                2,
+                "matrix.torch is a specifier of 240 characters; at most 200",
+                None,
+            ),
+            ("newest: 0", "\n    newest: 0", 3, f"{NEWEST} not a number (0)", None),
+            ("newest: 10**9", "\n    newest: 1000000000", 3, f"{NEWEST} not a number (1000000000)", None),
+            ("newest: 10**40", "\n    newest: 1" + "0" * 40, 3, f"{NEWEST} not a number too large", None),
+            ("newest: -1", "\n    newest: -1", 3, f"{NEWEST} not a number (-1)", None),
+            ("newest: true", "\n    newest: true", 3, f"{NEWEST} not a boolean (True)", None),
+            ("newest: a string", '\n    newest: "3"', 3, f"{NEWEST} not the string '3'", None),
+            ("newest: a fraction", "\n    newest: 2.5", 3, f"{NEWEST} not a number ('2.5')", None),
+            ("newest: a list", "\n    newest: [3]", 3, f"{NEWEST} not a list ([3])", None),
+            ("newest: null", "\n    newest: null", 3, f"{NEWEST} not null", None),
+            (
+                "a misspelt key",
+                "\n    neweset: 3",
+                3,
+                "unknown key 'neweset' in matrix.torch",
+                "did you mean 'newest'?",
+            ),
+            (
+                "versions that are no string",
+                "\n    versions: 2.9\n    newest: 2",
+                3,
+                "matrix.torch.versions must be a quoted version specifier, not a number ('2.9')",
+                RULE_HINT,
+            ),
+            (
+                "a specifier no release of the table meets",
+                '">=99"',
+                2,
+                'matrix.torch ">=99" matches no torch release of the compat table',
+                Like(start="it knows 2.4.0, 2.4.1, 2.5.0, ", holds=(", 2.9.1, 2.10.0, ",)),
+            ),
+            (
+                "an empty resolution of both keys",
+                '\n    versions: "<2.0"\n    newest: 2',
+                2,
+                'matrix.torch {versions: "<2.0", newest: 2} matches no torch release of the compat table',
+                ANY,
+            ),
+        ]
+    ],
+    refused(
+        "a rule on each other axis the table knows, each matching nothing: one problem each",
+        """
+        matrix:
+          python: ">=4"
+          torch: ["2.9.1"]
+          cuda: {versions: ">=14", newest: 1}
+          flash_attn: "<2.0"
+          target: [A100]
+        """,
+        Want(2, 'matrix.python ">=4" matches no Python of the compat table', hint=Like(start="it knows 3.9, 3.10,")),
+        Want(
+            4,
+            'matrix.cuda {versions: ">=14", newest: 1} matches no CUDA version of the compat table',
+            hint=Like(start="it knows 11.8, 12.1,"),
+        ),
+        Want(5, 'matrix.flash_attn "<2.0" matches no flash-attn release of the compat table', hint=ANY),
+    ),
+    refused(
+        "a rule goes on a version axis only",
+        """
+        matrix:
+          python: ["3.12"]
+          torch: ["2.9.1"]
+          flash_attn: ["2.8.3"]
+          archs: ">=80"
+        """,
+        Want(5, "axis 'archs' must be a non-empty list, not the string '>=80'", hint="e.g. archs: [80]"),
+        Want(1, "no target and no archs: name the GPUs it is for"),
+    ),
+    refused(
+        "a rule names a matrix axis's versions, not one entry's",
+        'entries:\n  - {python: "3.12", torch: {newest: 1}, flash_attn: "2.8.3", target: A100}\n',
+        Want(
+            2,
+            "torch must be one quoted version here, not a mapping ({'newest': 1})",
+            hint="a rule ({newest: N}, a specifier) names the versions of a matrix axis, not of one entry",
+        ),
+    ),
+    refused(
+        "a combination written by hand is refused, though another axis is a rule",
+        """
+        matrix:
+          python: ["3.9"]
+          torch: ["2.9.1"]
+          flash_attn: {newest: 1}
+          target: [A100]
+        """,
+        Want(2, "torch 2.9.1 has no wheels for Python 3.9", hint=Like(start="torch 2.9.1 supports 3.10, ")),
+    ),
+    refused(
+        "a CUDA written by hand that the table does not know is a mistake, not a build a rule lacks",
+        """
+        matrix:
+          python: ["3.12"]
+          torch: {newest: 1}
+          cuda: ["12.7"]
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        """,
+        Want(4, Like(start="torch 2.", end=" has no CUDA 12.7 build")),
+        Want(4, Like(start="CUDA 12.7 is not in the compat table")),
+    ),
+    refused(
+        "a rule whose every combination the table has no build of",
+        """
+        matrix:
+          python: ["3.9"]
+          torch: {versions: ">=2.9,<2.10", newest: 2}
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        """,
+        Want(
+            1,
+            "the matrix expands to no entries: the compat table has no build of its 2 combinations",
+            hint="matrix[python=3.9, torch=2.9.0, flash_attn=2.8.3, target=A100]: "
+            "torch 2.9.0 has no wheels for Python 3.9, and 1 more",
+        ),
+    ),
 ]
 
 
@@ -1083,6 +1262,163 @@ def test_a_refused_matrix_names_every_problem_where_it_is(
     for p, w in zip(problems, wants):
         if w.shown is not None:
             assert str(p) == w.shown.replace("{file}", str(tmp_path / w.file))
+
+
+# ----------------------------------------------------------------------------- versions by rule
+
+
+# Two torch releases newer than any the table will hold, and a release candidate newer still:
+# what a rule resolves to is pinned whatever `compat refresh` adds to the built-in table.
+FUTURE_TORCH = """
+torch:
+  "9.0.0": {python: ["3.12", "3.13"], default_cuda: "13.0", cuda: {"13.0": {cxx11_abi: true}}}
+  "9.1.0": {python: ["3.13"], default_cuda: "13.0", cuda: {"13.0": {cxx11_abi: true}}}
+  "9.2.0rc1": {python: ["3.12", "3.13"], default_cuda: "13.0", cuda: {"13.0": {cxx11_abi: true}}}
+"""
+
+
+def ruled_plan(m: Matrix) -> tuple[list[tuple[str | None, int | None, tuple[str, ...]]], list[str], list[str]]:
+    """(each rule and its values, the ids planned, each left-out combination and its reason)."""
+    rules = [(r.versions, r.newest, r.values) for r in m.rules]
+    return rules, [e.id for e in m.entries], [f"{lo.combination}: {lo.reason}" for lo in m.left_out]
+
+
+def test_a_specifier_takes_the_tables_releases_in_version_order(tmp_path: Path) -> None:
+    m = load(
+        tmp_path,
+        'matrix:\n  python: ["3.12"]\n  torch: ">=2.9,<2.11"\n  flash_attn: ["2.8.3"]\n  target: [A100]\n',
+    )
+    (rule,) = m.rules
+    assert (rule.axis, str(rule), rule.values) == ("torch", '">=2.9,<2.11"', ("2.9.0", "2.9.1", "2.10.0"))
+    assert [e.id for e in m.entries] == [  # 2.10.0 after 2.9.1: versions, not strings
+        "fa2.8.3-py3.12-torch2.9.0-cu128",
+        "fa2.8.3-py3.12-torch2.9.1-cu128",
+        "fa2.8.3-py3.12-torch2.10.0-cu128",
+    ]
+    assert m.left_out == ()
+
+
+def test_newest_takes_the_newest_releases_and_never_a_pre_release(tmp_path: Path) -> None:
+    override = write(tmp_path, FUTURE_TORCH, name="compat-extra.yaml")
+    text = 'matrix:\n  python: ["3.13"]\n  torch: {rule}\n  flash_attn: ["2.8.3"]\n  target: [H100]\n'
+    m = load(tmp_path, text.format(rule="{newest: 2}"), compat_override=override)
+    assert ruled_plan(m) == (
+        [(None, 2, ("9.0.0", "9.1.0"))],
+        ["fa2.8.3-py3.13-torch9.0.0-cu130", "fa2.8.3-py3.13-torch9.1.0-cu130"],
+        [],
+    )
+    assert str(m.rules[0]) == "{newest: 2}"
+    # Both keys: the newest of what the specifier admits; a specifier that names a pre-release admits it.
+    m = load(tmp_path, text.format(rule='{versions: "<9", newest: 1}'), compat_override=override)
+    assert m.rules[0].values == (max((v for v in m.compat.torch if v[0] != "9"), key=Version),)
+    assert str(m.rules[0]) == '{versions: "<9", newest: 1}'
+    m = load(tmp_path, text.format(rule='">=9.1.0rc1"'), compat_override=override)
+    assert m.rules[0].values == ("9.1.0", "9.2.0rc1")
+
+
+def test_rules_leave_out_what_the_table_has_no_build_of_and_say_why(tmp_path: Path) -> None:
+    """Python and CUDA by rule, torch by hand: each combination the table lacks is left out, with its reason."""
+    m = load(
+        tmp_path,
+        """
+        matrix:
+          python: ">=3.13"
+          torch: ["2.8.0", "2.9.1"]
+          cuda: ">=12.9,<13.1"
+          flash_attn: ["2.8.3"]
+          target: [A100]
+        """,
+    )
+    rules, ids, left_out = ruled_plan(m)
+    assert rules == [(">=3.13", None, ("3.13", "3.14")), (">=12.9,<13.1", None, ("12.9", "13.0"))]
+    assert ids == [
+        "fa2.8.3-py3.13-torch2.8.0-cu129",
+        "fa2.8.3-py3.13-torch2.9.1-cu130",
+        "fa2.8.3-py3.14-torch2.9.1-cu130",
+    ]
+    label = "matrix[python={}, torch={}, cuda={}, flash_attn=2.8.3, target=A100]: "
+    assert left_out == [
+        label.format("3.13", "2.8.0", "13.0") + "torch 2.8.0 has no CUDA 13.0 build",
+        label.format("3.13", "2.9.1", "12.9") + "torch 2.9.1 has no CUDA 12.9 build",
+        label.format("3.14", "2.8.0", "12.9") + "torch 2.8.0 has no wheels for Python 3.14",
+        label.format("3.14", "2.8.0", "13.0") + "torch 2.8.0 has no wheels for Python 3.14",
+        label.format("3.14", "2.9.1", "12.9") + "torch 2.9.1 has no CUDA 12.9 build",
+    ]
+
+
+def test_a_cuda_chosen_by_rule_that_cannot_compile_an_arch_is_left_out(tmp_path: Path) -> None:
+    """B200 needs arch 100, which needs CUDA 12.8: a CUDA of a rule, or the default CUDA of a torch
+    of a rule, that is older is left out; the target's other GPU keeps its entry."""
+    m = load(
+        tmp_path,
+        """
+        matrix:
+          python: ["3.12"]
+          torch: ">=2.5,<2.6"
+          flash_attn: ["2.8.3"]
+          target: [B200, H100]
+        entries:
+          - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", target: B200}
+        """,
+    )
+    _, ids, left_out = ruled_plan(m)
+    assert ids == [
+        "fa2.8.3-py3.12-torch2.5.0-cu124",
+        "fa2.8.3-py3.12-torch2.5.1-cu124",
+        "fa2.8.3-py3.12-torch2.9.1-cu128",
+    ]
+    assert [e.gpus for e in m.entries] == [("H100",), ("H100",), ("B200",)]
+    assert left_out == [
+        f"matrix[python=3.12, torch={t}, flash_attn=2.8.3, target=B200]: arch 100 needs CUDA >= 12.8, not 12.4"
+        for t in ("2.5.0", "2.5.1")
+    ]
+    m = load(
+        tmp_path,
+        'matrix:\n  python: ["3.12"]\n  torch: ["2.9.1"]\n  cuda: ">=12.6,<13"\n  flash_attn: ["2.8.3"]\n'
+        "  target: [B200]\n",
+    )
+    _, ids, left_out = ruled_plan(m)
+    assert ids == ["fa2.8.3-py3.12-torch2.9.1-cu128"]
+    assert [reason.split(": ", 1)[1] for reason in left_out] == [
+        "arch 100 needs CUDA >= 12.8, not 12.6",
+        "torch 2.9.1 has no CUDA 12.9 build",
+    ]
+
+
+def test_exclude_and_include_match_what_a_rule_resolved_to(tmp_path: Path) -> None:
+    m = load(
+        tmp_path,
+        """
+        matrix:
+          python: ["3.12"]
+          torch: ">=2.9,<2.10"
+          flash_attn: ["2.8.3"]
+          target: [A100]
+          exclude: [{torch: "2.9.0"}]
+          include: [{torch: "2.9.1", cuda: "13.0"}]
+        """,
+    )
+    assert [e.id for e in m.entries] == ["fa2.8.3-py3.12-torch2.9.1-cu130"]
+
+
+def test_what_a_rule_renders_changes_only_with_the_table(tmp_path: Path) -> None:
+    """render --check on a rule: up to date for the table it was rendered with; a release the table
+    gains is a new Dockerfile, one it drops a file no entry renders."""
+    override = write(tmp_path, FUTURE_TORCH, name="compat-extra.yaml")
+    text = 'matrix:\n  python: ["3.13"]\n  torch: {newest: 1}\n  flash_attn: ["2.8.3"]\n  target: [H100]\n'
+    out = tmp_path / "dockerfiles"
+    before = load(tmp_path, text)
+    assert [p.name for p in render.render_all(before, before.entries, out).written] == [
+        f"{before.entries[0].id}.Dockerfile"
+    ]
+    again = load(tmp_path, text)
+    assert render.render_all(again, again.entries, out, check=True) == render.RenderResult(
+        written=(), stale=(), extra=()
+    )
+    grown = load(tmp_path, text, compat_override=override)
+    result = render.render_all(grown, grown.entries, out, check=True)
+    assert [p.name for p in result.stale] == ["fa2.8.3-py3.13-torch9.1.0-cu130.Dockerfile"]
+    assert [p.name for p in result.extra] == [f"{before.entries[0].id}.Dockerfile"]
 
 
 # ----------------------------------------------------------------------------- overrides

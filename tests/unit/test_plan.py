@@ -295,3 +295,61 @@ def test_plan_refuses_archs_that_miss_the_target(tmp_path, monkeypatch, capsys) 
     assert cli.main(["plan", "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert (entry["archs"], entry["gpus"]) == (["80", "90"], ["H100"])
+
+
+RULED_MATRIX = """\
+image: reg.local/fa
+matrix:
+  python: ["3.9", "3.12"]
+  torch: {versions: "<2.10", newest: 2}
+  cuda: ">=12.9,<13.1"
+  flash_attn: ["2.8.3"]
+  target: [A100]
+"""
+RULED_NOTES = [
+    'matrix.torch {versions: "<2.10", newest: 2} resolves to 2.9.0, 2.9.1',
+    'matrix.cuda ">=12.9,<13.1" resolves to 12.9, 13.0',
+    *(
+        f"left out matrix[python=3.9, torch={t}, cuda={c}, flash_attn=2.8.3, target=A100]: "
+        f"torch {t} has no wheels for Python 3.9"
+        for t in ("2.9.0", "2.9.1")
+        for c in ("12.9", "13.0")
+    ),
+    *(
+        f"left out matrix[python=3.12, torch={t}, cuda=12.9, flash_attn=2.8.3, target=A100]: "
+        f"torch {t} has no CUDA 12.9 build"
+        for t in ("2.9.0", "2.9.1")
+    ),
+]
+
+
+def test_plan_says_what_each_rule_resolved_to_and_what_it_left_out(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 29: the rules' versions and each left-out combination with its reason, before the entries."""
+    (tmp_path / "matrix.yaml").write_text(RULED_MATRIX)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plan"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[: len(RULED_NOTES)] == RULED_NOTES
+    assert [line.split()[0] for line in lines[len(RULED_NOTES) : -1]] == [
+        "fa2.8.3-py3.12-torch2.9.0-cu130",
+        "fa2.8.3-py3.12-torch2.9.1-cu130",
+    ]
+    assert lines[-1] == "2 entries in 2 compile groups (entries that share kernels); 6 combinations left out"
+    assert err == ""
+    # --json: stdout stays the entries alone, the notes go to stderr.
+    assert cli.main(["plan", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [e["id"] for e in json.loads(out)] == ["fa2.8.3-py3.12-torch2.9.0-cu130", "fa2.8.3-py3.12-torch2.9.1-cu130"]
+    assert err.splitlines() == RULED_NOTES
+
+
+def test_a_matrix_without_rules_plans_as_before(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "matrix.yaml").write_text(
+        'matrix:\n  python: ["3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  target: [A100]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plan"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "1 entry in 1 compile group (entries that share kernels)"
+    assert len(out.splitlines()) == 2 and err == ""
