@@ -116,7 +116,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         for path in result.extra:
             say(f"not in the matrix: {path}")
         if result.stale or result.extra:
-            say(f"{args.out} is out of date: run `fa-images render --matrix {args.matrix}`", out=sys.stderr)
+            again = f"fa-images render --matrix {args.matrix}" + (f" --builder {args.builder}" if args.builder else "")
+            say(f"{args.out} is out of date: run `{again}`", out=sys.stderr)
             return 1
         say(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")
         return 0
