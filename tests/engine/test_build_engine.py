@@ -66,7 +66,7 @@ class Project:
             "image": image,
             "bases": bases or self.stock.bases(),  # Debian bookworm ships Python 3.11
             "packages": self.stock.packages(),
-            "build": {"network": "host"},
+            "build": {"network": "host", "builder": "sdk"},  # the legacy builder's story
             "compat": "compat.yaml",
             "entries": [
                 {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}

@@ -50,7 +50,7 @@ class Project:
             "image": f"fa-images-test/pulled-{name}",
             "bases": {"devel": self.base, "runtime": self.base, "python": "system", **bases},
             "packages": self.stock.packages(),
-            "build": {"network": "host"},
+            "build": {"network": "host", "builder": "sdk"},  # the legacy builder, whatever CLI is here
             "compat": "compat.yaml",
             "entries": [{"python": python, "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": [80]}],
         }
