@@ -23,6 +23,8 @@ from .run.logger import say
 
 if TYPE_CHECKING:
     from .config import matrix
+    from .config.grammar import BuilderForm
+    from .run.plan import EntryPlan
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -104,7 +106,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .config.grammar import BuilderForm
     from .outputs import render
 
     m = _load(args)
@@ -169,7 +170,6 @@ def _default_compiler_cache() -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from .errors import EntriesFailed, UsageError
-    from .run import plan as plan_mod
     from .run import prebuilt as prebuilt_wheels
     from .run.connect import connect
     from .run.executor import Executor, Options
@@ -197,15 +197,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         description = engine.describe()
         console.line(f"engine: {description}")
         console.line(f"builder: {connection.builder.describe()} ({connection.why})")
-        plans = plan_mod.make_plan(
-            entries,
-            check=args.check,
-            push=args.push,
-            gpus=args.gpus,
-            prebuilt=prebuilt,
-            python_from=m.bases.python,
-            form=connection.builder.form,
-        )
+        plans = _plans(args, m, entries, prebuilt, connection.builder.form)
         options = Options(
             dist=args.dist,
             log_dir=args.log_dir,
@@ -240,20 +232,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
-    """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
-    from .config.grammar import BuilderForm
-    from .run import buildkit
+def _plans(
+    args: argparse.Namespace,
+    m: matrix.Matrix,
+    entries: tuple[matrix.Entry, ...],
+    prebuilt: dict[str, Path] | None,
+    form: BuilderForm,
+) -> list[EntryPlan]:
+    """The plan of `build` and of `build --dry-run`, for the builder form that builds it."""
     from .run import plan as plan_mod
-    from .run import prebuilt as prebuilt_wheels
 
-    entries = m.select(args.only)
-    prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
-    choice = args.builder or m.build.builder
-    form: BuilderForm = "sdk" if choice == "sdk" else "buildkit"
-    if choice == "auto" and not isinstance(buildkit.find_cli(), buildkit.Cli):
-        form = "sdk"  # as `build` would choose here, Podman aside (that needs the engine)
-    plans = plan_mod.make_plan(
+    return plan_mod.make_plan(
         entries,
         check=args.check,
         push=args.push,
@@ -262,6 +251,17 @@ def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
         python_from=m.bases.python,
         form=form,
     )
+
+
+def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
+    """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
+    from .run import plan as plan_mod
+    from .run import prebuilt as prebuilt_wheels
+    from .run.connect import expected_form
+
+    entries = m.select(args.only)
+    prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
+    plans = _plans(args, m, entries, prebuilt, expected_form(args.builder or m.build.builder))
     if args.json:
         print(plan_mod.to_json(plans))
     else:

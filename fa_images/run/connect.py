@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.grammar import BuilderChoice
+from ..config.grammar import BuilderChoice, BuilderForm
 from ..errors import UsageError
 from . import buildkit
 from .engine import DockerEngine
@@ -39,6 +39,14 @@ def connect(choice: BuilderChoice, *, memory: int | None = None) -> Connection:
             hint="install docker's buildx plugin, or use --builder sdk (the docker SDK's legacy builder)",
         )
     return Connection(engine, SdkBuilder(engine), f"auto: {cli}")
+
+
+def expected_form(choice: BuilderChoice) -> BuilderForm:
+    """The Dockerfile form ``connect`` would choose here, without asking an engine (a plan printed
+    before any build): Podman, which only the engine can say it is, aside."""
+    if choice == "sdk":
+        return "sdk"
+    return "buildkit" if choice == "buildkit" or isinstance(buildkit.find_cli(), buildkit.Cli) else "sdk"
 
 
 def _why_not_buildkit(engine: DockerEngine, memory: int | None) -> str | None:

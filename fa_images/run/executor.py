@@ -282,11 +282,12 @@ class Executor:
                 run.build = self.builder.build(request, on_line=on_line, on_progress=on_progress)
             finally:
                 cache_in = request.files.get(contract.CACHE_STAGE)
-                if cache_in is not None and (run.build is None or contract.CACHE_STAGE in run.build.missed):
+                if cache_in is not None and run.build is None:  # a failed build: what it wrote is no cache
                     shutil.rmtree(cache_in, ignore_errors=True)
         run.result.image_id = run.build.image_id
         run.result.torch_stage = run.build.stage_ids.get(contract.TORCH_STAGE)
-        if contract.BUILDER_STAGE in run.build.cached_stages:
+        from_build_cache = contract.BUILDER_STAGE in run.build.cached_stages
+        if from_build_cache:
             # BuildKit found the compile in its cache (this host's, or one imported): nothing compiled.
             run.result.kernels = run.result.kernels or 0
             run.log.write("fa-images: the compile step came from the build cache: 0 kernels compiled")
@@ -296,7 +297,7 @@ class Executor:
         size = f", {image.size / 1e9:.2f} GB" if image else ""
         kernels = run.result.kernels
         cached = f"; kernels from the compiler cache: {run.result.kernels_from_cache} of {kernels}" if kernels else ""
-        if contract.BUILDER_STAGE in run.build.cached_stages:
+        if from_build_cache:
             cached = "; the compile came from the build cache: 0 kernels compiled"
         return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size}){cached}")
 
@@ -334,6 +335,7 @@ class Executor:
                 raise StepFailed(missed)
             size = group_cache.install(arrived, root, group)
         except (FatalError, OSError) as exc:
+            shutil.rmtree(arrived, ignore_errors=True)  # what a failed export left (install removes its own)
             self.console.line(f"    compiler cache of {group} not saved: {exc}")
             run.log.write(f"fa-images: compiler cache of {group} not saved: {exc}")
             return
