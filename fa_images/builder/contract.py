@@ -15,6 +15,11 @@ TORCH_STAGE = "torch"  # that venv with the exact torch: shared by every entry o
 BUILDER_STAGE = "builder"  # compiles the wheel; tagged "<image>-builder" to keep its cache
 WHEEL_STAGE = "wheel"  # FROM scratch: only the wheel and its manifest, for export
 CACHE_STAGE = "compiler-cache"  # FROM scratch: the compiler cache after the compile, for the host
+# BuildKit's form only: the host's compiler cache into the group's cache mount before the compile,
+# and the mount's files into a layer after it, for CACHE_STAGE. Each is built anew, in a build of
+# its own: a cache mount's content is no part of a step's cache key.
+CACHE_IN_STAGE = "compiler-cache-in"
+CACHE_OUT_STAGE = "compiler-cache-out"
 INSTALL_STAGE = "install"  # the wheel installed on the torch stage and checked, under LAYER_ROOT too
 RUNTIME_STAGE = "runtime"  # the image users pull: the torch stage and one layer
 # Where the install stage stages what it adds to the torch stage, laid out as in the image: the
@@ -26,6 +31,7 @@ WHEELS_DIR = "/wheels"  # where the builder stage leaves its output
 CACHE_CONTEXT_DIR = "compiler-cache"
 CACHE_DIR = "/opt/fa-images/compiler-cache"
 CACHE_EXPORT_DIR = "/compiler-cache"  # in the FROM-scratch cache stage
+CACHE_COPY_DIR = "/opt/fa-images/cache-copy"  # BuildKit's form: the cache's way in and out of its mount
 
 # Exit codes of the builder's own commands that the host tells apart.
 EXIT_NO_GPU = 3  # `check`: no GPU visible here, so nothing was checked

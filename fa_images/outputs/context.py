@@ -119,8 +119,7 @@ def assemble(
         sdists = dest / "inputs" / "sdists"
         sdists.mkdir(parents=True)
         shutil.copy2(source_file, sdists / source.sdist_name(entry.flash_attn))
-        if form == "sdk":  # BuildKit's compile has the group's cache mount instead
-            group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
+        group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
     if wheelhouse.private_kinds(matrix, entry):
         wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")
     return dest

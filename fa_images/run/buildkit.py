@@ -46,6 +46,11 @@ class Cli:
     what: str  # as the engine line says it
     loads: bool  # buildx: a tagged build needs --load (a builder of another driver keeps it otherwise)
 
+    @property
+    def inline_cache(self) -> tuple[str, ...]:
+        """The arguments that write the build cache into the tagged image's config."""
+        return ("--cache-to", "type=inline") if self.loads else ("--build-arg", "BUILDKIT_INLINE_CACHE=1")
+
 
 def find_cli(docker: str | None = None) -> Cli | str:
     """The docker CLI's way to BuildKit, or why it has none (a sentence)."""
@@ -110,33 +115,42 @@ class BuildKitBuilder:
     def build(
         self, request: BuildRequest, *, on_line: OnLine, on_progress: Callable[[BuildProgress], None]
     ) -> BuildResult:
+        quiet: OnLine = lambda _: None  # noqa: E731 - a short build apart, or one answered from the cache
+        missed: dict[str, str] = {}
+
+        def side_build(stage: str, output: list[str], dest: Path | None = None) -> None:
+            anew = ["--no-cache"] if stage in request.before or stage in request.anew else []
+            try:
+                self._run(request, stage, [*anew, *output], on_line=quiet, on_progress=lambda _: None)
+                if dest is not None:
+                    _keep_files_and_dirs(dest)
+            except (StepFailed, OSError) as exc:
+                if stage not in request.best_effort:
+                    raise
+                missed[stage] = str(exc)
+
+        for stage in request.before:
+            side_build(stage, [])
+        inline = list(self.cli.inline_cache) if request.inline_cache else []
+        # A ref that is not there (the first build anywhere) costs a warning line, not the build.
+        cache_from = [arg for ref in request.cache_from for arg in ("--cache-from", ref)]
         with tempfile.TemporaryDirectory(prefix="fa-images-iid-") as tmp:
             iidfile = Path(tmp) / "iid"
             labels = [arg for k, v in sorted(request.labels.items()) for arg in ("--label", f"{k}={v}")]
             stream = self._run(
                 request,
                 request.target,
-                ["-t", request.tag, "--iidfile", str(iidfile), *labels],
+                ["-t", request.tag, "--iidfile", str(iidfile), *labels, *inline, *cache_from],
                 on_line=on_line,
                 on_progress=on_progress,
             )
             image_id = iidfile.read_text().strip() if iidfile.is_file() else ""
         if not image_id.startswith("sha256:"):
             raise StepFailed("BuildKit finished the build without writing the image's id", lines=stream.tail[-20:])
-        quiet: OnLine = lambda _: None  # noqa: E731 - answered from the cache: nothing to show
         for stage, ref in request.stage_tags.items():
-            self._run(request, stage, ["-t", ref], on_line=quiet, on_progress=lambda _: None)
-        missed: dict[str, str] = {}
+            side_build(stage, ["-t", ref, *inline])
         for stage, dest in request.files.items():
-            try:
-                self._run(
-                    request, stage, ["--output", f"type=local,dest={dest}"], on_line=quiet, on_progress=lambda _: None
-                )
-                _keep_files_and_dirs(dest)
-            except (StepFailed, OSError) as exc:
-                if stage not in request.best_effort:
-                    raise
-                missed[stage] = str(exc)
+            side_build(stage, ["--output", f"type=local,dest={dest}"], dest)
         return BuildResult(image_id, {}, stream.cached_stages(), missed)
 
     def _run(

@@ -306,18 +306,24 @@ class Executor:
         stages it reads (the wheel into dist/, the compiler cache beside the host's copy)."""
         self.options.dist.mkdir(parents=True, exist_ok=True)
         run.wheel_dir = Path(tempfile.mkdtemp(prefix=f".{run.entry.id}-", dir=self.options.dist))
-        files, best_effort = {contract.WHEEL_STAGE: run.wheel_dir}, set()
+        files = {contract.WHEEL_STAGE: run.wheel_dir}
+        before: tuple[str, ...] = ()
         root = self.options.compiler_cache
         if root is not None and any(t.stage == contract.CACHE_STAGE for t in run.plan.from_stages):
             files[contract.CACHE_STAGE] = group_cache.incoming(root, run.entry.compile_group)
-            best_effort.add(contract.CACHE_STAGE)  # an accelerator: its loss costs a compile, not the entry
+            before = tuple(t.stage for t in run.plan.before)
         return BuildRequest(
             context=ctx,
             target=run.plan.build.stage,
             tag=run.plan.build.tag or run.entry.image,
             stage_tags={t.stage: t.tag for t in run.plan.from_stages if t.tag},
+            before=before,
             files=files,
-            best_effort=frozenset(best_effort),
+            # The compiler cache's way in and out: an accelerator, whose loss costs a compile, not the entry.
+            best_effort=frozenset({contract.CACHE_STAGE, *before}),
+            anew=frozenset(t.stage for t in run.plan.from_stages if t.anew and t.stage in files),
+            cache_from=run.plan.cache_from,
+            inline_cache=bool(run.plan.cache_from),
             network=self.matrix.build.network,
             memory=self.matrix.build.memory_bytes,
             labels={INPUTS_LABEL: run.inputs} if run.inputs else {},
@@ -329,6 +335,10 @@ class Executor:
         root, group = self.options.compiler_cache, run.entry.compile_group
         if root is None or arrived is None or run.build is None:
             return
+        for stage, why in run.build.missed.items():
+            if stage != contract.CACHE_STAGE:  # the way in: this compile went without the host's cache
+                self.console.line(f"    compiler cache of {group} not used ({stage}): {why}")
+                run.log.write(f"fa-images: compiler cache of {group} not used ({stage}): {why}")
         missed = run.build.missed.get(contract.CACHE_STAGE)
         try:
             if missed is not None:
@@ -428,7 +438,9 @@ class Executor:
     def _push(self, run: _EntryRun) -> StepOutcome:
         pushed = []
         for ref in run.plan.push:
-            run.result.pushed = digest = self.engine.push(ref, on_line=run.log.write)
+            digest = self.engine.push(ref, on_line=run.log.write)
+            if ref == run.entry.image:  # the image's digest, not its builder's
+                run.result.pushed = digest
             pushed.append(f"{ref}@{digest}")
         return StepOutcome(note=", ".join(pushed))
 

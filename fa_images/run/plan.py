@@ -37,8 +37,14 @@ STAGES = (
 )
 # Those of a runtime image made around a wheel that already exists: nothing compiles.
 PREBUILT_STAGES = tuple(s for s in STAGES if s not in (contract.BUILDER_STAGE, contract.CACHE_STAGE))
-# BuildKit's form: the compiler cache is a cache mount, not a stage.
-BUILDKIT_STAGES = tuple(s for s in STAGES if s != contract.CACHE_STAGE)
+# BuildKit's form: the compile's cache is a cache mount, which two stages fill from the host's copy
+# and read back into the cache stage.
+BUILDKIT_STAGES = (
+    *STAGES[: STAGES.index(contract.CACHE_STAGE)],
+    contract.CACHE_IN_STAGE,
+    contract.CACHE_OUT_STAGE,
+    *STAGES[STAGES.index(contract.CACHE_STAGE) :],
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,9 +55,12 @@ class BuildTarget:
     stage: str
     tag: str | None
     purpose: str
+    # Built anew in a build of its own, never answered by the build cache: its files come from a
+    # cache mount, whose content no cache key covers.
+    anew: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "tag": self.tag, "purpose": self.purpose}
+        return {"stage": self.stage, "tag": self.tag, "purpose": self.purpose, "anew": self.anew}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,9 +88,14 @@ class EntryPlan:
     entry: Entry
     steps: tuple[StepName, ...]
     build: BuildTarget  # the one build of the "build" step: every stage, up to the runtime image
+    # Built anew before it, where the host keeps a compiler cache: BuildKit's compiler-cache-in.
+    before: tuple[BuildTarget, ...] = ()
     from_stages: tuple[BuildTarget, ...]  # what is then taken from the stages that build made
     checks: tuple[CheckCommand, ...]  # one per check step that runs
     push: tuple[str, ...]  # the refs the "push" step pushes
+    # Refs in a registry whose build cache the build may take (BuildKit's inline cache): those it
+    # pushes, so a host with empty storage finds what another host built and pushed.
+    cache_from: tuple[str, ...] = ()
     bases: tuple[str, ...]  # the base images the build starts from
     prebuilt: Path | None = None  # a verified wheel the image is made around, instead of a compile
     form: BuilderForm = "sdk"  # the Dockerfile form of the builder that builds it
@@ -106,11 +120,13 @@ class EntryPlan:
             "prebuilt": str(self.prebuilt) if self.prebuilt else None,
             "builder": self.form,
             "bases": list(self.bases),
+            "before": [t.to_dict() for t in self.before],
             "build": self.build.to_dict(),
             "from_stages": [t.to_dict() for t in self.from_stages],
             "tags": list(self.tags),
             "checks": [c.to_dict() for c in self.checks],
             "push": list(self.push),
+            "cache_from": list(self.cache_from),
         }
 
     def describe(self) -> list[str]:
@@ -118,11 +134,14 @@ class EntryPlan:
         lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
         if self.prebuilt:
             lines.append(f"  wheel      {self.prebuilt}  (made around it: no compile)")
-        width = max(len(t.stage) for t in (self.build, *self.from_stages))
+        width = max(len(t.stage) for t in (*self.before, self.build, *self.from_stages))
+        for t in self.before:
+            lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}")
         build = f"--target {self.build.stage:<{width}}"
         lines.append(f"  build      {build}  {self.build.tag}  (every stage, in one build)")
         for t in self.from_stages:
-            lines.append(f"  stage      {t.stage:<{width + 9}}  {'tagged ' + t.tag if t.tag else t.purpose}")
+            what = "tagged " + t.tag if t.tag else t.purpose + (" (built anew)" if t.anew else "")
+            lines.append(f"  stage      {t.stage:<{width + 9}}  {what}")
         for c in self.checks:
             note = _GPU_NOTES[c.gpus] if c.gpus else ""
             lines.append(f"  {c.step:<9}  {shlex.join(c.command)}{note}")
@@ -130,6 +149,8 @@ class EntryPlan:
             lines.append("  gpu-check  skipped: --gpus none")
         for ref in self.push:
             lines.append(f"  push       {ref}")
+        if self.cache_from:
+            lines.append(f"  cache      from {', '.join(self.cache_from)} (their inline build cache, where there)")
         return lines
 
 
@@ -148,14 +169,27 @@ def from_stages(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sd
         tag=entry.builder_image,
         purpose="the compile's cache, tagged so `docker image prune` keeps it",
     )
-    if form == "buildkit":  # the compiler cache stays in BuildKit's cache mount of the group
-        return (builder, wheel)
     cache = BuildTarget(
         stage=contract.CACHE_STAGE,
         tag=None,
         purpose="the compiler cache, kept on the host for the next Python of the group",
+        anew=form == "buildkit",  # read from the group's cache mount
     )
     return (builder, wheel, cache)
+
+
+def before_build(*, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
+    """BuildKit's compile takes the host's compiler cache from the group's cache mount: put there
+    first, in a build of its own, so the compile step's cache key never depends on it."""
+    if prebuilt or form != "buildkit":
+        return ()
+    fill = BuildTarget(
+        stage=contract.CACHE_IN_STAGE,
+        tag=None,
+        purpose="the host's compiler cache of the group, into its cache mount",
+        anew=True,
+    )
+    return (fill,)
 
 
 _GPU_NOTES = {
@@ -198,14 +232,24 @@ def make_plan(
     if not push:
         skip.add("push")
     steps = tuple(s for s in STEPS if s not in skip)
+
+    def pushed(e: Entry) -> tuple[str, ...]:
+        """BuildKit's images carry their build cache inline: the builder image, pushed beside the
+        image, holds the compile's (the legacy builder's holds a 7 GB copy of torch and no cache)."""
+        if "push" not in steps:
+            return ()
+        return (e.image, e.builder_image) if form == "buildkit" and e.id not in prebuilt else (e.image,)
+
     return [
         EntryPlan(
             entry=e,
             steps=steps,
             build=runtime_build(e),
+            before=before_build(prebuilt=e.id in prebuilt, form=form),
             from_stages=from_stages(e, prebuilt=e.id in prebuilt, form=form),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
-            push=(e.image,) if "push" in steps else (),
+            push=pushed(e),
+            cache_from=pushed(e) if form == "buildkit" else (),
             # No compile, no devel base: unless uv makes the Python there.
             bases=tuple(
                 dict.fromkeys(

@@ -57,6 +57,8 @@ class SdkBuilder:
                 on_progress=on_progress if live else lambda _: None,
             )
 
+        if request.before:  # the legacy form's compile has no cache mount to fill
+            raise StepFailed(f"the legacy builder's Dockerfile has no stage {request.before[0]} to build first")
         image_id, stages = build(request.target, request.tag, live=True)
         # The one build made every stage; an engine whose output names no stage ids gets one more
         # build per stage, from its layer cache.

@@ -8,8 +8,8 @@ cores: one CUDA kernel (no Python.h) and one C++ file that binds it to Python.
 
 The story of one project: a first build of three entries (one fails, one is an update of the
 other), a push that wants a login, an image around a wheel that exists, re-runs, and at last a
-second Python added to the first entry's compile group, which takes its kernel from the
-compiler cache the first build left on the host.
+second Python added to the first entry's compile group, built through BuildKit on two bases, which
+takes its kernel from the compiler cache the first build left on the host.
 """
 
 from __future__ import annotations
@@ -61,12 +61,13 @@ class Project:
         versions: list[str],
         pythons: tuple[str, ...] = ("3.11",),
         bases: dict[str, object] | None = None,
+        builder: str = "sdk",
     ) -> Path:
         data = {
             "image": image,
             "bases": bases or self.stock.bases(),  # Debian bookworm ships Python 3.11
             "packages": self.stock.packages(),
-            "build": {"network": "host", "builder": "sdk"},  # the legacy builder's story
+            "build": {"network": "host", "builder": builder},
             "compat": "compat.yaml",
             "entries": [
                 {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}
@@ -78,11 +79,11 @@ class Project:
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
 
-    def run(self, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    def run(self, *args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "fa_images", *args],
             cwd=self.dir,
-            env=self.env,
+            env=env or self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -396,45 +397,81 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
     assert not dist.exists() or not any(dist.iterdir())
 
 
-# A second Python for the first build's good entry: the same compile group, later, and the
-# two-base shape of NVIDIA's images, which no other Docker build has: its torch stage (its own
-# anyway) on a runtime base without a compiler, the venv copied into the devel base to compile.
+# A second Python for the first build's good entry: the same compile group, later, through the
+# other builder, BuildKit (Debian's 20.10 docker CLI, BuildKit built in), and the two-base shape of
+# NVIDIA's images, which no other Docker build has: its torch stage (its own anyway) on a runtime
+# base without a compiler, the venv mounted into the devel base to compile, never copied.
 SECOND = "3.12"
+BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
+
+
+def buildkit_env(project: Project) -> dict[str, str]:
+    """The project's environment with Debian's 20.10 CLI first on PATH (another docker CLI may
+    come first here, one without BuildKit)."""
+    assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
+    cli = project.dir / "buildkit-cli"
+    cli.mkdir(exist_ok=True)
+    if not (cli / "docker").is_symlink():
+        (cli / "docker").symlink_to(BUILDKIT_CLI)
+    return {**project.env, "PATH": f"{cli}:{project.env['PATH']}"}
+
+
+@dataclass
+class SecondPython:
+    plan: list[dict]
+    proc: subprocess.CompletedProcess
+    result: dict
+    matrix: Path
+    env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
 def second_python(project, first_build):
-    """`fa-images build` of the good entry for Python 3.12, with the group's compiler cache as the
-    first build left it on the host. The 3.11 entry is in the matrix, as a user's would have it;
-    --only builds the 3.12 one (3.11 on this runtime base would be a torch stage more)."""
+    """`fa-images build --builder auto` of the good entry for Python 3.12, with the group's compiler
+    cache as the first build (the legacy builder's) left it on the host. The 3.11 entry is in the
+    matrix, as a user's would have it; --only builds the 3.12 one (3.11 on this runtime base would be
+    a torch stage more)."""
     stock = project.stock
     if stock.second_python != SECOND or stock.runtime is None:
         pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
     image = "fa-images-test/flash-attn-pythons"
     bases = stock.bases(runtime=stock.runtime)
-    matrix = project.matrix("pythons.yaml", image=image, versions=[GOOD], pythons=("3.11", SECOND), bases=bases)
-    plan = project.run("plan", "--matrix", str(matrix), "--json")
+    matrix = project.matrix(
+        "pythons.yaml", image=image, versions=[GOOD], pythons=("3.11", SECOND), bases=bases, builder="auto"
+    )
+    env = buildkit_env(project)
+    plan = project.run("plan", "--matrix", str(matrix), "--json", env=env)
     assert plan.returncode == 0, plan.stderr
     second = entry_id(GOOD, SECOND)
     started = time.monotonic()
-    proc = project.run("build", "--matrix", str(matrix), "--only", second, "--gpus", "none", "--report", "pythons.json")
-    print(f"second Python: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
+    proc = project.run(
+        "build", "--matrix", str(matrix), "--only", second, "--gpus", "none", "--report", "pythons.json", env=env
+    )
+    print(f"second Python, through BuildKit: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
     (result,) = json.loads((project.dir / "pythons.json").read_text())["entries"]
-    yield json.loads(plan.stdout), proc, result
-    # Its torch stage and the builder's copy of it are no other module's: freed now.
+    yield SecondPython(json.loads(plan.stdout), proc, result, matrix, env)
+    # Its torch stage and BuildKit's cache of it are no other module's: freed now.
     engine_env.remove_images(project.client, image)
+    project.client.api.prune_builds()
 
 
 def test_the_two_pythons_are_one_group(second_python) -> None:
-    plan, _proc, _result = second_python
-    assert [e["python"] for e in plan] == ["3.11", SECOND]
-    assert len({e["group"] for e in plan}) == 1
+    assert [e["python"] for e in second_python.plan] == ["3.11", SECOND]
+    assert len({e["group"] for e in second_python.plan}) == 1
+
+
+def test_auto_takes_buildkit_where_the_cli_has_it(second_python) -> None:
+    proc = second_python.proc
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = r"^builder: BuildKit through `DOCKER_BUILDKIT=1 docker build` \(docker CLI 20\.10\.\d+\) \(auto\)$"
+    assert re.search(said, proc.stderr, re.MULTILINE), proc.stderr[:2000]
 
 
 def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(first_build, second_python) -> None:
-    """sccache's own counters, as the builder reports them: the kernel (.cu) compiled once."""
+    """sccache's own counters, as the builder reports them: the kernel (.cu) compiled once, by the
+    legacy builder; BuildKit's compile found it in the group's cache mount, filled from the host."""
     _, first_entries = first_build
-    _plan, proc, second = second_python
+    proc, second = second_python.proc, second_python.result
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = first_entries[entry_id(GOOD)]
     assert (first["kernels"], first["kernels_from_cache"]) == (1, 0)
@@ -447,33 +484,47 @@ def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(fi
 
 
 def test_the_host_keeps_the_groups_cache_for_the_next_run(project, second_python) -> None:
-    plan, _proc, _result = second_python
+    """BuildKit's cache mount, read back through --output into the host's copy."""
     caches = project.dir / "cache-home" / "fa-images" / "compiler-cache"
-    group = plan[0]["group"]
+    group = second_python.plan[0]["group"]
     assert group in [p.name for p in caches.iterdir()]
     assert all(p.name.startswith("fa") for p in caches.iterdir())  # no staging dir left
     objects = [p for p in (caches / group).rglob("*") if p.is_file()]
     assert objects and sum(p.stat().st_size for p in objects) > 10_000
+    assert "compiler cache of" in Path(second_python.result["log"]).read_text()
 
 
-def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_compiled_on_its_torch(
-    project, second_python
-) -> None:
+def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_no_copy_of_torch(project, second_python) -> None:
     """The runtime base has no compiler and gets none; the builder, on the devel base, compiled
-    against the torch stage's venv, copied file for file."""
-    _plan, _proc, result = second_python
-    image, client = result["image"], project.client
+    with the torch stage's venv mounted: its image holds no copy of it (7 GB on the legacy path)."""
+    image, client = second_python.result["image"], project.client
     out = engine_env.run_in(client, image, "command -v nvcc g++; ls /usr/local/cuda /opt/build-tools 2>&1").out
     assert "nvcc" not in out.split("ls:")[0] and "g++" not in out.split("ls:")[0], out
     assert out.count("No such file") == 2, out
-    # The same torch install: its version, place and RECORD (every file's sha256, as pip wrote it).
-    torch = (
-        "python -c 'import torch; print(torch.__version__, torch.__file__)' && "
-        "sha256sum /opt/venv/lib/*/site-packages/torch-*.dist-info/RECORD"
-    )
-    in_runtime, in_builder = (engine_env.run_in(client, ref, torch)[:2] for ref in (image, f"{image}-builder"))
-    assert in_runtime == in_builder and in_runtime[1].startswith("2.9.1+cu128 /opt/venv/"), (in_runtime, in_builder)
-    code, out, err = engine_env.run_in(client, f"{image}-builder", "command -v nvcc")
-    assert code == 0 and out.strip() == "/usr/local/cuda/bin/nvcc", out + err
-    log = Path(result["log"]).read_text()
-    assert f"FROM {project.stock.base} AS builder" in log and "COPY --from=torch /opt/venv /opt/venv" in log
+    code, out, err = engine_env.run_in(client, image, "python -c 'import torch; print(torch.__version__)'")
+    assert code == 0 and out.strip() == "2.9.1+cu128", out + err
+    builder = f"{image}-builder"
+    code, out, err = engine_env.run_in(client, builder, "command -v nvcc; test -e /opt/venv/bin/python")
+    assert code == 1 and out.strip() == "/usr/local/cuda/bin/nvcc", out + err  # nvcc, and no venv
+    sizes = {ref: client.images.get(ref).attrs["Size"] for ref in (image, builder, project.stock.base)}
+    added = sizes[builder] - sizes[project.stock.base]
+    print(f"the builder image adds {added / 1e6:.0f} MB to its base; the runtime image is {sizes[image] / 1e9:.2f} GB")
+    assert added < 500e6, sizes  # the build tools; torch 2.9.1+cu128 is 7 GB
+    log = Path(second_python.result["log"]).read_text()
+    assert "--mount=type=bind,from=torch,source=/opt/venv,target=/opt/venv" in log
+    assert "COPY --from=torch" not in log
+
+
+def test_buildkit_rerun_builds_nothing_and_force_finds_the_compile_in_its_cache(project, second_python) -> None:
+    """The up-to-date digest holds on BuildKit's path; --force builds again, and BuildKit's cache
+    answers the compile step (its key has none of the compiler cache's content in it)."""
+    args = ("build", "--matrix", str(second_python.matrix), "--only", entry_id(GOOD, SECOND), "--gpus", "none")
+    again = project.run(*args, "--report", "again.json", env=second_python.env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (entry,) = json.loads((project.dir / "again.json").read_text())["entries"]
+    assert entry["up_to_date"] is True, entry
+    forced = project.run(*args, "--force", "--report", "forced.json", env=second_python.env)
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    (entry,) = json.loads((project.dir / "forced.json").read_text())["entries"]
+    assert (entry["status"], entry["check"], entry["kernels"]) == ("ok", "passed", 0), entry
+    assert "the compile step came from the build cache: 0 kernels compiled" in Path(entry["log"]).read_text()

@@ -91,3 +91,73 @@ def test_the_20_10_cli_has_buildkit_built_in() -> None:
     cli = buildkit.find_cli("/usr/bin/docker")
     assert isinstance(cli, buildkit.Cli), cli
     assert cli.argv == ("/usr/bin/docker", "build") and cli.env == {"DOCKER_BUILDKIT": "1"}
+
+
+# A stand-in CLI for the order and the arguments of a request's builds: it logs its arguments,
+# writes the image id where --iidfile says and a file where --output says, and fails the stage
+# named in $FAIL_STAGE. The real builds are the engine tier's.
+_RECORDING_CLI = """
+echo "$*" >> "$LOG"
+target=""; while [ $# -gt 0 ]; do
+  case "$1" in
+    --target) target="$2"; shift;;
+    --iidfile) echo sha256:0123 > "$2"; shift;;
+    --output) mkdir -p "${2#type=local,dest=}" && echo data > "${2#type=local,dest=}/f"; shift;;
+  esac; shift
+done
+[ "$target" = "$FAIL_STAGE" ] && { echo "#3 ERROR: process did not complete successfully: exit code: 1"; exit 1; }
+echo "#1 [$target 1/1] RUN true"
+"""
+
+
+def _recorded_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> tuple[list[str], object]:
+    from fa_images.run.image_builder import BuildRequest
+
+    log = tmp_path / "argv.log"
+    monkeypatch.setenv("LOG", str(log))
+    monkeypatch.setenv("FAIL_STAGE", fail)
+    docker = _script(tmp_path / "docker", _RECORDING_CLI)
+    cli = buildkit.Cli((docker, "build"), {"DOCKER_BUILDKIT": "1"}, "stand-in", loads=False)
+    (tmp_path / "ctx").mkdir()
+    request = BuildRequest(
+        context=tmp_path / "ctx",
+        target="runtime",
+        tag="reg.example:5000/fa:1",
+        stage_tags={"builder": "reg.example:5000/fa:1-builder"},
+        before=("compiler-cache-in",),
+        files={"wheel": tmp_path / "wheel", "compiler-cache": tmp_path / "cache"},
+        best_effort=frozenset({"compiler-cache-in", "compiler-cache"}),
+        anew=frozenset({"compiler-cache"}),
+        cache_from=("reg.example:5000/fa:1", "reg.example:5000/fa:1-builder"),
+        inline_cache=True,
+    )
+    result = buildkit.BuildKitBuilder(cli).build(request, on_line=lambda _: None, on_progress=lambda _: None)
+    return log.read_text().splitlines(), result
+
+
+def test_a_request_is_builds_in_order_with_the_cache_in_and_out_built_anew(tmp_path, monkeypatch) -> None:
+    calls, result = _recorded_build(tmp_path, monkeypatch)
+    targets = [call.split("--target ")[1].split()[0] for call in calls]
+    assert targets == ["compiler-cache-in", "runtime", "builder", "wheel", "compiler-cache"]
+    fill, image, builder, wheel, cache = calls
+    assert "--no-cache" in fill and "--no-cache" in cache  # a cache mount's content: no cache key covers it
+    assert "--no-cache" not in image + builder + wheel
+    inline = "--build-arg BUILDKIT_INLINE_CACHE=1"
+    assert inline in image and inline in builder  # both pushed: the next host imports from them
+    assert "--cache-from reg.example:5000/fa:1 --cache-from reg.example:5000/fa:1-builder" in image
+    assert "--cache-from" not in fill + builder + wheel + cache  # the target's build took it already
+    assert result.image_id == "sha256:0123" and not result.missed
+    assert (tmp_path / "cache" / "f").read_text() == "data\n"
+
+
+def test_a_cache_that_cannot_go_in_costs_a_compile_not_the_build(tmp_path, monkeypatch) -> None:
+    _calls, result = _recorded_build(tmp_path, monkeypatch, fail="compiler-cache-in")
+    assert result.image_id == "sha256:0123"
+    assert list(result.missed) == ["compiler-cache-in"]
+    print(result.missed)
+    assert result.missed["compiler-cache-in"] == "the build exited with 1"
+
+
+def test_buildx_writes_the_inline_cache_its_own_way() -> None:
+    cli = buildkit.Cli(("docker", "buildx", "build"), {}, "buildx", loads=True)
+    assert cli.inline_cache == ("--cache-to", "type=inline")

@@ -76,6 +76,32 @@ def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_
     assert p.bases == (p.entry.devel_image, p.entry.runtime_image)
 
 
+def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_its_cache(tiny_matrix) -> None:
+    (p, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="buildkit")
+    image, builder = p.entry.image, p.entry.image + "-builder"
+    assert [(t.stage, t.anew) for t in p.before] == [(contract.CACHE_IN_STAGE, True)]
+    assert [(t.stage, t.tag, t.anew) for t in p.from_stages] == [
+        ("builder", builder, False),
+        ("wheel", None, False),
+        ("compiler-cache", None, True),
+    ]
+    assert p.push == p.cache_from == (image, builder)
+    rendered = re.findall(
+        r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry, builder="buildkit"), flags=re.M
+    )
+    assert rendered == ["uv-python", *p.stages] and rendered[-1] == p.build.stage
+    assert {t.stage for t in (*p.before, *p.from_stages)} <= set(rendered)
+    text = "\n".join(p.describe())
+    assert f"  before     --target {contract.CACHE_IN_STAGE}" in text and f"  push       {builder}" in text
+    assert f"  cache      from {image}, {builder}" in text
+    # The legacy builder: its builder image holds a copy of torch and no build cache, and is not pushed.
+    (legacy, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python)
+    assert (legacy.before, legacy.push, legacy.cache_from) == ((), (image,), ())
+    # Without a push there is no registry to take a build cache from.
+    (local, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
+    assert local.push == local.cache_from == ()
+
+
 def test_a_prebuilt_wheel_plans_no_compile(tiny_matrix, tmp_path) -> None:
     wheel = tmp_path / "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp311-cp311-linux_x86_64.whl"
     first, second = plan.make_plan(
