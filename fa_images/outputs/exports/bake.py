@@ -1,11 +1,12 @@
 """``fa-images export bake``: a docker-bake.json with each entry's assembled build context.
 
-Per entry, three targets over one context (``contexts/<entry>/``, the same one ``fa-images
-build`` assembles): the runtime image, the tagged builder stage (so a prune keeps the
-compile), and the ``wheel`` stage exported to ``wheels/<entry>/`` by a local output, ready for
-``fa-images dist merge wheels --dist dist``. Groups: one per compile group (entries sharing
-flash-attn, torch, CUDA and archs) and ``default``. Paths are relative to the output dir:
-run ``docker buildx bake`` there.
+Per entry, three targets over one context (``contexts/<entry>/``, the one ``fa-images build
+--builder buildkit`` assembles: the torch venv mounted into the compile, never copied): the
+runtime image, the tagged builder stage (so a prune keeps the compile), and the ``wheel`` stage
+exported to ``wheels/<entry>/`` by a local output, ready for ``fa-images dist merge wheels --dist
+dist``. The compile's cache is the group's cache mount, which BuildKit keeps between bakes.
+Groups: one per compile group (entries sharing flash-attn, torch, CUDA and archs) and
+``default``. Paths are relative to the output dir: run ``docker buildx bake`` there.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def export(
     for entry, name in zip(entries, wanted):
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=contexts))
         try:
-            context.assemble(matrix, entry, fetch_sdist(matrix, entry), staging)
+            context.assemble(matrix, entry, fetch_sdist(matrix, entry), staging, form="buildkit")
             if out.kind(f"{CONTEXTS}/{name}") == "dir":
                 out.remove_tree(f"{CONTEXTS}/{name}")
             out.rename(f"{CONTEXTS}/{staging.name}", f"{CONTEXTS}/{name}")
