@@ -761,39 +761,6 @@ def _file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-# Debian 13's docker-buildx: Debian 12 has none, and its 20.10 daemon answers it (the `docker` driver).
-BUILDX_SUITE, BUILDX_PACKAGE = "trixie", "docker-buildx"
-
-
-def buildx_plugin() -> Path:
-    """Debian 13's docker-buildx binary, fetched once into the test cache with apt's own download
-    (the machine's Debian mirror, trixie in place of bookworm; the system's apt state untouched)."""
-    home = cache_dir() / "buildx"
-    home.mkdir(parents=True, exist_ok=True)
-    plugin = home / "docker-buildx"
-    with _file_lock(home / ".lock"):
-        if plugin.is_file():
-            return plugin
-        apt = home / "apt"
-        shutil.rmtree(apt, ignore_errors=True)
-        (apt / "lists" / "partial").mkdir(parents=True)
-        keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
-        (apt / "sources.list").write_text(f"deb [signed-by={keyring}] {debian_mirror()} {BUILDX_SUITE} main\n")
-        options = [
-            f"-oDir::Etc::SourceList={apt / 'sources.list'}",
-            "-oDir::Etc::SourceParts=/dev/null",
-            f"-oDir::State::Lists={apt / 'lists'}",
-            "-oAPT::Sandbox::User=root",
-        ]
-        subprocess.run(["apt-get", *options, "-qq", "update"], check=True, timeout=600)
-        subprocess.run(["apt-get", *options, "-qq", "download", BUILDX_PACKAGE], cwd=apt, check=True, timeout=600)
-        (deb,) = apt.glob(f"{BUILDX_PACKAGE}_*.deb")
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(apt / "root")], check=True, timeout=120)
-        shutil.copy2(apt / "root" / "usr" / "libexec" / "docker" / "cli-plugins" / "docker-buildx", plugin)
-        shutil.rmtree(apt)
-    return plugin
-
-
 # --------------------------------------------------------------------------
 # Base images
 

@@ -20,6 +20,9 @@ CACHE_STAGE = "compiler-cache"  # FROM scratch: the compiler cache after the com
 # its own: a cache mount's content is no part of a step's cache key.
 CACHE_IN_STAGE = "compiler-cache-in"
 CACHE_OUT_STAGE = "compiler-cache-out"
+# Declared by a stage that is built anew: the host passes a new value each time, which changes that
+# step's cache key alone (BuildKit's --no-cache would also hand the step an empty cache mount).
+ANEW_ARG = "FA_IMAGES_ANEW"
 INSTALL_STAGE = "install"  # the wheel installed on the torch stage and checked, under LAYER_ROOT too
 RUNTIME_STAGE = "runtime"  # the image users pull: the torch stage and one layer
 # Where the install stage stages what it adds to the torch stage, laid out as in the image: the

@@ -118,6 +118,7 @@ def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False, builde
             cache_in_stage=contract.CACHE_IN_STAGE,
             cache_out_stage=contract.CACHE_OUT_STAGE,
             cache_seed_dir=contract.CACHE_COPY_DIR,
+            anew_arg=contract.ANEW_ARG,
             cache_context_dir=contract.CACHE_CONTEXT_DIR,
             cache_dir=contract.CACHE_DIR,
             cache_export_dir=contract.CACHE_EXPORT_DIR,

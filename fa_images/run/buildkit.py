@@ -15,11 +15,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..builder import untrusted
+from ..builder import contract, untrusted
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
 from .engine import _short
@@ -119,7 +120,10 @@ class BuildKitBuilder:
         missed: dict[str, str] = {}
 
         def side_build(stage: str, output: list[str], dest: Path | None = None) -> None:
-            anew = ["--no-cache"] if stage in request.before or stage in request.anew else []
+            # A new value of the stage's ANEW_ARG: its step runs again. (--no-cache would too, and
+            # BuildKit would hand it an empty cache mount, which then replaces the group's.)
+            fresh = stage in request.before or stage in request.anew
+            anew = ["--build-arg", f"{contract.ANEW_ARG}={uuid.uuid4().hex}"] if fresh else []
             try:
                 self._run(request, stage, [*anew, *output], on_line=quiet, on_progress=lambda _: None)
                 if dest is not None:

@@ -42,8 +42,9 @@ class BuildRequest:
     # Of those, the stages whose files are a help, not a result (the compiler cache): when they
     # cannot be taken, the build still succeeds and says why in ``BuildResult.missed``.
     best_effort: frozenset[str] = frozenset()
-    # Of ``files``, the stages the builder must build anew in a build of their own: they read a
-    # cache mount, whose content no cache key covers. (The legacy builder's stages come from the
+    # Of ``files``, the stages the builder must build anew in a build of their own (such a stage
+    # declares ``contract.ANEW_ARG``, given a new value): they read a cache mount, whose content no
+    # cache key covers. (The legacy builder's stages come from the
     # one build, which has no cache mount: nothing of theirs can be stale.)
     anew: frozenset[str] = frozenset()
     # Registry refs whose build cache this build may take, and whether the images it tags carry

@@ -528,39 +528,3 @@ def test_buildkit_rerun_builds_nothing_and_force_finds_the_compile_in_its_cache(
     (entry,) = json.loads((project.dir / "forced.json").read_text())["entries"]
     assert (entry["status"], entry["check"], entry["kernels"]) == ("ok", "passed", 0), entry
     assert "the compile step came from the build cache: 0 kernels compiled" in Path(entry["log"]).read_text()
-
-
-def test_bake_builds_the_export_of_the_same_entry_to_the_same_wheel(project, second_python) -> None:
-    """`export bake` of the second Python's entry, built by `docker buildx bake` (Debian 13's buildx
-    against this 20.10 daemon, the `docker` driver): the three targets build, from the cache the
-    BuildKit build above left (bake's files are that build's Dockerfile and context), the wheel
-    leaves through its local output byte for byte as `build` exported it, and the image is tagged
-    with the bake file's labels. Every step is cached: on this daemon without a bridge, a RUN that
-    ran would fail (buildx 0.13's bake has no network key), so a cache miss fails the test too."""
-    second = entry_id(GOOD, SECOND)
-    out = project.dir / "bake"
-    matrix = str(second_python.matrix)
-    export = project.run("export", "bake", "--matrix", matrix, "--only", second, "--out-dir", str(out))
-    assert export.returncode == 0, export.stderr
-    config = project.dir / "buildx-config"
-    (config / "cli-plugins").mkdir(parents=True, exist_ok=True)
-    plugin = config / "cli-plugins" / "docker-buildx"
-    if not plugin.exists():
-        plugin.symlink_to(engine_env.buildx_plugin())
-    env = {**second_python.env, "DOCKER_CONFIG": str(config)}
-    started = time.monotonic()
-    proc = subprocess.run(
-        [str(BUILDKIT_CLI), "buildx", "bake", "--progress=plain", "-f", "docker-bake.json"],
-        cwd=out,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    print(f"bake: {time.monotonic() - started:.0f} s\n{proc.stderr[-3000:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = (out / "wheels").glob(f"*/{Path(second_python.result['wheel']).name}")
-    assert sha256_of(wheel) == second_python.result["wheel_sha256"]
-    image = project.client.images.get(second_python.result["image"])
-    assert image.labels["fa-images.entry"] == second and image.labels["fa-images.python"] == SECOND
-    assert project.client.images.get(second_python.result["image"] + "-builder")

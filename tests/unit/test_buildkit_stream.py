@@ -4,6 +4,7 @@ The real builds are in tests/engine/test_build_engine.py."""
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -140,8 +141,12 @@ def test_a_request_is_builds_in_order_with_the_cache_in_and_out_built_anew(tmp_p
     targets = [call.split("--target ")[1].split()[0] for call in calls]
     assert targets == ["compiler-cache-in", "runtime", "builder", "wheel", "compiler-cache"]
     fill, image, builder, wheel, cache = calls
-    assert "--no-cache" in fill and "--no-cache" in cache  # a cache mount's content: no cache key covers it
-    assert "--no-cache" not in image + builder + wheel
+    # A cache mount's content: no cache key covers it. A new FA_IMAGES_ANEW each time, never
+    # --no-cache, which would give the step an empty cache mount.
+    anew = [re.search(r"--build-arg FA_IMAGES_ANEW=([0-9a-f]{32})\b", call) for call in (fill, cache)]
+    assert all(anew) and anew[0].group(1) != anew[1].group(1)  # type: ignore[union-attr]
+    assert "FA_IMAGES_ANEW" not in image + builder + wheel
+    assert "--no-cache" not in "".join(calls)
     inline = "--build-arg BUILDKIT_INLINE_CACHE=1"
     assert inline in image and inline in builder  # both pushed: the next host imports from them
     assert "--cache-from reg.example:5000/fa:1 --cache-from reg.example:5000/fa:1-builder" in image
