@@ -24,7 +24,7 @@ from ..builder import contract, untrusted
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
 from .engine import _short
-from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine
+from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine, noting_a_miss
 
 # "#7 [builder 2/5] RUN pip install …", "#7 0.062 output", "#7 CACHED", "#7 ERROR: … exit code: 3"
 _VERTEX = re.compile(r"^#(\d+) \[([^\]]*)\] (.*)$")
@@ -124,14 +124,10 @@ class BuildKitBuilder:
             # BuildKit would hand it an empty cache mount, which then replaces the group's.)
             fresh = stage in request.before or stage in request.anew
             anew = ["--build-arg", f"{contract.ANEW_ARG}={uuid.uuid4().hex}"] if fresh else []
-            try:
+            with noting_a_miss(request, stage, missed):
                 self._run(request, stage, [*anew, *output], on_line=quiet, on_progress=lambda _: None)
                 if dest is not None:
                     _keep_files_and_dirs(dest)
-            except (StepFailed, OSError) as exc:
-                if stage not in request.best_effort:
-                    raise
-                missed[stage] = str(exc)
 
         for stage in request.before:
             side_build(stage, [])

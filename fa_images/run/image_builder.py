@@ -9,12 +9,14 @@ Pulling, running, tagging and pushing are the container runtime's (``engine.Engi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ..config.grammar import BuilderForm
+from ..errors import StepFailed
 
 OnLine = Callable[[str], None]
 
@@ -63,6 +65,18 @@ class BuildResult:
     # Stages the build cache answered whole (nothing in them ran); BuildKit says so of each step.
     cached_stages: frozenset[str] = frozenset()
     missed: Mapping[str, str] = field(default_factory=dict)  # best-effort stage -> why its files are not there
+
+
+@contextlib.contextmanager
+def noting_a_miss(request: BuildRequest, stage: str, missed: dict[str, str]) -> Iterator[None]:
+    """Runs what makes ``stage``'s result; if it fails and the stage is best effort, notes why in
+    ``missed`` (for ``BuildResult.missed``) instead of failing the build."""
+    try:
+        yield
+    except (StepFailed, OSError) as exc:
+        if stage not in request.best_effort:
+            raise
+        missed[stage] = str(exc)
 
 
 class ImageBuilder(Protocol):

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
 from .engine import DockerEngine, _engine_call, _short
-from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine
+from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine, noting_a_miss
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 # The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
@@ -69,12 +69,8 @@ class SdkBuilder:
             self.engine.tag(stages[stage], ref)
         missed: dict[str, str] = {}
         for stage, dest in request.files.items():
-            try:
+            with noting_a_miss(request, stage, missed):
                 self._export_tree(stages[stage], dest)
-            except (StepFailed, OSError) as exc:
-                if stage not in request.best_effort:
-                    raise
-                missed[stage] = str(exc)
         return BuildResult(image_id, stages, missed=missed)
 
     @_engine_call("building")
