@@ -14,36 +14,12 @@ NUMPY=$(python3 -c 'import numpy; print(numpy.__version__)')
 source "$(dirname "$0")/setup.sh" "${1:-/tmp/rc}" "numpy==$NUMPY"
 
 phase "project: the trimmed flash-attn sdist, a compat override, two matrices"
-SDIST=$(find "$REPO/.gpu-sdist" -name 'flash_attn-*.tar.gz' | head -n 1)
-[ -n "$SDIST" ] || { echo "no .gpu-sdist/flash_attn-*.tar.gz"; exit 1; }
-mkdir -p "$W/proj/sdists" && cp "$SDIST" "$W/proj/sdists/" && cd "$W/proj" || exit 1
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
-python3 - "$SDIST" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" <<'EOF'
-import sys, yaml
-from pathlib import Path
-from fa_images.builder.source import sha256_of
-sdist, py, torch, port, numpy = sys.argv[1:]
-version = Path(sdist).name.removeprefix("flash_attn-").removesuffix(".tar.gz")
-compat = {
-    "torch": {torch: {"python": [py], "default_cuda": "13.0", "cuda": {"13.0": {"cxx11_abi": True}}}},
-    "flash_attn": {version: {"sha256": sha256_of(Path(sdist)), "cuda_archs_env": True}},
-    "runtime_deps_python": {py: [f"numpy=={numpy}"]},
-}
-def matrix(image, archs):
-    return {
-        "image": image,
-        "bases": {"devel": "gc.local/base:devel", "runtime": "gc.local/base:runtime", "python": "system"},
-        "packages": {"index": None, "torch_index": None, "find_links": [f"http://127.0.0.1:{port}/"], "sdists": "sdists"},
-        "build": {"network": "host"},
-        "compat": "compat.yaml",
-        "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": version, "archs": [a]} for a in archs],
-    }
-yaml.safe_dump(compat, open("compat.yaml", "w"), sort_keys=False)
-# An entry's id names no archs, so each arch is an image of its own, in a matrix of its own.
-yaml.safe_dump(matrix("gc.local/fa-images/flash-attn", ["90"]), open("matrix.yaml", "w"), sort_keys=False)
-yaml.safe_dump(matrix("gc.local/fa-images/flash-attn-sm80", ["80"]), open("matrix-80.yaml", "w"), sort_keys=False)
-yaml.safe_dump(matrix("gc.local/fa-images/from-wheel", ["90"]), open("matrix-wheels.yaml", "w"), sort_keys=False)
-EOF
+# The sdist, compat.yaml and one matrix per FILE=IMAGE:ARCH[:BUILDER] (an entry's id names no archs).
+python3 "$REPO/bench/gpu_container/project.py" "$REPO" "$W/proj" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" \
+    matrix.yaml=gc.local/fa-images/flash-attn:90 matrix-80.yaml=gc.local/fa-images/flash-attn-sm80:80 \
+    matrix-wheels.yaml=gc.local/fa-images/from-wheel:90 || exit 1
+cd "$W/proj" || exit 1
 python3 -m fa_images plan --matrix matrix.yaml || exit 1
 ID=$(python3 -m fa_images plan --matrix matrix.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 IMG90=gc.local/fa-images/flash-attn:$ID

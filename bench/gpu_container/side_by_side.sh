@@ -17,34 +17,12 @@ NUMPY=$(python3 -c 'import numpy; print(numpy.__version__)')
 source "$(dirname "$0")/setup.sh" "${1:-/tmp/sbs}" "numpy==$NUMPY"
 
 phase "project: the trimmed flash-attn sdist, a compat override, one matrix per builder and arch"
-SDIST=$(find "$REPO/.gpu-sdist" -name 'flash_attn-*.tar.gz' | head -n 1)
-[ -n "$SDIST" ] || { echo "no .gpu-sdist/flash_attn-*.tar.gz"; exit 1; }
-mkdir -p "$W/proj/sdists" && cp "$SDIST" "$W/proj/sdists/" && cd "$W/proj" || exit 1
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
-python3 - "$SDIST" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" <<'EOF'
-import sys, yaml
-from pathlib import Path
-from fa_images.builder.source import sha256_of
-sdist, py, torch, port, numpy = sys.argv[1:]
-version = Path(sdist).name.removeprefix("flash_attn-").removesuffix(".tar.gz")
-compat = {
-    "torch": {torch: {"python": [py], "default_cuda": "13.0", "cuda": {"13.0": {"cxx11_abi": True}}}},
-    "flash_attn": {version: {"sha256": sha256_of(Path(sdist)), "cuda_archs_env": True}},
-    "runtime_deps_python": {py: [f"numpy=={numpy}"]},
-}
-yaml.safe_dump(compat, open("compat.yaml", "w"), sort_keys=False)
-for builder in ("buildkit", "sdk"):
-    for arch in ("90", "80"):
-        matrix = {
-            "image": f"gc.local/fa-images/{builder}-sm{arch}",
-            "bases": {"devel": "gc.local/base:devel", "runtime": "gc.local/base:runtime", "python": "system"},
-            "packages": {"index": None, "torch_index": None, "find_links": [f"http://127.0.0.1:{port}/"], "sdists": "sdists"},
-            "build": {"network": "host", "builder": builder},
-            "compat": "compat.yaml",
-            "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": version, "archs": [arch]}],
-        }
-        yaml.safe_dump(matrix, open(f"{builder}-{arch}.yaml", "w"), sort_keys=False)
-EOF
+# The sdist, compat.yaml and one matrix per FILE=IMAGE:ARCH[:BUILDER] (an entry's id names no archs).
+python3 "$REPO/bench/gpu_container/project.py" "$REPO" "$W/proj" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" \
+    buildkit-90.yaml=gc.local/fa-images/buildkit-sm90:90:buildkit buildkit-80.yaml=gc.local/fa-images/buildkit-sm80:80:buildkit \
+    sdk-90.yaml=gc.local/fa-images/sdk-sm90:90:sdk sdk-80.yaml=gc.local/fa-images/sdk-sm80:80:sdk || exit 1
+cd "$W/proj" || exit 1
 ID=$(python3 -m fa_images plan --matrix buildkit-90.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 DEVEL_SIZE=$(docker image inspect gc.local/base:devel --format '{{.Size}}')
 
