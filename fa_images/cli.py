@@ -139,6 +139,9 @@ examples:
   fa-images build --report build.json --fail-fast
   fa-images build --wheels dist/ --push       images around the wheels in dist/ (built natively,
                                               on Slurm, by another job): no compile
+  fa-images build --push --published https://ORG.github.io/REPO/
+                                              on an empty CI runner: builds only what the published
+                                              index and the registry do not hold already
 
 First the base images: those the engine lacks are pulled (--pull; a line per layer and per image,
 with the time taken; logins as for pushes), then each is checked in a short container for what
@@ -151,11 +154,15 @@ has a GPU runtime), push. The runtime image is the torch stage (base, Python, to
 every entry with the same three) plus one layer with flash-attn, so an update pulls that layer.
 Entries that differ only in Python (one `group` in `fa-images plan --json`) share a
 compiler cache: the first compiles the kernels, the others take them from the cache.
+An entry built, checked and exported from the same inputs by an earlier run is up to date and
+not built again (--force rebuilds): its wheel in --dist or in the --published index, its image in
+the engine or, when it is pushed, in the registry at the digest recorded.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
 Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input (the
 matrix, a flag, a path), 3 the base images cannot be provided (a pull failed, --pull never and
-one is missing, a base lacks the Python or nvcc the build needs), 7 no engine, 70 a bug in
-fa-images (please report it), 130 interrupted. Re-run with --only to build just what is missing.
+one is missing, a base lacks the Python or nvcc the build needs), 4 the --published index
+cannot be read, 7 no engine, 70 a bug in fa-images (please report it), 130 interrupted.
+Re-run with --only to build just what is missing.
 
 protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
 through a symlink; sources are fetched bounded and sha256-checked on the host.
@@ -170,6 +177,7 @@ def _default_compiler_cache() -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from .errors import EntriesFailed, UsageError
+    from .run import current
     from .run import prebuilt as prebuilt_wheels
     from .run.connect import connect
     from .run.executor import Executor, Options
@@ -192,6 +200,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         planned = [e.id for e in entries]
         prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
         gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
+        published = None
+        if args.published:
+            published, notes = current.published(args.published)
+            for note in notes:
+                console.line(note)
         connection = connect(args.builder or m.build.builder, memory=m.build.memory_bytes)
         engine = connection.engine
         description = engine.describe()
@@ -208,6 +221,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             gpus=gpus,
             compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
             pull=args.pull or m.build.pull,
+            published=published,
         )
         executor = Executor(engine, connection.builder, m, options, console)
         try:
@@ -858,6 +872,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="make each image around a wheel that exists instead of compiling: wheel files, or directories "
         "of them such as dist/; each entry takes the one wheel for its version, Python, torch, CUDA and ABI, "
         "verified as a compiled one would be (exit 2 when an entry has none)",
+    )
+    build.add_argument(
+        "--published",
+        metavar="URL|DIR",
+        help="where earlier runs published their results: a dist/ served over http(s) (its manifest.json and "
+        "simple/ index), or a dist/ directory. An entry recorded there with the same inputs, whose wheel the "
+        "index serves with the recorded sha256 and whose image the registry holds at the recorded digest "
+        "(asked without pulling; with --push), is up to date: not built, pulled or pushed again",
     )
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")

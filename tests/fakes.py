@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -47,6 +48,9 @@ class FakeEngine:
         self.fail_cache_export = False
         # Images the engine holds that no build made (the bases): ref -> image id.
         self.held: dict[str, str] = {}
+        # What the registry serves (ref -> digest), as pushes left it; asking it can fail.
+        self.registry: dict[str, str] = {}
+        self.registry_down = False
 
     def describe(self) -> str:
         return "fake engine"
@@ -129,7 +133,14 @@ class FakeEngine:
         self.calls.append(("push", ref))
         if self.fail_push:
             raise StepFailed(f"push of {ref} failed: connection refused")
-        return "sha256:digest"
+        self.registry[ref] = "sha256:" + hashlib.sha256(f"{ref} {self.labels.get(ref)}".encode()).hexdigest()
+        return self.registry[ref]
+
+    def registry_digest(self, ref: str) -> str | None:
+        self.calls.append(("registry_digest", ref))
+        if self.registry_down:
+            raise StepFailed(f"asking the registry for {ref}: the engine refused: connection refused")
+        return self.registry.get(ref)
 
     def image_info(self, ref: str) -> ImageInfo | None:
         self.calls.append(("image_info", ref))

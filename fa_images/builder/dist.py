@@ -42,6 +42,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 SIMPLE = "simple"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 PROJECT = "flash-attn"
 # What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
 _WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
@@ -73,6 +74,8 @@ class WheelRecord:
     # The digest of everything the entry's build was made of (`fa-images build`), set once every
     # step of the entry passed: a later run with the same digest has nothing to do.
     inputs: str | None = None
+    # The image's digest as the registry took it, when that run pushed: where its image is current.
+    pushed: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -105,6 +108,9 @@ class WheelRecord:
         for key in ("flash_attn", "python", "torch", "cuda", "entry", "image", "sdist_sha256", "inputs"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
+        pushed = data.get("pushed")
+        if pushed is not None and not (isinstance(pushed, str) and _DIGEST.fullmatch(pushed)):
+            raise UsageError(f"{where}: pushed {pushed!r} is not an image digest (sha256: and 64 hex digits)")
         for key in ("cxx11_abi", "ptx"):
             if data.get(key) is not None and not isinstance(data[key], bool):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not true or false")
@@ -153,11 +159,15 @@ def read_manifest(directory: Path) -> Manifest:
     path = directory / MANIFEST
     if not os.path.lexists(path):
         return Manifest()
-    where = str(path)
     try:
         raw = untrusted.read_file(path, limit=untrusted.MAX_MANIFEST, what="manifest")
     except untrusted.UntrustedInput as exc:
         raise UsageError(str(exc)) from None
+    return parse_manifest(raw, where=str(path))
+
+
+def parse_manifest(raw: bytes, *, where: str) -> Manifest:
+    """A manifest's bytes, from a file or a published index (``where`` names it in errors)."""
     try:
         data = untrusted.parse_json(raw, what="it")
     except untrusted.UntrustedInput as exc:
@@ -345,17 +355,18 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def set_inputs(directory: Path, entry: str, inputs: str | None) -> None:
-    """Marks the wheels of ``entry`` as made of ``inputs`` (None: not known to be current)."""
+def set_inputs(directory: Path, entry: str, inputs: str | None, *, pushed: str | None = None) -> None:
+    """Marks the wheels of ``entry`` as made of ``inputs`` (None: not known to be current), and
+    its image as pushed at digest ``pushed`` (None: not pushed by the run that made it)."""
     if not (directory / MANIFEST).is_file():
         return
     out = safe_io.OutputDir(directory, create=False, what="dist directory")
     with locked(directory):
         manifest = read_manifest(directory)
         changed = {
-            name: replace(record, inputs=inputs)
+            name: replace(record, inputs=inputs, pushed=pushed)
             for name, record in manifest.wheels.items()
-            if record.entry == entry and record.inputs != inputs
+            if record.entry == entry and (record.inputs, record.pushed) != (inputs, pushed)
         }
         if changed:
             manifest.wheels.update(changed)

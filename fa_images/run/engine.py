@@ -77,6 +77,11 @@ class Engine(Protocol):
         """Pulls ``ref`` with the client's registry logins; what the engine then holds."""
         ...
 
+    def registry_digest(self, ref: str) -> str | None:
+        """The digest the registry serves for ``ref``, asked without pulling it (None: it has no
+        image by that name). A registry that cannot be asked is a StepFailed."""
+        ...
+
     def run(
         self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
     ) -> RunResult: ...
@@ -111,6 +116,9 @@ def _where() -> str:
 
 
 _PUSHED_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# How a registry says, through the daemon, that it has no such tag or repository.
+_UNKNOWN = re.compile(r"manifest unknown|name unknown|not found", re.IGNORECASE)
 _AUTH_REFUSED = re.compile(r"no basic auth credentials|unauthorized|authentication required|denied", re.IGNORECASE)
 
 
@@ -252,6 +260,22 @@ class DockerEngine:
         if info is None:
             raise StepFailed(f"pull of {ref} ended, but the engine holds no image by that name")
         return info
+
+    @_engine_call("asking the registry for")
+    def registry_digest(self, ref: str) -> str | None:
+        import docker.errors
+
+        try:
+            # The daemon asks the registry for the manifest's descriptor, with the client's login.
+            descriptor = self.api.inspect_distribution(ref).get("Descriptor") or {}
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if _UNKNOWN.search(str(exc.explanation or exc)):
+                return None
+            raise
+        digest = descriptor.get("digest")
+        return digest if isinstance(digest, str) and _DIGEST.fullmatch(digest) else None
 
     @contextmanager
     def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:

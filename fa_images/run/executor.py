@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, scratch, source, untrusted, verify
+from ..builder import contract, gpuarch, scratch, untrusted, verify
 from ..builder import dist as dist_dir
 from ..builder.contract import WRONG_ARCH_PREFIX
 from ..config.grammar import PullPolicy
@@ -27,6 +27,7 @@ from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
 from ..outputs import context, group_cache
 from . import bases
+from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
 from .image_builder import BuildProgress, BuildRequest, BuildResult, ImageBuilder
@@ -58,6 +59,8 @@ class Options:
     # Where each compile group's compiler cache is kept between builds (group_cache); None: not kept.
     compiler_cache: Path | None = None
     pull: PullPolicy = "missing"  # when the base images are pulled (build --pull, build.pull)
+    # Where earlier runs published their results (build --published): what is current there is not built.
+    published: Results | None = None
 
 
 @dataclass
@@ -170,7 +173,7 @@ class Executor:
             result.status, result.failed_step = "ok", None
             if run.inputs and not result.up_to_date and "check" in plan.steps:
                 # Only an entry that was built, exported and checked is current for a later run.
-                dist_dir.set_inputs(self.options.dist, plan.entry.id, run.inputs)
+                dist_dir.set_inputs(self.options.dist, plan.entry.id, run.inputs, pushed=result.pushed)
         except FatalError as exc:
             result.status, result.error = "failed", str(exc)
             self.console.line(f"    {exc}")
@@ -198,8 +201,9 @@ class Executor:
         run.inputs = context.inputs_digest(
             self.matrix, entry, run.source, base_ids=base_ids, prebuilt=prebuilt is not None, form=self.builder.form
         )
-        if not self.options.force and self._up_to_date(run):
-            return StepOutcome(note=f"{note}; image and wheel up to date (--force rebuilds)")
+        where = None if self.options.force else self._up_to_date(run)
+        if where:
+            return StepOutcome(note=f"{note}; image and wheel up to date: {where} (--force rebuilds)")
         return StepOutcome(note=note)
 
     def _verify(self, run: _EntryRun, wheel: Path) -> verify.WheelReport:
@@ -215,24 +219,39 @@ class Executor:
             import_check=False,
         )
 
-    def _up_to_date(self, run: _EntryRun) -> bool:
-        """Whether an earlier run built, exported and checked this entry from the same inputs: the
-        manifest says so, the wheel is there with its sha256, and the image carries the same digest."""
-        dist, entry = self.options.dist, run.entry
-        records = dist_dir.read_manifest(dist).wheels if (dist / dist_dir.MANIFEST).is_file() else {}
-        found = [(name, r) for name, r in records.items() if r.entry == entry.id and r.inputs == run.inputs]
-        if not found:
-            return False
-        name, record = found[0]
-        wheel = dist / name
-        if not wheel.is_file() or source.sha256_of(wheel) != record.sha256:
-            return False
+    def _up_to_date(self, run: _EntryRun) -> str | None:
+        """Where an earlier run's wheel and image of these inputs are (``current``), or None."""
+        assert run.inputs is not None
+        places: list[Results] = [DistDir(self.options.dist)]
+        places += [self.options.published] if self.options.published else []
+        for place in places:
+            wheel = place.wheel(run.entry.id, run.inputs)
+            image = self._current_image(run, wheel) if wheel else None
+            if wheel and image:
+                run.result.up_to_date = True
+                run.result.wheel, run.result.wheel_sha256 = wheel.location, wheel.record.sha256
+                return f"the wheel in {place.where}, the image {image}"
+        return None
+
+    def _current_image(self, run: _EntryRun, wheel: Wheel) -> str | None:
+        """Where the image the wheel's run made is: the registry, asked without a pull, for an
+        entry this run pushes; else the engine, with these inputs in its label."""
+        entry, pushed = run.entry, wheel.record.pushed
+        if "push" in run.plan.steps and pushed:
+            try:
+                served = self.engine.registry_digest(entry.image)
+            except StepFailed as exc:  # asking costs nothing; not knowing costs a build
+                run.log.write(f"fa-images: cannot tell whether the registry holds {entry.image}: {exc}")
+                self.console.line(f"    cannot ask the registry for {entry.image}: {exc}")
+                served = None
+            if served == pushed:
+                run.result.pushed = pushed
+                return f"in the registry at {pushed[:19]}"
         image = self.engine.image_info(entry.image)
         if image is None or image.labels.get(INPUTS_LABEL) != run.inputs:
-            return False
-        run.result.up_to_date, run.result.image_size = True, image.size
-        run.result.wheel, run.result.wheel_sha256 = str(wheel.resolve()), record.sha256
-        return True
+            return None
+        run.result.image_size = image.size
+        return "in the engine"
 
     def _build(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:
@@ -436,6 +455,8 @@ class Executor:
         raise StepFailed(f"{check.what} exited with {outcome.exit_code}{hint}", lines=outcome.output[-20:])
 
     def _push(self, run: _EntryRun) -> StepOutcome:
+        if run.result.up_to_date and run.result.pushed:
+            return StepOutcome(note=f"{run.entry.image}@{run.result.pushed} (already in the registry)", skipped=True)
         pushed = []
         for ref in run.plan.push:
             digest = self.engine.push(ref, on_line=run.log.write)

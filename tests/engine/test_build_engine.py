@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,6 +331,41 @@ def test_a_second_build_with_nothing_changed_builds_nothing(project, first_build
     assert {i.id for i in project.client.images.list(all=True)} == images_before
     # --force's rebuild is the executor's (tests/unit/test_up_to_date.py): on an engine it is a
     # second compile of the same entry (the group's compiler cache changed), over two minutes here.
+
+
+def test_an_empty_runner_finds_the_entry_in_the_index_and_the_registry_and_pulls_nothing(project, first_build):
+    """`--published`: the first build's dist/ served over http, and its push. A run with an empty
+    dist/, on an engine without the image, finds both current: nothing built, pulled or pushed."""
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    ref, kept = good["image"], "fa-images-test/kept:published"
+    project.client.images.get(ref).tag(kept)  # the layers stay, for the tests after this one
+    project.client.images.remove(ref)  # only a tag now: the engine no longer holds the image by name
+    ask = "from fa_images.run.engine import DockerEngine as E; e = E.from_env(); print(e.registry_digest({!r}))"
+    try:
+        with engine_env.serve_directory(project.dir / "dist") as url:
+            args = ("--only", entry_id(GOOD), "--push", "--published", url, "--dist", "runner-dist")
+            proc = project.run(
+                "build", "--matrix", "matrix.yaml", *args, "--log-dir", "runner-logs", "--report", "published.json"
+            )
+        print(proc.stderr[-3000:])
+        entry = json.loads((project.dir / "published.json").read_text())["entries"][0]
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert entry["up_to_date"] is True and entry["pushed"] == good["pushed"]
+        assert entry["wheel"] == url + urllib.parse.quote(Path(good["wheel"]).name)
+        assert f"the wheel in {url}, the image in the registry at {good['pushed'][:19]}" in proc.stderr
+        assert "(already in the registry)" in proc.stderr
+        assert project.client.images.list(name=ref) == [], "the image was pulled"
+        assert list((project.dir / "runner-dist").glob("*.whl")) == []
+        # The registry's own answers through the daemon, with the login: the digest, and no such tag.
+        for asked, expected in ((ref, good["pushed"]), (ref.rsplit(":", 1)[0] + ":no-such-tag", "None")):
+            said = subprocess.run(
+                [sys.executable, "-c", ask.format(asked)], env=project.env, capture_output=True, text=True
+            )
+            assert said.stdout.strip() == expected, said.stderr[-2000:]
+    finally:
+        project.client.images.get(kept).tag(ref)
+        project.client.images.remove(kept)
 
 
 def test_no_container_is_left_behind(project, first_build):
