@@ -289,11 +289,18 @@ examples:
   fa-images dist merge artifacts/ --dist dist    wheels and manifests of several CI jobs, into one dist/
   pip install --no-deps --index-url file://$PWD/dist/simple flash-attn
   uv pip install --no-deps --find-links dist/ flash-attn
+  fa-images dist site --out site --published https://ORG.github.io/REPO/ --wheel-url URL
+                                                 the published index plus dist/'s new wheels, linked
+                                                 at URL (a release's downloads); prints the files to
+                                                 upload there (the wheels, their .metadata)
 
 Each wheel is verified without an import (tag, metadata, ABI, archs) against the record in the
 manifest.json beside it, then all are added to dist/ atomically, or none. dist/simple/ is a
-PEP 503 index of dist/. Exit status: 2 bad input, 6 a wheel fails verification or its sha256
-conflicts with the wheel dist/ already records under that name.
+PEP 503 index of dist/. `dist site` writes an index whose wheels live elsewhere (a release's
+assets, which take files of 2 GB; a Pages site takes 1 GB in all): manifest.json and simple/,
+each link absolute, each wheel's .metadata announced (PEP 658), the published wheels kept.
+Exit status: 2 bad input, 4 the --published index cannot be read, 6 a wheel fails verification
+or its sha256 conflicts with the wheel dist/ (or the published index) records under that name.
 
 protected: a wheel's file name must parse as a flash-attn wheel with a linux platform tag and
 no shell or control characters, and agree with its METADATA (name, version) and its record;
@@ -334,6 +341,31 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
         say(f"merged {path}")
     wheels = counted(len(dist.read_manifest(args.dist).wheels), "wheel")
     say(f"{args.dist}: {wheels}; index {args.dist / dist.SIMPLE}/")
+    return 0
+
+
+def cmd_dist_site(args: argparse.Namespace) -> int:
+    from .builder import published
+    from .config import grammar
+    from .errors import UsageError
+
+    for flag, value in (("--wheel-url", args.wheel_url), ("--published", args.published)):
+        problem = grammar.public_url(value) if value is not None else None
+        if problem:
+            raise UsageError(f"{flag}: {problem}")
+    index = None
+    if args.published:
+        index, notes = published.PublishedIndex.read(args.published)
+        for note in notes:
+            print(note, file=sys.stderr)
+    wheel_url = args.wheel_url if args.wheel_url.endswith("/") else args.wheel_url + "/"
+    result = published.site(args.dist, args.out, wheel_url=wheel_url, published=index)
+    for name in result.dropped:
+        print(f"left out: {name} (the published page no longer serves it as recorded)", file=sys.stderr)
+    new = counted(len([p for p in result.uploads if p.suffix == ".whl"]), "new wheel")
+    print(f"{args.out}: {counted(result.wheels, 'wheel')}, {new}; upload to {wheel_url}:", file=sys.stderr)
+    for path in result.uploads:  # stdout: the files to upload, one per line, for a script
+        print(path)
     return 0
 
 
@@ -429,6 +461,27 @@ def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("sources", nargs="+", type=Path, metavar="DIR", help="folders holding wheels and manifest.json")
     merge.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="the dist/ to merge into")
     merge.set_defaults(func=cmd_dist_merge)
+    site = dist_sub.add_parser(
+        "site",
+        help="the published index with dist/'s wheels added, its links pointing where the wheels are uploaded",
+        epilog=DIST_EXAMPLES,
+        formatter_class=fmt,
+    )
+    site.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="the new wheels (default: dist/)")
+    site.add_argument(
+        "--wheel-url",
+        required=True,
+        metavar="URL",
+        help="where the new wheels and their .metadata files are uploaded, e.g. a release's "
+        "https://github.com/ORG/REPO/releases/download/TAG/",
+    )
+    site.add_argument(
+        "--published",
+        metavar="URL",
+        help="the index published so far (its manifest.json and simple/): its wheels stay, with their links",
+    )
+    site.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the site is written")
+    site.set_defaults(func=cmd_dist_site)
 
 
 def _add_export_commands(sub: argparse._SubParsersAction) -> None:

@@ -411,16 +411,25 @@ def core_metadata(wheel: Path) -> bytes | None:
         return None
 
 
-def _metadata_attributes(out: safe_io.OutputDir, name: str) -> str:
-    """PEP 658/714: ``<wheel>.metadata`` written beside the wheel, and the anchor attributes that
-    announce it with its sha256, so pip and uv read a wheel's requirements (its torch pin)
-    without downloading the wheel. Empty where the wheel has no readable METADATA."""
+def _metadata_sha256(out: safe_io.OutputDir, name: str) -> str | None:
+    """PEP 658/714: ``<wheel>.metadata`` written beside the wheel, so pip and uv read a wheel's
+    requirements (its torch pin) without downloading the wheel; its sha256, which the link
+    announces. None where the wheel has no readable METADATA."""
     data = core_metadata(out.path / name)
     if data is None:
-        return ""
+        return None
     out.write_bytes(f"{name}{METADATA_SUFFIX}", data)
-    digest = hashlib.sha256(data).hexdigest()
-    return f' data-dist-info-metadata="sha256={digest}" data-core-metadata="sha256={digest}"'
+    return hashlib.sha256(data).hexdigest()
+
+
+def _link(href: str, name: str, sha256: str, metadata_sha256: str | None) -> str:
+    """One file's anchor on a project page: its sha256, and its ``.metadata``'s where there is one."""
+    attributes = ""
+    if metadata_sha256 is not None:
+        attributes = (
+            f' data-dist-info-metadata="sha256={metadata_sha256}" data-core-metadata="sha256={metadata_sha256}"'
+        )
+    return f'<a href="{html.escape(href)}#sha256={sha256}"{attributes}>{html.escape(name)}</a><br>'
 
 
 def _index_file(name: str) -> bool:
@@ -438,17 +447,36 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     out.check_writable(_outputs(present))
     projects = _projects(present)
     for project, names in projects.items():
-        links = [
-            f'<a href="../../{quote(n)}#sha256={manifest.wheels[n].sha256}"{_metadata_attributes(out, n)}>'
-            f"{html.escape(n)}</a><br>"
-            for n in names
-        ]
+        links = [_link(f"../../{quote(n)}", n, manifest.wheels[n].sha256, _metadata_sha256(out, n)) for n in names]
         out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
-    root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]
-    out.write_text(f"{SIMPLE}/index.html", _page("Simple index", root_links))
+    _write_root_page(out, projects)
     for stale in out.list(SIMPLE):
         if stale not in projects and out.kind(f"{SIMPLE}/{stale}") == "dir":
             out.remove_owned_dir(f"{SIMPLE}/{stale}", _index_file)
+
+
+def _write_root_page(out: safe_io.OutputDir, projects: Iterable[str]) -> None:
+    root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]
+    out.write_text(f"{SIMPLE}/index.html", _page("Simple index", root_links))
+
+
+def write_site(
+    directory: Path, manifest: Manifest, *, hrefs: dict[str, str], metadata: dict[str, str | None]
+) -> list[str]:
+    """A published index whose wheels are served elsewhere (a release's assets, each
+    ``<wheel>.metadata`` beside its wheel): ``manifest.json`` and ``simple/``, each wheel's link
+    its absolute URL in ``hrefs``, its ``.metadata``'s sha256 in ``metadata`` (None: it has none).
+    The paths written, every one checked before the first write."""
+    out = safe_io.OutputDir(directory, what="site directory")
+    projects = _projects(manifest.wheels)
+    paths = [MANIFEST, f"{SIMPLE}/index.html", *(f"{SIMPLE}/{p}/index.html" for p in projects)]
+    out.check_writable(paths)
+    for project, names in projects.items():
+        links = [_link(hrefs[n], n, manifest.wheels[n].sha256, metadata.get(n)) for n in names]
+        out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
+    _write_root_page(out, projects)
+    out.write_text(MANIFEST, manifest.to_json())
+    return paths
 
 
 def collect(sources: list[Path]) -> list[Incoming]:

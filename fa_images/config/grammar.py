@@ -123,6 +123,16 @@ def index_url(value: str) -> str | None:
     return None
 
 
+def public_url(value: str) -> str | None:
+    """An http(s) URL read or linked to without a login: a published index, where its wheels are."""
+    problem = index_url(value)
+    if problem is None and not value.startswith(("http://", "https://")):
+        problem = f"{value!r} is not an http(s):// URL"
+    if problem is None and has_credentials(value):
+        problem = f"{without_credentials(value)!r} holds a login; a published index is read without one"
+    return problem
+
+
 def find_links(value: str) -> str | None:
     """A find-links location: an index URL, or an absolute directory inside the image."""
     if value.startswith("/"):

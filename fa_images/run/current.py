@@ -13,16 +13,16 @@ the engine holds it with these inputs in its label.
 
 from __future__ import annotations
 
-import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ..builder import dist as dist_dir
-from ..builder import simple_index, source, untrusted
+from ..builder import source, untrusted
 from ..builder.dist import Manifest, WheelRecord
+from ..builder.published import PublishedIndex
 from ..config import grammar
-from ..errors import SourceError, UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -70,77 +70,31 @@ class DistDir:
 
 
 @dataclass(frozen=True)
-class PublishedIndex:
-    """A dist/ served over http(s): its manifest.json and its PEP 503/691 project page, read once."""
+class PublishedDist:
+    """A dist/ served over http(s): a wheel is current there when its project page serves it."""
 
-    url: str
-    manifest: Manifest
-    served: dict[str, tuple[str, str | None]]  # wheel file name -> (its URL, the sha256 the page gives)
+    index: PublishedIndex
 
     @property
     def where(self) -> str:
-        return self.url
+        return self.index.url
 
     def wheel(self, entry: str, inputs: str) -> Wheel | None:
-        for name, record in _recorded(self.manifest, entry, inputs):
-            url, sha256 = self.served.get(name, ("", None))
-            if sha256 == record.sha256:  # served, with the bytes the record was made of
-                return Wheel(url, name, record)
+        for name, record in _recorded(self.index.manifest, entry, inputs):
+            served = self.index.serves(name, record.sha256)
+            if served is not None:
+                return Wheel(served.url, name, record)
         return None
-
-    @classmethod
-    def read(cls, url: str) -> tuple[PublishedIndex, list[str]]:
-        """The index at ``url`` (a dist/'s root), and notes for the console. Nothing there yet is
-        an empty index; an index that cannot be read is an error, not a reason to rebuild it all."""
-        base = url if url.endswith("/") else url + "/"
-        notes = []
-        raw = _fetch(base + dist_dir.MANIFEST, url)
-        manifest = Manifest() if raw is None else _parsed(raw, base + dist_dir.MANIFEST)
-        if raw is None:
-            notes.append(f"published: {url} has no {dist_dir.MANIFEST} yet: nothing there is current")
-        page_url = f"{base}{dist_dir.SIMPLE}/{dist_dir.PROJECT}/"
-        body = _fetch(page_url, url, accept=simple_index.ACCEPT) if manifest.wheels else None
-        served: dict[str, tuple[str, str | None]] = {}
-        if body is not None:
-            try:
-                page = simple_index.parse(body[0], body[1], url=page_url)
-            except ValueError as exc:  # UntrustedInput included
-                raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
-            served = {f.filename: (f.url, f.sha256) for f in page.files if not f.yanked}
-        elif manifest.wheels:
-            notes.append(f"published: {url} serves no {page_url}: none of its wheels is current")
-        return cls(url, manifest, served), notes
-
-
-def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[bytes, str] | None:
-    """A published file's body and Content-Type; None when the server says it has none (404)."""
-    try:
-        return untrusted.fetch(url, {"Accept": accept} if accept else None, limit=untrusted.MAX_MANIFEST)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 410):
-            return None
-        raise SourceError(f"--published {published}: {url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, timed out, too large, a bad redirect
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise SourceError(f"--published {published}: cannot read {url}: {untrusted.shown(str(reason))}") from None
-
-
-def _parsed(raw: tuple[bytes, str], url: str) -> Manifest:
-    try:
-        return dist_dir.parse_manifest(raw[0], where=url)
-    except UsageError as exc:
-        raise SourceError(str(exc)) from None
 
 
 def published(value: str) -> tuple[Results, list[str]]:
     """``build --published``: an http(s) URL of a published dist/, or a dist/ directory."""
     if value.startswith(("http://", "https://")):
-        problem = grammar.index_url(value)
-        if problem is None and grammar.has_credentials(value):
-            problem = f"{grammar.without_credentials(value)!r} holds a login; a published index is read without one"
+        problem = grammar.public_url(value)
         if problem:
             raise UsageError(f"--published: {problem}")
-        return PublishedIndex.read(value)
+        index, notes = PublishedIndex.read(value)
+        return PublishedDist(index), notes
     path = Path(value)
     if not path.is_dir():
         raise UsageError(f"--published {untrusted.shown(value)}: not an http(s) URL or a directory")

@@ -434,3 +434,115 @@ def test_only_a_wheel_for_another_torch_is_refused(installer: str, served, pinne
     _python, out = resolve(installer, tmp_path, index, pinned_dist[1], spec, "torch==2.13.0", dry_run=True)
     assert out.startswith("FAILED"), out
     assert re.search(r"torch *(==|>=) *2\.14", out), out  # the pin is named, whichever installer
+
+
+# --- dist site: the index published apart from its wheels -------------------------------------
+
+
+@pytest.fixture
+def site_server(tmp_path: Path):
+    """One HTTP server for a Pages-like site (/site/) and a release's downloads (/release/), with
+    the paths every request asked for."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    requested: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            requested.append(self.path)
+
+    root = tmp_path / "web"
+    (root / "release").mkdir(parents=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}/", requested
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def one_pinned_dist(root: Path, series: str) -> Path:
+    wheel = pinned_wheel(root / f"staging-{series}", series)
+    dist.add_wheels(root / f"dist-{series}", [dist.Incoming(wheel, record_for(wheel), "test")], move=True)
+    return root / f"dist-{series}"
+
+
+def publish(run_fa_images, dist_dir: Path, web: Path, url: str, *, first: bool = False):
+    """One scheduled run's publication: the site rewritten, the listed files uploaded to the release."""
+    args = ["dist", "site", "--dist", dist_dir, "--out", web / "site", "--wheel-url", url + "release/"]
+    proc = run_fa_images(args + ([] if first else ["--published", url + "site/"]))
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        shutil.copy(line, web / "release")
+    return proc
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_site_with_the_wheels_in_a_release_keeps_what_was_published(
+    installer: str, site_server, pinned_dist, tmp_path: Path, run_fa_images
+) -> None:
+    web, url, requested = site_server
+    first = publish(run_fa_images, one_pinned_dist(tmp_path, "2.13"), web, url, first=True)
+    assert first.returncode == 0, first.stderr
+    name13, name14 = wheel_name(PINNED["2.13"]), wheel_name(PINNED["2.14"])
+    assert [Path(p).name for p in first.stdout.split()] == [name13, f"{name13}.metadata"]
+    second = publish(run_fa_images, one_pinned_dist(tmp_path, "2.14"), web, url)
+    assert second.returncode == 0, second.stderr
+    assert [Path(p).name for p in second.stdout.split()] == [name14, f"{name14}.metadata"]  # only the new one
+    assert "site: 2 wheels, 1 new wheel" in second.stderr
+    assert sorted(manifest_of(web / "site")["wheels"]) == sorted([name13, name14])
+    page = (web / "site" / "simple" / "flash-attn" / "index.html").read_text()
+    assert page.count(f'href="{url}release/') == 2 and page.count("data-core-metadata=") == 2
+    requested.clear()
+    index = url + "site/simple/"
+    python, out = resolve(installer, tmp_path, index, pinned_dist[1], "flash-attn", "torch==2.13.0", dry_run=False)
+    assert not out.startswith("FAILED"), out
+    assert installed_version(python) == PINNED["2.13"]
+    assert f"/release/{quote_plus(name13)}" in requested and f"/release/{quote_plus(name14)}.metadata" in requested
+    assert f"/release/{quote_plus(name14)}" not in requested, "the wheel for torch 2.14 was downloaded"
+
+
+def test_a_site_refuses_another_wheel_under_a_published_name(site_server, tmp_path: Path, run_fa_images) -> None:
+    web, url, _requested = site_server
+    assert publish(run_fa_images, one_pinned_dist(tmp_path, "2.13"), web, url, first=True).returncode == 0
+    before = (web / "site" / "manifest.json").read_bytes()
+    rebuilt = tmp_path / "rebuilt"
+    wheel = installable_wheel(
+        rebuilt / "staging",
+        wheel_name(PINNED["2.13"]),
+        metadata_text("flash_attn", PINNED["2.13"], ["torch==2.13.*"]),
+        {"flash_attn/__init__.py": b"# other bytes\n"},
+    )
+    dist.add_wheels(rebuilt / "dist", [dist.Incoming(wheel, record_for(wheel), "test")], move=True)
+    proc = publish(run_fa_images, rebuilt / "dist", web, url)
+    assert proc.returncode == 6 and proc.stdout == "", proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] != []
+    assert "a published wheel is never replaced under its name" in proc.stderr
+    assert (web / "site" / "manifest.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--wheel-url", "https://u:s3cret@example.org/r/"], "holds a login"),
+        (["--wheel-url", "file:///srv/wheels/"], "not an http(s)"),
+        (["--wheel-url", 'https://example.org/"><script>'], "characters an index URL does not need"),
+        (["--wheel-url", "https://example.org/r/", "--published", "ftp://example.org/"], "not an http(s)"),
+    ],
+)
+def test_a_bad_site_url_is_one_line(args: list[str], said: str, tmp_path: Path, run_fa_images) -> None:
+    dist_dir = one_pinned_dist(tmp_path, "2.13")
+    proc = run_fa_images(["dist", "site", "--dist", dist_dir, "--out", tmp_path / "site", *args])
+    assert proc.returncode == 2 and said in proc.stderr and "s3cret" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "site").exists()
+
+
+def test_a_site_is_written_apart_from_its_dist(tmp_path: Path, run_fa_images) -> None:
+    dist_dir = one_pinned_dist(tmp_path, "2.13")
+    proc = run_fa_images(["dist", "site", "--dist", dist_dir, "--out", dist_dir, "--wheel-url", "https://e.org/r/"])
+    assert proc.returncode == 2 and "the site is written apart from it" in proc.stderr
+    (dist_dir / f"{wheel_name(PINNED['2.13'])}.metadata").write_bytes(b"Name: planted\n")
+    proc = run_fa_images(["dist", "site", "--dist", dist_dir, "--out", tmp_path / "s", "--wheel-url", "https://e.org/"])
+    assert proc.returncode == 2 and "is not the METADATA of" in proc.stderr

@@ -1,0 +1,137 @@
+"""A dist/ published over http(s) (GitHub Pages, any static server): its ``manifest.json`` and
+its project page (PEP 503 HTML or PEP 691 JSON), read once, bounded, as untrusted bytes. ``build
+--published`` finds what is current there; ``dist site`` adds this run's wheels to it.
+
+Stdlib and packaging only, like the rest of ``builder/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from . import dist, simple_index, untrusted
+from .errors import SourceError, UsageError
+from .source import sha256_of
+
+
+@dataclass(frozen=True)
+class PublishedIndex:
+    url: str  # the dist/'s root, ending in /
+    manifest: dist.Manifest
+    files: dict[str, simple_index.File]  # what its project page serves, by file name (yanked left out)
+
+    @classmethod
+    def read(cls, url: str) -> tuple[PublishedIndex, list[str]]:
+        """The index at ``url``, and notes for the console. Nothing there yet is an empty index;
+        an index that cannot be read is an error, not a reason to rebuild or republish it all."""
+        base = url if url.endswith("/") else url + "/"
+        notes = []
+        raw = _fetch(base + dist.MANIFEST, url)
+        manifest = dist.Manifest() if raw is None else _parsed(raw, base + dist.MANIFEST)
+        if raw is None:
+            notes.append(f"published: {url} has no {dist.MANIFEST} yet: nothing there is current")
+        page_url = f"{base}{dist.SIMPLE}/{dist.PROJECT}/"
+        body = _fetch(page_url, url, accept=simple_index.ACCEPT) if manifest.wheels else None
+        files: dict[str, simple_index.File] = {}
+        if body is not None:
+            try:
+                page = simple_index.parse(body[0], body[1], url=page_url)
+            except ValueError as exc:  # UntrustedInput included
+                raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
+            files = {f.filename: f for f in page.files if not f.yanked}
+        elif manifest.wheels:
+            notes.append(f"published: {url} serves no {page_url}: none of its wheels is current")
+        return cls(base, manifest, files), notes
+
+    def serves(self, name: str, sha256: str) -> simple_index.File | None:
+        """The page's file ``name``, if it is served with these bytes (its announced sha256)."""
+        found = self.files.get(name)
+        return found if found is not None and found.sha256 == sha256 else None
+
+
+def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[bytes, str] | None:
+    """A published file's body and Content-Type; None when the server says it has none (404)."""
+    try:
+        return untrusted.fetch(url, {"Accept": accept} if accept else None, limit=untrusted.MAX_MANIFEST)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410):
+            return None
+        raise SourceError(f"--published {published}: {url} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, timed out, too large, a bad redirect
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise SourceError(f"--published {published}: cannot read {url}: {untrusted.shown(str(reason))}") from None
+
+
+def _parsed(raw: tuple[bytes, str], url: str) -> dist.Manifest:
+    try:
+        return dist.parse_manifest(raw[0], where=url)
+    except UsageError as exc:
+        raise SourceError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Site:
+    """What ``dist site`` wrote, and what must go where its links point."""
+
+    wheels: int  # on the site's page, the published ones included
+    uploads: list[Path]  # this run's new wheels and their .metadata
+    dropped: list[str]  # published records whose wheel the page no longer serves as recorded
+
+
+def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedIndex | None) -> Site:
+    """``out``: the published index with the wheels of the dist/ ``directory`` added, their links
+    ``wheel_url`` + name (a release's assets: each wheel and its ``.metadata`` go there). A
+    wheel published under the same name with other bytes is refused (exit 6)."""
+    if out.resolve() == directory.resolve():
+        raise UsageError(f"--out {out} is the dist/ itself; the site is written apart from it")
+    new = dist.read_manifest(directory)
+    if not new.wheels:
+        raise UsageError(f"{directory} holds no wheels to publish (no records in its {dist.MANIFEST})")
+    records: dict[str, dist.WheelRecord] = {}
+    hrefs: dict[str, str] = {}
+    metadata: dict[str, str | None] = {}
+    dropped = []
+    for name, record in (published.manifest.wheels if published else {}).items():
+        served = published.serves(name, record.sha256) if published else None
+        if served is None:
+            dropped.append(name)
+            continue
+        records[name], hrefs[name], metadata[name] = record, served.url, served.metadata_sha256
+    uploads = []
+    for name, record in sorted(new.wheels.items()):
+        wheel = directory / name
+        if not wheel.is_file() or wheel.is_symlink() or sha256_of(wheel) != record.sha256:
+            raise UsageError(f"{wheel} is not the file {directory / dist.MANIFEST} records (sha256 {record.sha256})")
+        if name in records:
+            if records[name].sha256 != record.sha256:
+                raise dist.WheelConflict(
+                    f"{name} is published with sha256 {records[name].sha256[:16]}…, this one has "
+                    f"{record.sha256[:16]}…; a published wheel is never replaced under its name"
+                )
+            continue  # published already, the same bytes
+        meta = _metadata_file(directory, name)
+        records[name], hrefs[name] = record, wheel_url + quote(name)
+        metadata[name] = None if meta is None else hashlib.sha256(meta.read_bytes()).hexdigest()
+        uploads += [wheel] + ([meta] if meta else [])
+    dist.write_site(out, dist.Manifest(records), hrefs=hrefs, metadata=metadata)
+    return Site(len(records), uploads, dropped)
+
+
+def _metadata_file(directory: Path, name: str) -> Path | None:
+    """The ``<wheel>.metadata`` dist/ wrote beside the wheel, if the wheel has METADATA; it must
+    hold the wheel's own (a stale or planted one would make pip refuse the wheel)."""
+    expected = dist.core_metadata(directory / name)
+    if expected is None:
+        return None
+    path = directory / f"{name}{dist.METADATA_SUFFIX}"
+    try:
+        found = untrusted.read_file(path, limit=untrusted.MAX_MANIFEST, what="metadata file")
+    except (OSError, untrusted.UntrustedInput) as exc:
+        raise UsageError(f"{path} cannot be read ({exc}); `fa-images dist merge` writes it") from None
+    if found != expected:
+        raise UsageError(f"{path} is not the METADATA of {name}; `fa-images dist merge` writes it")
+    return path
