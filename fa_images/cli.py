@@ -370,6 +370,7 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
 
 
 def cmd_export_github(args: argparse.Namespace) -> int:
+    from .errors import UsageError
     from .outputs.exports import github
 
     m = _load(args)
@@ -385,7 +386,14 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         registry_password_secret=args.registry_password_secret,
         release=args.release,
         shards=args.shards,
+        schedule=args.schedule,
+        published=args.published,
+        table=args.table or "compat.yaml",
     )
+    if args.schedule is not None and args.only:
+        raise UsageError("--schedule takes no --only: a scheduled run builds what its plan holds")
+    if args.schedule is None and args.table:
+        raise UsageError("--table goes with --schedule (the table a scheduled run refreshes)")
     text = github.render(m, m.select(args.only), opts)
     if args.out is None:
         sys.stdout.write(text)
@@ -541,6 +549,26 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         help="split each compile group's kernels over a matrix of N jobs (wheel --shard I/N, 1 to 256) whose "
         "compiler caches travel as artifacts to a link job per entry (wheel --after-shards); images are then "
         "built around the linked wheels (build --wheels). Default: 1, each entry compiles in its build job",
+    )
+    gh.add_argument(
+        "--schedule",
+        metavar="CRON",
+        help="a workflow that follows torch releases on this schedule (e.g. '17 4 * * 1'), and by hand: refresh "
+        "--table and plan the matrix on it, build with --published what is new there (one job per entry of "
+        "that plan), upload the new wheels to --release (default: wheels), publish the index (dist site) "
+        "to the gh-pages branch, and open a pull request with the refreshed table",
+    )
+    gh.add_argument(
+        "--published",
+        metavar="URL",
+        help="with --schedule: the URL the gh-pages branch is served at (GitHub Pages), e.g. "
+        "https://ORG.github.io/REPO/",
+    )
+    gh.add_argument(
+        "--table",
+        metavar="FILE",
+        help="with --schedule: the repository's compat table that each run refreshes (default: compat.yaml; "
+        "made from the built-in table the first time)",
     )
     gh.set_defaults(func=cmd_export_github)
 

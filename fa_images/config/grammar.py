@@ -221,6 +221,17 @@ CACHE_SPEC = re.compile(rf"{_CACHE_PAIR}(?:,{_CACHE_PAIR})*", re.ASCII)
 _GIT_TAG_CHARS = re.compile(r"[A-Za-z0-9_.+/-]{1,128}", re.ASCII)
 
 
+CRON_FIELD = re.compile(r"[A-Za-z0-9*/,-]{1,40}", re.ASCII)
+
+
+def cron(value: str) -> str | None:
+    """A POSIX cron schedule as GitHub reads it: five fields (minute hour day month weekday)."""
+    fields = value.split(" ")
+    if len(fields) != 5 or not all(CRON_FIELD.fullmatch(f) for f in fields):
+        return f"{value!r} is not a cron schedule of five fields, such as '17 4 * * 1' (Mondays, 04:17 UTC)"
+    return None
+
+
 def runner_label(value: str) -> str | None:
     ok = RUNNER_LABEL.fullmatch(value)
     return None if ok else f"{value!r} is not a runner label (letters, digits and _ . : / + = -)"

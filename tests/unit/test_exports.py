@@ -146,6 +146,75 @@ def test_bad_flags_are_one_clear_error(small_matrix: Path, flags: list[str], say
     assert says in proc.stderr and "Traceback" not in proc.stderr
 
 
+PUBLISHED = "https://acme.github.io/wheels/"
+
+
+def scheduled(small_matrix: Path, **options) -> dict:
+    opts = github.GithubOptions(
+        matrix_file="matrix.yaml", schedule="17 4 * * 1", published=PUBLISHED, push=True, **options
+    )
+    m = matrix.load(small_matrix)
+    return yaml.safe_load(github.render(m, m.entries, opts))
+
+
+def test_the_scheduled_workflow_refreshes_plans_builds_what_is_new_and_publishes(small_matrix: Path) -> None:
+    wf = scheduled(small_matrix)
+    assert wf["on"] == {"schedule": [{"cron": "17 4 * * 1"}], "workflow_dispatch": {}}
+    plan, build, publish = wf["jobs"]["plan"], wf["jobs"]["build"], wf["jobs"]["publish"]
+    assert list(wf["jobs"]) == ["plan", "build", "publish"]
+    scripts = "\n".join(s["run"] for s in plan["steps"] if "run" in s)
+    assert "fa-images compat refresh" in scripts and "--out compat.yaml --json" in scripts
+    assert "case $status in 0|10) ;;" in scripts  # 10, "changed", is no failure
+    assert "fa-images plan --matrix matrix.yaml --compat compat.yaml --json" in scripts
+    # One build job per entry of the plan made when the workflow runs, not of the export's.
+    assert build["strategy"]["matrix"] == {"entry": "${{ fromJSON(needs.plan.outputs.entries) }}"}
+    assert build["needs"] == "plan" and build["env"] == {"FA_IMAGES_ENTRY": "${{ matrix.entry }}"}
+    (command,) = [shlex.split(s["run"]) for s in build["steps"] if s.get("run", "").startswith("fa-images build")]
+    assert command[command.index("--published") + 1] == PUBLISHED and "--push" in command
+    assert command[-2:] == ["--only", "$FA_IMAGES_ENTRY"]  # the shell's variable, no expression
+    assert [s["with"]["registry"] for s in build["steps"] if "docker/login-action" in s.get("uses", "")] == ["ghcr.io"]
+    (publish_script,) = [s["run"] for s in publish["steps"] if s.get("name", "").startswith("Publish")]
+    assert "fa-images dist merge artifacts --dist dist" in publish_script
+    assert f"fa-images dist site --dist dist --out site --published {PUBLISHED}" in publish_script
+    assert "gh release upload wheels" in publish_script and "--clobber" not in publish_script.replace(
+        "# No --clobber", ""
+    )
+    assert "git push --force origin HEAD:gh-pages" in publish_script
+    (pr_script,) = [s["run"] for s in publish["steps"] if s.get("name", "").startswith("A pull request")]
+    assert "gh pr create" in pr_script and "--body-file compat-changes.json" in pr_script
+    assert publish["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert wf["permissions"] == {"contents": "read"} and wf["concurrency"]["cancel-in-progress"] is False
+
+
+def test_the_scheduled_workflow_names_its_release_and_table(small_matrix: Path) -> None:
+    wf = scheduled(small_matrix, release="v1.2", table="config/compat.yaml")
+    text = json.dumps(wf)
+    assert "gh release upload v1.2" in text and "releases/download/v1.2/" in text
+    assert "--compat config/compat.yaml" in text and "gh release upload wheels" not in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--schedule", "17 4 * * 1"], "--schedule needs --published URL"),
+        (["--schedule", "17 4 * *", "--published", PUBLISHED], "is not a cron schedule of five fields"),
+        (["--schedule", "17 4 * * 1 $(id)", "--published", PUBLISHED], "is not a cron schedule"),
+        (["--schedule", "17 4 * * 1", "--published", "https://u:s3cret@acme.github.io/"], "holds a login"),
+        (["--schedule", "17 4 * * 1", "--published", "http://acme/x?a=${{github.token}}"], "does not need"),
+        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--shards", "2"], "--schedule takes no --shards"),
+        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--only", "x"], "--schedule takes no --only"),
+        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--table", "a b.yaml"], "--table"),
+        (["--table", "compat.yaml"], "--table goes with --schedule"),
+        (["--published", PUBLISHED], "--published goes with --schedule"),
+    ],
+)
+def test_bad_schedule_flags_are_one_clear_error(small_matrix: Path, flags: list[str], says: str, run_fa_images) -> None:
+    proc = run_fa_images(["export", "github", "--matrix", small_matrix, *flags], cwd=small_matrix.parent)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0] and "s3cret" not in proc.stderr, proc.stderr
+
+
 def test_check_reports_a_stale_workflow(small_matrix: Path, tmp_path: Path, run_fa_images) -> None:
     out = tmp_path / "wf.yml"
     base = ["export", "github", "--matrix", small_matrix, "--out", out]
@@ -186,6 +255,12 @@ def _every_option() -> dict[str, dict]:
                     name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
                     out[name] = {"shards": shards, "push": push, "release": release, **labels}
     out["other-python-and-install"] = {"python": "3.13", "install": "fa-images==0.1.0", "timeout_minutes": 30}
+    for push in (False, True):
+        for release in (None, "v1.2"):
+            for where, labels in runners.items():
+                name = f"schedule-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
+                scheduled = {"schedule": "17 4 * * 1", "published": PUBLISHED, "table": "config/compat.yaml"}
+                out[name] = {"push": push, "release": release, **scheduled, **labels}
     return out
 
 

@@ -74,6 +74,10 @@ class GithubOptions:
     registry_password_secret: str = "REGISTRY_TOKEN"
     release: str | None = None  # a GitHub release tag the merged wheels are uploaded to
     shards: int = 1  # 1: each entry compiles in its own build job, no split
+    # --schedule CRON: refresh the table, build what is not current at `published`, publish (schedule.py)
+    schedule: str | None = None
+    published: str | None = None  # the index's URL (GitHub Pages), where the workflow publishes it
+    table: str = "compat.yaml"  # the repository's compat table, which the scheduled run refreshes
 
     def check(self) -> None:
         """Every flag and path that reaches the workflow, against its own grammar (config/grammar.py)."""
@@ -92,8 +96,24 @@ class GithubOptions:
         _refuse("--install", [self.install], grammar.install_spec)
         if self.release is not None:
             _refuse("--release", [self.release], grammar.git_tag)
+        if self.schedule is not None:
+            self._check_schedule()
+        elif self.published is not None:
+            raise UsageError("--published goes with --schedule (a plain export's jobs build every entry)")
         if not 1 <= self.timeout_minutes <= 43200:
             raise UsageError(f"--timeout-minutes {self.timeout_minutes} must be between 1 and 43200 (30 days)")
+
+    def _check_schedule(self) -> None:
+        _refuse("--schedule", [self.schedule or ""], grammar.cron)
+        if self.shards > 1:
+            raise UsageError(
+                "--schedule takes no --shards: a scheduled run learns its entries when it runs, "
+                "and shards are planned at export"
+            )
+        if self.published is None:
+            raise UsageError("--schedule needs --published URL: where the index is published (GitHub Pages)")
+        _refuse("--published", [self.published], grammar.public_url)
+        _refuse("--table", [self.table], grammar.repo_path)
 
 
 def _refuse(flag: str, values: Iterable[str], check: Callable[[str], str | None]) -> None:
@@ -128,22 +148,25 @@ def _install_steps(opts: GithubOptions) -> list[dict]:
     ]
 
 
+def _login_steps(images: list[str], opts: GithubOptions) -> list[dict]:
+    """A login to each registry the images are pushed to, with the two secrets."""
+    return [
+        {
+            "name": f"Log in to {registry}",
+            "uses": LOGIN,
+            "with": {
+                "registry": registry,
+                "username": _secret(opts.registry_username_secret),
+                "password": _secret(opts.registry_password_secret),
+            },
+        }
+        for registry in sorted({registry_of(image) for image in images})
+    ]
+
+
 def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, linked: bool = False) -> dict:
     """``fa-images build`` of ``entries``; ``linked``: around the wheels their link jobs made."""
-    steps = _install_steps(opts)
-    if opts.push:
-        for registry in sorted({registry_of(e.image) for e in entries}):
-            steps.append(
-                {
-                    "name": f"Log in to {registry}",
-                    "uses": LOGIN,
-                    "with": {
-                        "registry": registry,
-                        "username": _secret(opts.registry_username_secret),
-                        "password": _secret(opts.registry_password_secret),
-                    },
-                }
-            )
+    steps = _install_steps(opts) + (_login_steps([e.image for e in entries], opts) if opts.push else [])
     command = ["fa-images", "build", "--matrix", opts.matrix_file, "--only", *(e.id for e in entries)]
     if linked:
         steps += [_download_wheel(e) for e in entries]
@@ -357,6 +380,10 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
 
 def workflow(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> dict:
     opts.check()
+    if opts.schedule is not None:
+        from . import schedule
+
+        return schedule.workflow(matrix, opts)
     builds = [job_id for job_id, _group in job_entries(entries)]
     if opts.shards > 1:
         jobs = _sharded_jobs(matrix, entries, opts)
