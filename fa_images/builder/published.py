@@ -42,7 +42,8 @@ class PublishedIndex:
                 page = simple_index.parse(body[0], body[1], url=page_url)
             except ValueError as exc:  # UntrustedInput included
                 raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
-            files = {f.filename: f for f in page.files if not f.yanked}
+            # A link that is not printable would reach the console and the report: not served.
+            files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
         elif manifest.wheels:
             notes.append(f"published: {url} serves no {page_url}: none of its wheels is current")
         return cls(base, manifest, files), notes

@@ -181,7 +181,9 @@ def test_the_scheduled_workflow_refreshes_plans_builds_what_is_new_and_publishes
     )
     assert "git push --force origin HEAD:gh-pages" in publish_script
     (pr_script,) = [s["run"] for s in publish["steps"] if s.get("name", "").startswith("A pull request")]
-    assert "gh pr create" in pr_script and "--body-file compat-changes.json" in pr_script
+    assert "gh pr create" in pr_script and "--body-file pr-body.md" in pr_script
+    assert "cat compat-changes.json" in pr_script  # what the refresh said, in the body
+    assert 'git push --force origin "$branch"' in pr_script and "gh pr edit" in pr_script  # one open PR at most
     assert publish["permissions"] == {"contents": "write", "pull-requests": "write"}
     assert wf["permissions"] == {"contents": "read"} and wf["concurrency"]["cancel-in-progress"] is False
 

@@ -205,3 +205,13 @@ def test_a_manifest_record_with_a_bad_pushed_digest_is_refused(tmp_path: Path) -
     record = {"sha256": "a" * 64, "size": 1, "flash_attn": "2.8.3", "python": "3.11", "pushed": "sha256:xyz"}
     with pytest.raises(UsageError, match="pushed 'sha256:xyz' is not an image digest"):
         dist_dir.WheelRecord.from_dict(record, where="manifest")
+
+
+def test_a_link_that_is_not_printable_is_not_served(published_once, tiny_matrix, tmp_path: Path, serve) -> None:
+    """A page's href reaches the console and the report; one with ESC in it names no wheel."""
+    first, _ = published_once
+    page = tmp_path / "dist" / "simple" / "flash-attn" / "index.html"
+    page.write_text(page.read_text().replace('href="../../', 'href="../../\x1b[31m'), encoding="utf-8")
+    index, _ = current.published(serve(tmp_path / "dist"))
+    again, out = run(tiny_matrix, a_runner(first, tiny_matrix), tmp_path, "runner-dist", published=index)
+    assert not any(r.up_to_date for r in again) and "\x1b" not in out

@@ -33,6 +33,7 @@ from .github import (
 
 DEFAULT_RELEASE = "wheels"  # the release whose assets are the published wheels
 PAGES_BRANCH = "gh-pages"
+PR_BRANCH = "fa-images/compat-refresh"  # the refreshed table's pull request
 TABLE_ARTIFACT = ARTIFACT_PREFIX + "table"
 CHANGES = "compat-changes.json"  # what `compat refresh --json` said: the pull request's body
 ENTRIES = "${{ fromJSON(needs.plan.outputs.entries) }}"
@@ -147,14 +148,20 @@ def _publish(opts: GithubOptions) -> dict:
         f'if git diff --quiet -- {table} && [ -z "$(git status --porcelain -- {table})" ]; then\n'
         '  echo "the table did not change"; exit 0\n'
         "fi\n"
-        'branch="fa-images/compat-refresh-$GITHUB_RUN_ID"\n'
-        'git switch -c "$branch"\n'
+        # One branch, force-pushed: a pull request left open is updated, not joined by another.
+        f'branch="{PR_BRANCH}"\n'
+        'git switch -C "$branch"\n'
         f"git add {table}\n"
         'git -c user.name="github-actions[bot]" -c user.email="41898282+github-actions[bot]@users.noreply.github.com" '
         'commit -qm "compat: the table refreshed from the indexes"\n'
-        'git push origin "$branch"\n'
-        f'gh pr create --base "$GITHUB_REF_NAME" --head "$branch" --title "compat: new torch releases" '
-        f"--body-file {CHANGES}\n"
+        'git push --force origin "$branch"\n'
+        f"{{ echo '```json'; cat {CHANGES}; echo '```'; }} > pr-body.md\n"
+        'if [ -n "$(gh pr list --head "$branch" --state open --json number --jq \'.[].number\')" ]; then\n'
+        '  gh pr edit "$branch" --body-file pr-body.md\n'
+        "else\n"
+        f'  gh pr create --base "$GITHUB_REF_NAME" --head "$branch" --title "compat: new torch releases" '
+        "--body-file pr-body.md\n"
+        "fi\n"
     )
     steps = [
         *_install_steps(opts),
