@@ -360,8 +360,6 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     wheel_url = args.wheel_url if args.wheel_url.endswith("/") else args.wheel_url + "/"
     result = published.site(args.dist, args.out, wheel_url=wheel_url, published=index)
-    for name in result.dropped:
-        print(f"left out: {name} (the published page no longer serves it as recorded)", file=sys.stderr)
     new = counted(len([p for p in result.uploads if p.suffix == ".whl"]), "new wheel")
     print(f"{args.out}: {counted(result.wheels, 'wheel')}, {new}; upload to {wheel_url}:", file=sys.stderr)
     for path in result.uploads:  # stdout: the files to upload, one per line, for a script
@@ -960,7 +958,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="where earlier runs published their results: a dist/ served over http(s) (its manifest.json and "
         "simple/ index), or a dist/ directory. An entry recorded there with the same inputs, whose wheel the "
         "index serves with the recorded sha256 and whose image the registry holds at the recorded digest "
-        "(asked without pulling; with --push), is up to date: not built, pulled or pushed again",
+        "(asked without pulling it; with --push), is up to date: not built, pulled or pushed again (the base "
+        "images are pulled first, as for any build: the inputs digest holds their ids)",
     )
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")

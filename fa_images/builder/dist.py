@@ -83,10 +83,13 @@ class WheelRecord:
         return data
 
     def with_facts(self, other: WheelRecord) -> WheelRecord:
-        """This record, with the fields it lacks taken from ``other`` (same wheel)."""
-        mine = self.to_dict()
+        """This record, with the fields it lacks taken from ``other`` (same wheel). The pushed
+        digest goes with the inputs it was built from: never one run's image with another's inputs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        if mine["inputs"] is not None and mine["inputs"] != theirs["inputs"]:
+            theirs["pushed"] = None
         return WheelRecord.from_dict(
-            {k: (v if v not in (None, []) else other.to_dict()[k]) for k, v in mine.items()}, where="merge"
+            {k: (v if v not in (None, []) else theirs[k]) for k, v in mine.items()}, where="merge"
         )
 
     @classmethod

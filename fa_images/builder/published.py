@@ -8,14 +8,18 @@ Stdlib and packaging only, like the rest of ``builder/``.
 from __future__ import annotations
 
 import hashlib
+import http.client
+import re
 import urllib.error
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
 from . import dist, simple_index, untrusted
 from .errors import SourceError, UsageError
 from .source import sha256_of
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,11 @@ class PublishedIndex:
                 raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
             # A link that is not printable would reach the console and the report: not served.
             files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
+            # A metadata hash is written into the next site's HTML: 64 hex digits, or none.
+            files = {
+                n: f if _SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None)
+                for n, f in files.items()
+            }
         elif manifest.wheels:
             notes.append(f"published: {url} serves no {page_url}: none of its wheels is current")
         return cls(base, manifest, files), notes
@@ -62,7 +71,7 @@ def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[byte
         if exc.code in (404, 410):
             return None
         raise SourceError(f"--published {published}: {url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, timed out, too large, a bad redirect
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # refused, cut, too large
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise SourceError(f"--published {published}: cannot read {url}: {untrusted.shown(str(reason))}") from None
 
@@ -80,7 +89,6 @@ class Site:
 
     wheels: int  # on the site's page, the published ones included
     uploads: list[Path]  # this run's new wheels and their .metadata
-    dropped: list[str]  # published records whose wheel the page no longer serves as recorded
 
 
 def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedIndex | None) -> Site:
@@ -95,12 +103,13 @@ def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedInde
     records: dict[str, dist.WheelRecord] = {}
     hrefs: dict[str, str] = {}
     metadata: dict[str, str | None] = {}
-    dropped = []
     for name, record in (published.manifest.wheels if published else {}).items():
         served = published.serves(name, record.sha256) if published else None
-        if served is None:
-            dropped.append(name)
-            continue
+        if served is None:  # a page half-published or cached apart from its manifest: lose nothing
+            raise SourceError(
+                f"--published {published.url if published else ''}: its manifest records {name}, which its page "
+                "does not serve with that sha256; refusing to write a site without it"
+            )
         records[name], hrefs[name], metadata[name] = record, served.url, served.metadata_sha256
     uploads = []
     for name, record in sorted(new.wheels.items()):
@@ -113,13 +122,14 @@ def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedInde
                     f"{name} is published with sha256 {records[name].sha256[:16]}…, this one has "
                     f"{record.sha256[:16]}…; a published wheel is never replaced under its name"
                 )
-            continue  # published already, the same bytes
+            records[name] = record  # the same bytes: this run's record (its inputs, its pushed image)
+            continue
         meta = _metadata_file(directory, name)
         records[name], hrefs[name] = record, wheel_url + quote(name)
         metadata[name] = None if meta is None else hashlib.sha256(meta.read_bytes()).hexdigest()
         uploads += [wheel] + ([meta] if meta else [])
     dist.write_site(out, dist.Manifest(records), hrefs=hrefs, metadata=metadata)
-    return Site(len(records), uploads, dropped)
+    return Site(len(records), uploads)
 
 
 def _metadata_file(directory: Path, name: str) -> Path | None:

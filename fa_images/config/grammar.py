@@ -126,8 +126,8 @@ def index_url(value: str) -> str | None:
 def public_url(value: str) -> str | None:
     """An http(s) URL read or linked to without a login: a published index, where its wheels are."""
     problem = index_url(value)
-    if problem is None and not value.startswith(("http://", "https://")):
-        problem = f"{value!r} is not an http(s):// URL"
+    if problem is None and urllib.parse.urlsplit(value).scheme.lower() not in ("http", "https"):
+        problem = f"{_redacted(value)!r} is not an http(s):// URL"
     if problem is None and has_credentials(value):
         problem = f"{without_credentials(value)!r} holds a login; a published index is read without one"
     return problem

@@ -89,7 +89,7 @@ class PublishedDist:
 
 def published(value: str) -> tuple[Results, list[str]]:
     """``build --published``: an http(s) URL of a published dist/, or a dist/ directory."""
-    if value.startswith(("http://", "https://")):
+    if "://" in value:  # a URL of any scheme is checked as one, its login never shown
         problem = grammar.public_url(value)
         if problem:
             raise UsageError(f"--published: {problem}")

@@ -546,3 +546,63 @@ def test_a_site_is_written_apart_from_its_dist(tmp_path: Path, run_fa_images) ->
     (dist_dir / f"{wheel_name(PINNED['2.13'])}.metadata").write_bytes(b"Name: planted\n")
     proc = run_fa_images(["dist", "site", "--dist", dist_dir, "--out", tmp_path / "s", "--wheel-url", "https://e.org/"])
     assert proc.returncode == 2 and "is not the METADATA of" in proc.stderr
+
+
+def test_a_site_takes_the_new_record_of_the_same_bytes(site_server, tmp_path: Path, run_fa_images) -> None:
+    """A rebuild with the same wheel bytes (new inputs, a new image digest) updates the record."""
+    web, url, _requested = site_server
+    dist_dir = one_pinned_dist(tmp_path, "2.13")
+    assert publish(run_fa_images, dist_dir, web, url, first=True).returncode == 0
+    name = wheel_name(PINNED["2.13"])
+    data = manifest_of(dist_dir)
+    data["wheels"][name] |= {"inputs": "c" * 64, "pushed": "sha256:" + "d" * 64}
+    (dist_dir / "manifest.json").write_text(json.dumps(data))
+    again = publish(run_fa_images, dist_dir, web, url)
+    assert again.returncode == 0 and again.stdout == "", again.stderr  # nothing to upload
+    record = manifest_of(web / "site")["wheels"][name]
+    assert (record["inputs"], record["pushed"]) == ("c" * 64, "sha256:" + "d" * 64)
+
+
+def test_a_site_refuses_to_lose_a_wheel_its_page_does_not_serve(site_server, tmp_path: Path, run_fa_images) -> None:
+    web, url, _requested = site_server
+    assert publish(run_fa_images, one_pinned_dist(tmp_path, "2.13"), web, url, first=True).returncode == 0
+    (web / "site" / "simple" / "flash-attn" / "index.html").write_text("<html></html>")  # a page cached apart
+    proc = publish(run_fa_images, one_pinned_dist(tmp_path, "2.14"), web, url)
+    assert proc.returncode == 4 and "refusing to write a site without it" in proc.stderr, proc.stderr
+    assert sorted(manifest_of(web / "site")["wheels"]) == [wheel_name(PINNED["2.13"])]
+
+
+def test_a_published_metadata_hash_that_is_not_hex_is_dropped(site_server, tmp_path: Path, run_fa_images) -> None:
+    """The page's attribute is written into the next site's HTML: nothing but 64 hex digits."""
+    web, url, _requested = site_server
+    assert publish(run_fa_images, one_pinned_dist(tmp_path, "2.13"), web, url, first=True).returncode == 0
+    page = web / "site" / "simple" / "flash-attn" / "index.html"
+    hostile = 'data-core-metadata="sha256=x&quot; onmouseover=&quot;alert(1)"'
+    page.write_text(re.sub(r'data-core-metadata="[^"]*"', hostile, page.read_text()))
+    assert publish(run_fa_images, one_pinned_dist(tmp_path, "2.14"), web, url).returncode == 0
+    written = page.read_text()
+    assert "onmouseover" not in written and written.count("data-core-metadata=") == 1  # the new wheel's only
+
+
+def test_a_server_that_speaks_no_http_is_one_error_line(tmp_path: Path, run_fa_images) -> None:
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def garbage() -> None:
+        for _ in range(2):
+            conn, _addr = listener.accept()
+            conn.recv(65536)
+            conn.sendall(b"garbage\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    args = ["dist", "site", "--dist", one_pinned_dist(tmp_path, "2.13"), "--out", tmp_path / "site"]
+    proc = run_fa_images([*args, "--wheel-url", "https://e.org/r/", "--published", url])
+    listener.close()
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error:")

@@ -173,7 +173,13 @@ def test_the_scheduled_workflow_refreshes_plans_builds_what_is_new_and_publishes
     assert command[command.index("--published") + 1] == PUBLISHED and "--push" in command
     assert command[-2:] == ["--only", "$FA_IMAGES_ENTRY"]  # the shell's variable, no expression
     assert [s["with"]["registry"] for s in build["steps"] if "docker/login-action" in s.get("uses", "")] == ["ghcr.io"]
+    uploads = {s["with"]["name"]: s for s in build["steps"] if "upload-artifact" in s.get("uses", "")}
+    index = "${{ strategy.job-index }}"
+    wheels, logs = uploads[f"fa-images-build-{index}"], uploads[f"fa-images-logs-{index}"]
+    assert "if" not in wheels and "dist/*.whl" in wheels["with"]["path"]  # only when every step passed
+    assert logs["if"] == "always()" and "dist" not in logs["with"]["path"]
     (publish_script,) = [s["run"] for s in publish["steps"] if s.get("name", "").startswith("Publish")]
+    assert "xargs -r -a uploads.txt" in publish_script  # nothing new to upload: no empty `gh release upload`
     assert "fa-images dist merge artifacts --dist dist" in publish_script
     assert f"fa-images dist site --dist dist --out site --published {PUBLISHED}" in publish_script
     assert "gh release upload wheels" in publish_script and "--clobber" not in publish_script.replace(
@@ -198,14 +204,17 @@ def test_the_scheduled_workflow_names_its_release_and_table(small_matrix: Path) 
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
-        (["--schedule", "17 4 * * 1"], "--schedule needs --published URL"),
-        (["--schedule", "17 4 * *", "--published", PUBLISHED], "is not a cron schedule of five fields"),
-        (["--schedule", "17 4 * * 1 $(id)", "--published", PUBLISHED], "is not a cron schedule"),
-        (["--schedule", "17 4 * * 1", "--published", "https://u:s3cret@acme.github.io/"], "holds a login"),
-        (["--schedule", "17 4 * * 1", "--published", "http://acme/x?a=${{github.token}}"], "does not need"),
-        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--shards", "2"], "--schedule takes no --shards"),
-        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--only", "x"], "--schedule takes no --only"),
-        (["--schedule", "17 4 * * 1", "--published", PUBLISHED, "--table", "a b.yaml"], "--table"),
+        (["--schedule", "17 4 * * 1", "--push"], "--schedule needs --published URL"),
+        (["--schedule", "17 4 * * 1", "--published", PUBLISHED], "--schedule needs --push"),
+        (["--schedule", "17 4 * *", "--published", PUBLISHED, "--push"], "is not a cron schedule of five fields"),
+        (["--schedule", "17 4 * * 1 $(id)", "--published", PUBLISHED, "--push"], "is not a cron schedule"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", "https://u:s3cret@acme.github.io/"], "holds a login"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", "HTTPS://u:s3cret@acme.github.io/"], "holds a login"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", "http://acme/x?a=${{github.token}}"], "does not need"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", PUBLISHED, "--shards", "2"], "takes no --shards"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", PUBLISHED, "--only", "x"], "takes no --only"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", PUBLISHED, "--table", "a b.yaml"], "--table"),
+        (["--schedule", "17 4 * * 1", "--push", "--published", PUBLISHED, "--table", "../t.yaml"], "inside the repo"),
         (["--table", "compat.yaml"], "--table goes with --schedule"),
         (["--published", PUBLISHED], "--published goes with --schedule"),
     ],
@@ -257,12 +266,10 @@ def _every_option() -> dict[str, dict]:
                     name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
                     out[name] = {"shards": shards, "push": push, "release": release, **labels}
     out["other-python-and-install"] = {"python": "3.13", "install": "fa-images==0.1.0", "timeout_minutes": 30}
-    for push in (False, True):
-        for release in (None, "v1.2"):
-            for where, labels in runners.items():
-                name = f"schedule-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
-                scheduled = {"schedule": "17 4 * * 1", "published": PUBLISHED, "table": "config/compat.yaml"}
-                out[name] = {"push": push, "release": release, **scheduled, **labels}
+    for release in (None, "v1.2"):
+        for where, labels in runners.items():
+            scheduled = {"schedule": "17 4 * * 1", "published": PUBLISHED, "table": "config/compat.yaml", "push": True}
+            out[f"schedule-{release or 'norelease'}-{where}"] = {"release": release, **scheduled, **labels}
     return out
 
 

@@ -215,3 +215,12 @@ def test_a_link_that_is_not_printable_is_not_served(published_once, tiny_matrix,
     index, _ = current.published(serve(tmp_path / "dist"))
     again, out = run(tiny_matrix, a_runner(first, tiny_matrix), tmp_path, "runner-dist", published=index)
     assert not any(r.up_to_date for r in again) and "\x1b" not in out
+
+
+def test_a_merged_record_never_pairs_one_run_s_image_with_another_s_inputs() -> None:
+    base = {"sha256": "a" * 64, "size": 1, "flash_attn": "2.8.3", "python": "3.11"}
+    old = dist_dir.WheelRecord.from_dict({**base, "inputs": "1" * 64, "pushed": "sha256:" + "2" * 64}, where="old")
+    new = dist_dir.WheelRecord.from_dict({**base, "inputs": "3" * 64}, where="new")
+    assert new.with_facts(old).pushed is None  # another run's image: not current for these inputs
+    same = dist_dir.WheelRecord.from_dict({**base, "inputs": "1" * 64}, where="same")
+    assert same.with_facts(old).pushed == "sha256:" + "2" * 64

@@ -112,8 +112,15 @@ class GithubOptions:
             )
         if self.published is None:
             raise UsageError("--schedule needs --published URL: where the index is published (GitHub Pages)")
+        if not self.push:
+            raise UsageError(
+                "--schedule needs --push: a runner starts with an empty engine, and an image that is not in "
+                "the registry is built again on every run"
+            )
         _refuse("--published", [self.published], grammar.public_url)
         _refuse("--table", [self.table], grammar.repo_path)
+        if self.table.startswith("/") or ".." in self.table.split("/"):
+            raise UsageError(f"--table {self.table!r} must be a path inside the repository, such as compat.yaml")
 
 
 def _refuse(flag: str, values: Iterable[str], check: Callable[[str], str | None]) -> None:

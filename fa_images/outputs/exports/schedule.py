@@ -92,14 +92,21 @@ def _build(matrix: Matrix, opts: GithubOptions) -> dict:
             "run": shlex.join(command) + ' --only "$FA_IMAGES_ENTRY"',
         },
         {
-            "name": "Upload the new wheel, manifest, report and logs",
-            "if": "always()",
+            # Only an entry whose every step passed is published: a wheel whose image failed its
+            # check is in dist/ too, and must not reach the release.
+            "name": "Upload the new wheel and its manifest",
             "uses": UPLOAD,
             "with": {
                 "name": f"{ARTIFACT_PREFIX}build-{JOB_INDEX}",
-                "path": "dist/*.whl\ndist/manifest.json\nreport.json\nlogs/\n",
-                "if-no-files-found": "warn",  # an entry found up to date leaves no wheel
+                "path": "dist/*.whl\ndist/manifest.json\n",
+                "if-no-files-found": "ignore",  # an entry found up to date leaves no wheel
             },
+        },
+        {
+            "name": "Upload the report and logs",
+            "if": "always()",
+            "uses": UPLOAD,
+            "with": {"name": f"{ARTIFACT_PREFIX}logs-{JOB_INDEX}", "path": "report.json\nlogs/\n"},
         },
     ]
     job = {
@@ -131,10 +138,12 @@ def _publish(opts: GithubOptions) -> dict:
         f'fa-images dist site --dist dist --out site --published {published} --wheel-url "$wheel_url" > uploads.txt\n'
         f'gh release view {tag} >/dev/null 2>&1 || gh release create {tag} --title {tag} --notes "flash-attn wheels"\n'
         "# No --clobber: a published wheel is never replaced under its name.\n"
-        f"xargs -a uploads.txt gh release upload {tag}\n"
+        f"xargs -r -a uploads.txt gh release upload {tag}\n"
         # One commit, the whole site: it is written from the published index and the new wheels.
-        "git worktree add --detach ../pages\n"
-        "cd ../pages\n"
+        'pages="$RUNNER_TEMP/fa-images-pages"\n'
+        'git worktree remove --force "$pages" 2>/dev/null || true\n'
+        'git worktree add --detach "$pages"\n'
+        'cd "$pages"\n'
         "git checkout --orphan fa-images-pages\n"
         "git rm -rfq .\n"
         'cp -R "$GITHUB_WORKSPACE/site/." .\n'
