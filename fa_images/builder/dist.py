@@ -41,8 +41,8 @@ from .source import sha256_of
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 SIMPLE = "simple"
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # an image's digest as a registry gives it
 PROJECT = "flash-attn"
 # What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
 _WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
@@ -101,7 +101,7 @@ class WheelRecord:
         if missing:
             raise UsageError(f"{where}: the record lacks {', '.join(missing)}")
         sha = data["sha256"]
-        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        if not isinstance(sha, str) or not SHA256.fullmatch(sha):
             raise UsageError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
         if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
             raise UsageError(f"{where}: size {data['size']!r} is not a byte count")
@@ -112,7 +112,7 @@ class WheelRecord:
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
         pushed = data.get("pushed")
-        if pushed is not None and not (isinstance(pushed, str) and _DIGEST.fullmatch(pushed)):
+        if pushed is not None and not (isinstance(pushed, str) and IMAGE_DIGEST.fullmatch(pushed)):
             raise UsageError(f"{where}: pushed {pushed!r} is not an image digest (sha256: and 64 hex digits)")
         for key in ("cxx11_abi", "ptx"):
             if data.get(key) is not None and not isinstance(data[key], bool):

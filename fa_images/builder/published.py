@@ -8,8 +8,6 @@ Stdlib and packaging only, like the rest of ``builder/``.
 from __future__ import annotations
 
 import hashlib
-import http.client
-import re
 import urllib.error
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,8 +16,6 @@ from urllib.parse import quote
 from . import dist, simple_index, untrusted
 from .errors import SourceError, UsageError
 from .source import sha256_of
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ class PublishedIndex:
             files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
             # A metadata hash is written into the next site's HTML: 64 hex digits, or none.
             files = {
-                n: f if _SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None)
+                n: f if dist.SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None)
                 for n, f in files.items()
             }
         elif manifest.wheels:
@@ -71,7 +67,7 @@ def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[byte
         if exc.code in (404, 410):
             return None
         raise SourceError(f"--published {published}: {url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # refused, cut, too large
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, not HTTP, cut, too large
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise SourceError(f"--published {published}: cannot read {url}: {untrusted.shown(str(reason))}") from None
 

@@ -13,11 +13,13 @@ Stdlib only, Python 3.9: this module travels into every build context.
 from __future__ import annotations
 
 import errno
+import http.client
 import io
 import json
 import os
 import stat
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -123,7 +125,10 @@ def copy_response(response: Any, out: BinaryIO, *, url: str, limit: int, timeout
     size = 0
     read = getattr(response, "read1", response.read)  # read1: one recv, so a trickle meets the deadline
     while True:
-        chunk = read(_CHUNK)
+        try:
+            chunk = read(_CHUNK)
+        except http.client.HTTPException as exc:  # IncompleteRead, a broken chunked body
+            raise urllib.error.URLError(f"{_clip(url)}: the answer broke off ({type(exc).__name__})") from None
         if not chunk:
             return size
         size += len(chunk)
@@ -147,9 +152,13 @@ _OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
 
 
 def open_url(request: urllib.request.Request | str, *, timeout: float = URL_TIMEOUT) -> Any:
-    """urlopen with a socket timeout, http(s) redirects only."""
+    """urlopen with a socket timeout, http(s) redirects only. A server that does not speak HTTP
+    (http.client's BadStatusLine, not an OSError) is a URLError, as a refused connection is."""
     split_url(request.full_url if isinstance(request, urllib.request.Request) else request)
-    return _OPENER.open(request, timeout=timeout)
+    try:
+        return _OPENER.open(request, timeout=timeout)
+    except http.client.HTTPException as exc:
+        raise urllib.error.URLError(f"not an HTTP answer ({type(exc).__name__})") from None
 
 
 def fetch(

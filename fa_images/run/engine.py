@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
+from ..builder.dist import IMAGE_DIGEST
 from ..errors import EngineUnavailable, StepFailed
 from . import gpus
 from .gpus import HostGpus
@@ -116,7 +117,6 @@ def _where() -> str:
 
 
 _PUSHED_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # How a registry says, through the daemon, that it has no such tag or repository.
 _UNKNOWN = re.compile(r"manifest unknown|name unknown|not found", re.IGNORECASE)
 _AUTH_REFUSED = re.compile(r"no basic auth credentials|unauthorized|authentication required|denied", re.IGNORECASE)
@@ -275,7 +275,7 @@ class DockerEngine:
                 return None
             raise
         digest = descriptor.get("digest")
-        return digest if isinstance(digest, str) and _DIGEST.fullmatch(digest) else None
+        return digest if isinstance(digest, str) and IMAGE_DIGEST.fullmatch(digest) else None
 
     @contextmanager
     def _container(self, image: str, command: list[str] | None, **kwargs: Any) -> Iterator[tuple[Any, dict]]:

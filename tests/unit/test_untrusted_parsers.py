@@ -260,3 +260,50 @@ def test_any_fatbin_ends_in_archs_or_an_error(data: bytes) -> None:
     except elf.ElfError:
         return
     assert all(a.isdigit() for a in cubins | ptx)
+
+
+# --- a server that does not speak HTTP ------------------------------------------------------
+
+
+@pytest.fixture
+def not_http() -> Iterator[str]:
+    """A TCP server that answers every request with a line that is no HTTP status line."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"garbage\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    listener.close()
+
+
+def test_every_reader_of_an_index_takes_a_non_http_answer_as_its_own_error(not_http: str) -> None:
+    """untrusted.open_url turns http.client's BadStatusLine (no OSError) into a URLError, so the
+    sdist's index, compat refresh and a published dist/ each say it their way, not in a traceback."""
+    import urllib.error
+
+    from fa_images.builder import published, source, untrusted
+    from fa_images.builder.errors import SourceError
+    from fa_images.config import compatgen
+
+    with pytest.raises(urllib.error.URLError, match="not an HTTP answer"):
+        untrusted.fetch(not_http)
+    with pytest.raises(SourceError, match="cannot read"):
+        source.find_on_index("2.8.3", not_http)
+    with pytest.raises(compatgen.IndexUnreachable, match="not an HTTP answer"):
+        compatgen.http_fetch(not_http, {})
+    with pytest.raises(SourceError, match="not an HTTP answer"):
+        published.PublishedIndex.read(not_http)

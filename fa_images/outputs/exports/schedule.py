@@ -34,6 +34,11 @@ from .github import (
 DEFAULT_RELEASE = "wheels"  # the release whose assets are the published wheels
 PAGES_BRANCH = "gh-pages"
 PR_BRANCH = "fa-images/compat-refresh"  # the refreshed table's pull request
+# Both commits the workflow makes, as GitHub's Actions bot.
+COMMIT = (
+    'git -c user.name="github-actions[bot]" '
+    '-c user.email="41898282+github-actions[bot]@users.noreply.github.com" commit'
+)
 TABLE_ARTIFACT = ARTIFACT_PREFIX + "table"
 CHANGES = "compat-changes.json"  # what `compat refresh --json` said: the pull request's body
 ENTRIES = "${{ fromJSON(needs.plan.outputs.entries) }}"
@@ -149,8 +154,7 @@ def _publish(opts: GithubOptions) -> dict:
         'cp -R "$GITHUB_WORKSPACE/site/." .\n'
         "touch .nojekyll\n"
         "git add -A\n"
-        'git -c user.name="github-actions[bot]" -c user.email="41898282+github-actions[bot]@users.noreply.github.com" '
-        'commit -qm "fa-images: the index of the published wheels"\n'
+        f'{COMMIT} -qm "fa-images: the index of the published wheels"\n'
         f"git push --force origin HEAD:{PAGES_BRANCH}\n"
     )
     pull_request = (
@@ -161,8 +165,7 @@ def _publish(opts: GithubOptions) -> dict:
         f'branch="{PR_BRANCH}"\n'
         'git switch -C "$branch"\n'
         f"git add {table}\n"
-        'git -c user.name="github-actions[bot]" -c user.email="41898282+github-actions[bot]@users.noreply.github.com" '
-        'commit -qm "compat: the table refreshed from the indexes"\n'
+        f'{COMMIT} -qm "compat: the table refreshed from the indexes"\n'
         'git push --force origin "$branch"\n'
         f"{{ echo '```json'; cat {CHANGES}; echo '```'; }} > pr-body.md\n"
         'if [ -n "$(gh pr list --head "$branch" --state open --json number --jq \'.[].number\')" ]; then\n'
