@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..builder import simple_index, source, untrusted
@@ -50,7 +51,6 @@ PYPI = "https://pypi.org/simple"
 TORCH_INDEX = "https://download.pytorch.org/whl"
 MIN_TORCH = "2.4.0"
 TIMEOUT = 60
-_WHEEL = re.compile(r"torch-(?P<version>[^-]+)-cp(?P<py>\d+)-cp\d+-(?P<platform>[^-]+)\.whl$")
 _CUDA_PIN = re.compile(
     r"^Requires-Dist:\s*(?:nvidia-cuda-runtime-cu\d+|cuda-toolkit(?:\[[^\]]*\])?)\s*\(?==\s*(\d+)\.(\d+)", re.M
 )
@@ -184,14 +184,15 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
     page = f"{pypi.rstrip('/')}/torch/"
     wheels: dict[str, dict[str, simple_index.File]] = {}  # version -> cp tag -> wheel
     for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
-        match = _WHEEL.match(f.filename)
-        if not match or not match["platform"].startswith("manylinux") or not match["platform"].endswith("x86_64"):
+        found = _linux_torch_wheel(f.filename)
+        if found is None or f.yanked:
             continue
-        version = match["version"]
+        version, python = found
         parsed = _final(version)
-        if parsed is None or parsed < Version(min_torch) or f.yanked or grammar.version(version) is not None:
+        if parsed is None or parsed < Version(min_torch):
             continue
-        wheels.setdefault(version, {})[match["py"]] = f  # its URL absolute, and on the page's host
+        # A build tag (torch-2.10.0-3-cp311-...: a re-upload) names the same release.
+        wheels.setdefault(version, {})[python] = f  # its URL absolute, and on the page's host
     out = {}
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
@@ -206,11 +207,37 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
 
 def torch_variants(fetch: Fetch, torch_index: str) -> dict[str, set[str]]:
     """version -> CUDA variants, from the torch index's file list (HTML, PEP 503)."""
-    text = untrusted.decode_text(fetch(f"{torch_index.rstrip('/')}/torch/", {}), what="the torch index page")
+    page = f"{torch_index.rstrip('/')}/torch/"
     out: dict[str, set[str]] = {}
-    for version, cu in re.findall(r"torch-(\d+\.\d+\.\d+)(?:%2B|\+)cu(\d+)-cp\d+-cp\d+-(?:manylinux|linux)", text):
-        out.setdefault(version, set()).add(f"{cu[:-1]}.{cu[-1]}")
+    for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
+        found = _linux_torch_wheel(f.filename)
+        if found is None:
+            continue
+        release, _, local = found[0].partition("+")
+        cu = re.fullmatch(r"cu(\d+)", local)
+        if cu and _final(release) is not None:
+            out.setdefault(release, set()).add(f"{cu[1][:-1]}.{cu[1][-1]}")
     return out
+
+
+def _linux_torch_wheel(filename: str) -> tuple[str, str] | None:
+    """(version, Python) of a torch wheel for CPython on x86_64 Linux, by the wheel name's own
+    grammar (PEP 427, build tags included); None for anything else, free-threaded builds too.
+    The version is also a word of the table's grammar, since it reaches the YAML."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    pythons = {
+        tag.interpreter[2:]
+        for tag in tags
+        if tag.interpreter == tag.abi
+        and re.fullmatch(r"cp3\d+", tag.interpreter)
+        and re.fullmatch(r"(manylinux\w*|linux)_x86_64", tag.platform)
+    }
+    if name != "torch" or len(pythons) != 1 or grammar.version(str(version).partition("+")[0]) is not None:
+        return None
+    return str(version), pythons.pop()
 
 
 def abi_rule(torch: str, cuda: str) -> bool:

@@ -371,6 +371,26 @@ def test_default_cuda_of_metadata(line: str, cuda: str | None) -> None:
     assert compatgen.default_cuda_of(f"Name: torch\n{line}\n") == cuda
 
 
+@pytest.mark.parametrize(
+    ("filename", "found"),
+    [
+        ("torch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl", ("2.9.1", "311")),
+        # A re-upload with a build tag, as PyPI holds for 2.10.0 and pip downloads first.
+        ("torch-2.10.0-3-cp311-cp311-manylinux_2_28_x86_64.whl", ("2.10.0", "311")),
+        ("torch-2.9.1%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl", None),  # quoted: not a name
+        ("torch-2.9.1+cu128-cp312-cp312-manylinux_2_28_x86_64.whl", ("2.9.1+cu128", "312")),
+        ("torch-2.5.1-cp313-cp313t-manylinux1_x86_64.whl", None),  # free-threaded
+        ("torch-2.9.1-cp311-cp311-manylinux_2_28_aarch64.whl", None),
+        ("torch-2.9.1-cp311-none-macosx_11_0_arm64.whl", None),
+        ("torchvision-0.24.1-cp311-cp311-manylinux_2_28_x86_64.whl", None),
+        ("torch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.tar.gz", None),
+        ("torch-not.a.version-cp311-cp311-manylinux_2_28_x86_64.whl", None),
+    ],
+)
+def test_torch_wheels_are_read_by_the_wheel_name_grammar(filename: str, found: tuple[str, str] | None) -> None:
+    assert compatgen._linux_torch_wheel(filename) == found
+
+
 def test_abi_rule() -> None:
     assert [compatgen.abi_rule(t, c) for t, c in [("2.5.1", "12.4"), ("2.6.0", "12.4"), ("2.6.0", "12.6")]] == [
         False,
