@@ -1502,7 +1502,8 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
     auth = ["-P", str(htpasswd), "-a", "download,list,update"] if htpasswd else ["-P", ".", "-a", "."]
     cmd = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), *auth]
     proc = subprocess.Popen(
-        [*cmd, "--disable-fallback", *map(str, packages)],
+        # simple-dir: the directories are listed on every request, so a file added is served.
+        [*cmd, "--disable-fallback", "--backend", "simple-dir", *map(str, packages)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

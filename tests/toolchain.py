@@ -164,6 +164,64 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
     return dest
 
 
+def torch_release(version: str, python_version: str = "3.11") -> Path:
+    """The wheels that a torch release other than TORCH_VERSION adds to torch_wheelhouse(): its
+    own, and those of its dependencies that differ (torch 2.10.0 beside 2.9.1: torch, triton,
+    nvshmem and the CUDA Python bindings, about 1.5 GB). For a test in which an index gains a
+    release. Every other requirement is held at the wheelhouse's own version, so that an index
+    gaining these files resolves TORCH_VERSION exactly as before."""
+    base = torch_wheelhouse(python_version)
+    tag = _cp_tag(python_version)
+    dest = cache_dir() / f"release-torch{version}-{tag}"
+    spec = {"torch": version, "python_version": python_version, "beside": str(base)}
+    if _is_ready(dest, spec):
+        return dest
+    with _lock(dest):
+        if _is_ready(dest, spec):
+            return dest
+        # pip skips what is already in its --dest: the download goes into links of the wheelhouse.
+        staging = dest.with_name(dest.name + ".download")
+        staging.mkdir(parents=True, exist_ok=True)
+        held = []
+        for wheel in base.glob("*.whl"):
+            if not (staging / wheel.name).exists():
+                os.link(wheel, staging / wheel.name)
+            name, _, rest = wheel.name.partition("-")
+            if name.lower() not in {"torch", "triton"} and not name.lower().startswith(("nvidia_", "cuda_")):
+                held.append(f"{name}=={rest.partition('-')[0]}")
+        constraints = staging / "constraints.txt"
+        constraints.write_text("\n".join(sorted(held)) + "\n")
+        _log(f"downloading torch {version} for {tag} beside {base} (~1.5 GB)")
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "cp",
+                *_platform_args(),
+                "--constraint",
+                str(constraints),
+                "--dest",
+                str(staging),
+                f"torch=={version}",
+            ],
+            progress=True,
+        )
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        for wheel in staging.glob("*.whl"):
+            if not (base / wheel.name).exists():
+                os.replace(wheel, dest / wheel.name)
+        shutil.rmtree(staging)
+        _mark(dest, spec)
+    return dest
+
+
 def _seed_pure_wheels(dest: Path) -> None:
     """Hard-links the wheels that fit every CPython (``py3-none``: the CUDA libraries, most of
     the 3.5 GB) from the wheelhouses of the same torch for other Pythons; pip skips them."""

@@ -60,14 +60,21 @@ def _index_dir(second: bool) -> Path:
 
 
 @pytest.fixture(scope="session")
-def torch_index() -> Iterator[str]:
-    """The simple index URL, served for the whole run on each worker that asks for it."""
-    index_dir = _index_dir(engine_env.find_python(SECOND_PYTHON) is not None)
+def index_dir() -> Iterator[Path]:
+    """The directory the index serves. It is listed on every request: a test may add a release
+    to it (and takes it out again)."""
+    path = _index_dir(engine_env.find_python(SECOND_PYTHON) is not None)
     try:
-        with engine_env.pypi_server([index_dir]) as index:
-            yield index
+        yield path
     finally:
-        shutil.rmtree(index_dir, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def torch_index(index_dir: Path) -> Iterator[str]:
+    """The simple index URL, served for the whole run on each worker that asks for it."""
+    with engine_env.pypi_server([index_dir]) as index:
+        yield index
 
 
 @pytest.fixture(scope="session")
