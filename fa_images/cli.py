@@ -24,6 +24,7 @@ from .run.logger import say
 if TYPE_CHECKING:
     from .config import matrix
     from .config.grammar import BuilderForm
+    from .run.current import Wheel
     from .run.plan import EntryPlan
 
 DESCRIPTION = """\
@@ -156,7 +157,10 @@ Entries that differ only in Python (one `group` in `fa-images plan --json`) shar
 compiler cache: the first compiles the kernels, the others take them from the cache.
 An entry built, checked and exported from the same inputs by an earlier run is up to date and
 not built again (--force rebuilds): its wheel in --dist or in the --published index, its image in
-the engine or, when it is pushed, in the registry at the digest recorded.
+the engine or, when it is pushed, in the registry at the digest recorded. A wheel the --published
+index serves is final (never replaced under its name): an entry that has one but is not up to date
+(a new fa-images, a base pulled anew) gets its image made around that wheel, fetched and
+verified, with no compile.
 The engine is found as the docker SDK finds it (DOCKER_HOST, or /var/run/docker.sock).
 Exit status: 0 when every selected entry succeeded, 1 when some failed, 2 bad input (the
 matrix, a flag, a path), 3 the base images cannot be provided (a pull failed, --pull never and
@@ -210,7 +214,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         description = engine.describe()
         console.line(f"engine: {description}")
         console.line(f"builder: {connection.builder.describe()} ({connection.why})")
-        plans = _plans(args, m, entries, prebuilt, connection.builder.form)
+        # A published wheel is final: an entry that has one is never compiled again.
+        final = {e.id: w for e in entries if published and (w := published.final(e.id))}
+        plans = _plans(args, m, entries, prebuilt, connection.builder.form, published=final)
         options = Options(
             dist=args.dist,
             log_dir=args.log_dir,
@@ -252,6 +258,8 @@ def _plans(
     entries: tuple[matrix.Entry, ...],
     prebuilt: dict[str, Path] | None,
     form: BuilderForm,
+    *,
+    published: dict[str, Wheel] | None = None,
 ) -> list[EntryPlan]:
     """The plan of `build` and of `build --dry-run`, for the builder form that builds it."""
     from .run import plan as plan_mod
@@ -262,6 +270,7 @@ def _plans(
         push=args.push,
         gpus=args.gpus,
         prebuilt=prebuilt,
+        published=published,
         python_from=m.bases.python,
         form=form,
     )
@@ -959,7 +968,8 @@ def build_parser() -> argparse.ArgumentParser:
         "simple/ index), or a dist/ directory. An entry recorded there with the same inputs, whose wheel the "
         "index serves with the recorded sha256 and whose image the registry holds at the recorded digest "
         "(asked without pulling it; with --push), is up to date: not built, pulled or pushed again (the base "
-        "images are pulled first, as for any build: the inputs digest holds their ids)",
+        "images are pulled first, as for any build: the inputs digest holds their ids). A wheel published "
+        "there for an entry is final: an entry not up to date has its image made around it, no compile",
     )
     build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
     build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")

@@ -53,7 +53,7 @@ def builder_files() -> list[Path]:
 def inputs_digest(
     matrix: Matrix,
     entry: Entry,
-    source_file: Path,
+    source_sha256: str,
     *,
     base_ids: dict[str, str],
     prebuilt: bool = False,
@@ -61,9 +61,10 @@ def inputs_digest(
 ) -> str:
     """A digest of everything the entry's image and wheel are made of: the Dockerfile (every
     setting that reaches the build, pins included), the builder code, the sdist (or the prebuilt
-    wheel), and the base images the engine holds (``base_ids``: ref -> image id; a re-pulled base
-    is a new input). A build with the same digest makes the same image, so a later run can tell it
-    has nothing to do."""
+    wheel: ``source_sha256`` is its sha256, so a published wheel needs no download to be
+    compared), and the base images the engine holds (``base_ids``: ref -> image id; a re-pulled
+    base is a new input). A build with the same digest makes the same image, so a later run can
+    tell it has nothing to do."""
     digest = hashlib.sha256()
 
     def part(name: str, data: bytes) -> None:
@@ -72,7 +73,7 @@ def inputs_digest(
     part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt, builder=form)).encode())
     for path in builder_files():
         part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
-    part("wheel" if prebuilt else "sdist", source.sha256_of(source_file).encode())
+    part("wheel" if prebuilt else "sdist", source_sha256.encode())
     for ref in sorted(base_ids):
         part(f"base {ref}", base_ids[ref].encode())
     return digest.hexdigest()

@@ -51,7 +51,7 @@ def needs(plans: list[EntryPlan], python_from: str) -> list[BaseNeeds]:
             cudas.setdefault(ref, set())
             if python_from == "system":
                 pythons[ref].add(entry.python)
-        if plan.prebuilt is None and entry.devel_image in plan.bases:
+        if not plan.around_wheel and entry.devel_image in plan.bases:
             cudas[entry.devel_image].add(entry.cuda)
     return [
         BaseNeeds(ref, tuple(sorted(pythons[ref], key=Version)), tuple(sorted(cudas[ref], key=Version)))

@@ -9,10 +9,16 @@ CI runner that starts empty finds what earlier runs published, and builds only w
 The image is current when the registry serves the entry's tag at the digest that the run that
 pushed it recorded (asked without pulling: the runner pulls nothing it does not build), or when
 the engine holds it with these inputs in its label.
+
+A published wheel is final: it is never replaced under its name, whatever later inputs would
+compile. An entry whose wheel is published, but not current (a new fa-images, a new base), has
+its image made around that wheel (``Results.final``, fetched and verified only then): no compile,
+and nothing new to publish but the image.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -44,9 +50,30 @@ class Results(Protocol):
 
     def wheel(self, entry: str, inputs: str) -> Wheel | None: ...
 
+    def final(self, entry: str) -> Wheel | None:
+        """The wheel published for ``entry``, whatever inputs made it."""
+        ...
 
-def _recorded(manifest: Manifest, entry: str, inputs: str) -> list[tuple[str, WheelRecord]]:
-    return [(name, r) for name, r in sorted(manifest.wheels.items()) if r.entry == entry and r.inputs == inputs]
+    def fetch(self, wheel: Wheel, into: Path) -> Path:
+        """``wheel`` as a file in the directory ``into``, its sha256 checked, with its record in
+        a manifest beside it."""
+        ...
+
+
+def _recorded(manifest: Manifest, entry: str, inputs: str | None) -> list[tuple[str, WheelRecord]]:
+    """The records of ``entry`` (made from ``inputs``; None: from any), by name."""
+    return [
+        (name, r)
+        for name, r in sorted(manifest.wheels.items())
+        if r.entry == entry and (inputs is None or r.inputs == inputs)
+    ]
+
+
+def _place(into: Path, file: Path, wheel: Wheel, *, move: bool) -> Path:
+    """``file`` into the dist/ ``into``, with its record: the image's build copies the one, the
+    export reads the other."""
+    (placed,) = dist_dir.add_wheels(into, [dist_dir.Incoming(file, wheel.record, wheel.location)], move=move)
+    return placed
 
 
 @dataclass(frozen=True)
@@ -59,7 +86,7 @@ class DistDir:
     def where(self) -> str:
         return str(self.path)
 
-    def wheel(self, entry: str, inputs: str) -> Wheel | None:
+    def wheel(self, entry: str, inputs: str | None) -> Wheel | None:
         # Read for each entry: this run writes to its own dist/ as it goes.
         manifest = dist_dir.read_manifest(self.path) if (self.path / dist_dir.MANIFEST).is_file() else Manifest()
         for name, record in _recorded(manifest, entry, inputs):
@@ -67,6 +94,12 @@ class DistDir:
             if file.is_file() and not file.is_symlink() and source.sha256_of(file) == record.sha256:
                 return Wheel(str(file.resolve()), name, record)
         return None
+
+    def final(self, entry: str) -> Wheel | None:
+        return self.wheel(entry, None)
+
+    def fetch(self, wheel: Wheel, into: Path) -> Path:
+        return _place(into, Path(wheel.location), wheel, move=False)
 
 
 @dataclass(frozen=True)
@@ -79,12 +112,20 @@ class PublishedDist:
     def where(self) -> str:
         return self.index.url
 
-    def wheel(self, entry: str, inputs: str) -> Wheel | None:
+    def wheel(self, entry: str, inputs: str | None) -> Wheel | None:
         for name, record in _recorded(self.index.manifest, entry, inputs):
             served = self.index.serves(name, record.sha256)
             if served is not None:
                 return Wheel(served.url, name, record)
         return None
+
+    def final(self, entry: str) -> Wheel | None:
+        return self.wheel(entry, None)
+
+    def fetch(self, wheel: Wheel, into: Path) -> Path:
+        with tempfile.TemporaryDirectory(dir=into.parent, prefix=f".{into.name}-") as tmp:
+            downloaded = source.download(wheel.location, Path(tmp) / wheel.name, wheel.record.sha256)
+            return _place(into, downloaded, wheel, move=True)
 
 
 def published(value: str) -> tuple[Results, list[str]]:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, scratch, untrusted, verify
+from ..builder import contract, gpuarch, scratch, source, untrusted, verify
 from ..builder import dist as dist_dir
 from ..builder.contract import WRONG_ARCH_PREFIX
 from ..config.grammar import PullPolicy
@@ -123,6 +123,7 @@ class _EntryRun:
     build: BuildResult | None = None
     inputs: str | None = None  # context.inputs_digest of this entry
     wheel_dir: Path | None = None  # where the build wrote the wheel stage's files, inside dist/
+    fetched: Path | None = None  # where a published wheel was fetched to, inside dist/
 
     @property
     def entry(self) -> Entry:
@@ -184,27 +185,54 @@ class Executor:
         finally:
             if run.wheel_dir is not None:  # a build or an export that failed: its files go with it
                 shutil.rmtree(run.wheel_dir, ignore_errors=True)
+            if run.fetched is not None:
+                shutil.rmtree(run.fetched, ignore_errors=True)
             log.close()
 
     # The steps, one method each; STEP_TABLE below maps the plan's step names to them.
 
     def _source(self, run: _EntryRun) -> StepOutcome:
-        entry, prebuilt = run.entry, run.plan.prebuilt
+        entry, prebuilt, published = run.entry, run.plan.prebuilt, run.plan.published
+        base_ids = {ref: info.id for ref in run.plan.bases if (info := self.engine.image_info(ref))}
+
+        def digest(sha256: str, *, around_wheel: bool) -> str:
+            return context.inputs_digest(
+                self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel, form=self.builder.form
+            )
+
         if prebuilt is not None:
             run.result.prebuilt = True
             report = self._verify(run, prebuilt)
             run.source, note = prebuilt, f"{prebuilt.name} (verified, sha256 {report.sha256[:12]}…): no compile"
+            candidates = [digest(report.sha256, around_wheel=True)]
         else:
-            run.source = context.fetch_sdist(self.matrix, entry)
-            note = run.source.name
-        base_ids = {ref: info.id for ref in run.plan.bases if (info := self.engine.image_info(ref))}
-        run.inputs = context.inputs_digest(
-            self.matrix, entry, run.source, base_ids=base_ids, prebuilt=prebuilt is not None, form=self.builder.form
-        )
-        where = None if self.options.force else self._up_to_date(run)
-        if where:
-            return StepOutcome(note=f"{note}; image and wheel up to date: {where} (--force rebuilds)")
+            sdist = context.fetch_sdist(self.matrix, entry)
+            compiled = digest(source.sha256_of(sdist), around_wheel=False)
+            run.source, note, candidates = sdist, sdist.name, [compiled]
+            if published is not None:
+                # A published wheel is final: current as its own compile left it, or as an image
+                # made around it; else the image is made around it now.
+                run.result.prebuilt = True
+                note = f"{published.name} (published): no compile"
+                candidates = [digest(published.record.sha256, around_wheel=True), compiled]
+        where = None
+        for inputs in [] if self.options.force else candidates:
+            if where := self._up_to_date(run, inputs):
+                run.inputs = inputs
+                return StepOutcome(note=f"{note}; image and wheel up to date: {where} (--force rebuilds)")
+        run.inputs = candidates[0]
+        if published is not None and self.options.published is not None:
+            run.source = self._fetch_published(run, self.options.published, published)
+            report = self._verify(run, run.source)
+            note = f"{published.location} (verified, sha256 {report.sha256[:12]}…): published, no compile"
         return StepOutcome(note=note)
+
+    def _fetch_published(self, run: _EntryRun, place: Results, wheel: Wheel) -> Path:
+        """The published wheel, fetched into this run's dist/ apart from its wheels (removed with
+        the entry's run), with its record beside it for the export."""
+        self.options.dist.mkdir(parents=True, exist_ok=True)
+        run.fetched = Path(tempfile.mkdtemp(prefix=f".{run.entry.id}-published-", dir=self.options.dist))
+        return place.fetch(wheel, run.fetched / "wheel")
 
     def _verify(self, run: _EntryRun, wheel: Path) -> verify.WheelReport:
         """The gate of every wheel: a compiled one as it leaves its stage, a prebuilt one before
@@ -219,21 +247,20 @@ class Executor:
             import_check=False,
         )
 
-    def _up_to_date(self, run: _EntryRun) -> str | None:
+    def _up_to_date(self, run: _EntryRun, inputs: str) -> str | None:
         """Where an earlier run's wheel and image of these inputs are (``current``), or None."""
-        assert run.inputs is not None
         places: list[Results] = [DistDir(self.options.dist)]
         places += [self.options.published] if self.options.published else []
         for place in places:
-            wheel = place.wheel(run.entry.id, run.inputs)
-            image = self._current_image(run, wheel) if wheel else None
+            wheel = place.wheel(run.entry.id, inputs)
+            image = self._current_image(run, wheel, inputs) if wheel else None
             if wheel and image:
                 run.result.up_to_date = True
                 run.result.wheel, run.result.wheel_sha256 = wheel.location, wheel.record.sha256
                 return f"the wheel in {place.where}, the image {image}"
         return None
 
-    def _current_image(self, run: _EntryRun, wheel: Wheel) -> str | None:
+    def _current_image(self, run: _EntryRun, wheel: Wheel, inputs: str) -> str | None:
         """Where the image the wheel's run made is: the registry, asked without a pull, for an
         entry this run pushes; else the engine, with these inputs in its label."""
         entry, pushed = run.entry, wheel.record.pushed
@@ -248,7 +275,7 @@ class Executor:
                 run.result.pushed = pushed
                 return f"in the registry at {pushed[:19]}"
         image = self.engine.image_info(entry.image)
-        if image is None or image.labels.get(INPUTS_LABEL) != run.inputs:
+        if image is None or image.labels.get(INPUTS_LABEL) != inputs:
             return None
         run.result.image_size = image.size
         return "in the engine"
@@ -285,7 +312,7 @@ class Executor:
             run.log.write(line)
             self.console.line(f"    {line}")
 
-        prebuilt = run.plan.prebuilt is not None
+        prebuilt = run.plan.around_wheel
         with scratch.scratch_dir("context", keep=self.options.keep_work, log=kept) as tmp:
             ctx = context.assemble(
                 self.matrix,
@@ -382,7 +409,7 @@ class Executor:
                 raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, not one: {[w.name for w in wheels]}")
             report = self._verify(run, wheels[0])
             # A prebuilt wheel keeps the record of the dist/ it came from, where it has one.
-            origin = run.plan.prebuilt.parent if run.plan.prebuilt else staging
+            origin = run.source.parent if run.plan.around_wheel and run.source else staging
             record = manifest_record(origin, wheels[0], report.sha256, entry)
             (final,) = dist_dir.add_wheels(dist, [dist_dir.Incoming(wheels[0], record, entry.id)], move=True)
             run.result.wheel, run.result.wheel_sha256 = str(final.resolve()), report.sha256

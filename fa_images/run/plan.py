@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from ..builder import contract
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry
+from .current import Wheel
 
 StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
 # In order. "gpu-check" is reported as skipped when the engine has no GPU runtime.
@@ -98,11 +99,19 @@ class EntryPlan:
     cache_from: tuple[str, ...] = ()
     bases: tuple[str, ...]  # the base images the build starts from
     prebuilt: Path | None = None  # a verified wheel the image is made around, instead of a compile
+    # Or the wheel a published index serves for the entry (final: never compiled again), fetched
+    # and verified only if the image must be built.
+    published: Wheel | None = None
     form: BuilderForm = "sdk"  # the Dockerfile form of the builder that builds it
 
     @property
+    def around_wheel(self) -> bool:
+        """The image is made around a wheel that exists: no compile, no devel base."""
+        return self.prebuilt is not None or self.published is not None
+
+    @property
     def stages(self) -> tuple[str, ...]:
-        return PREBUILT_STAGES if self.prebuilt else BUILDKIT_STAGES if self.form == "buildkit" else STAGES
+        return PREBUILT_STAGES if self.around_wheel else BUILDKIT_STAGES if self.form == "buildkit" else STAGES
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -118,6 +127,7 @@ class EntryPlan:
             "steps": list(self.steps),
             "stages": list(self.stages),
             "prebuilt": str(self.prebuilt) if self.prebuilt else None,
+            "published": self.published.location if self.published else None,
             "builder": self.form,
             "bases": list(self.bases),
             "before": [t.to_dict() for t in self.before],
@@ -134,6 +144,8 @@ class EntryPlan:
         lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
         if self.prebuilt:
             lines.append(f"  wheel      {self.prebuilt}  (made around it: no compile)")
+        if self.published:
+            lines.append(f"  wheel      {self.published.location}  (published: made around it, no compile)")
         width = max(len(t.stage) for t in (*self.before, self.build, *self.from_stages))
         for t in self.before:
             lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}")
@@ -220,12 +232,16 @@ def make_plan(
     push: bool = False,
     gpus: str = "runtime",
     prebuilt: dict[str, Path] | None = None,
+    published: dict[str, Wheel] | None = None,
     python_from: str = "system",
     form: BuilderForm = "sdk",
 ) -> list[EntryPlan]:
-    """``prebuilt``: entry id -> a verified wheel to make that entry's image around.
+    """``prebuilt``: entry id -> a verified wheel to make that entry's image around; ``published``:
+    entry id -> the wheel a published index serves for it, to the same end.
     ``python_from``: the matrix's ``bases.python``; uv makes the Python on the devel base."""
     prebuilt = prebuilt or {}
+    published = {i: w for i, w in (published or {}).items() if i not in prebuilt}  # a file given first
+    around = prebuilt.keys() | published.keys()
     skip: set[StepName] = set()
     if not check:
         skip |= {"check", "gpu-check"}
@@ -238,25 +254,26 @@ def make_plan(
         image, holds the compile's (the legacy builder's holds a 7 GB copy of torch and no cache)."""
         if "push" not in steps:
             return ()
-        return (e.image, e.builder_image) if form == "buildkit" and e.id not in prebuilt else (e.image,)
+        return (e.image, e.builder_image) if form == "buildkit" and e.id not in around else (e.image,)
 
     return [
         EntryPlan(
             entry=e,
             steps=steps,
             build=runtime_build(e),
-            before=before_build(prebuilt=e.id in prebuilt, form=form),
-            from_stages=from_stages(e, prebuilt=e.id in prebuilt, form=form),
+            before=before_build(prebuilt=e.id in around, form=form),
+            from_stages=from_stages(e, prebuilt=e.id in around, form=form),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=pushed(e),
             cache_from=pushed(e) if form == "buildkit" else (),
             # No compile, no devel base: unless uv makes the Python there.
             bases=tuple(
                 dict.fromkeys(
-                    [e.runtime_image] if e.id in prebuilt and python_from != "uv" else [e.devel_image, e.runtime_image]
+                    [e.runtime_image] if e.id in around and python_from != "uv" else [e.devel_image, e.runtime_image]
                 )
             ),
             prebuilt=prebuilt.get(e.id),
+            published=published.get(e.id),
             form=form,
         )
         for e in entries

@@ -57,15 +57,33 @@ def serve() -> Iterator:
 
 
 def run(matrix, engine, tmp_path: Path, dist: str, *, push: bool = True, published=None):
+    """As `build` plans and runs it: an entry whose wheel ``published`` serves is made around it."""
     out = io.StringIO()
     opts = Options(dist=tmp_path / dist, log_dir=tmp_path / "logs", published=published)
-    plans = plan.make_plan(matrix.entries, push=push, python_from=matrix.bases.python)
+    final = {e.id: w for e in matrix.entries if published and (w := published.final(e.id))}
+    plans = plan.make_plan(matrix.entries, push=push, python_from=matrix.bases.python, published=final)
     return Executor(engine, engine, matrix, opts, Console(out)).run(plans), out.getvalue()
 
 
-def a_runner(first: FakeEngine, matrix) -> FakeEngine:
-    """An engine that starts empty but for the bases, pointed at the first one's registry."""
-    runner = holding_the_bases(matrix)
+class Runner(FakeEngine):
+    """The fake engine, remembering the wheels each build's context carried (inputs/prebuilt/)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.around: dict[str, dict[str, bytes]] = {}
+
+    def build(self, request, **kwargs):
+        carried = request.context / "inputs" / "prebuilt"
+        self.around[request.tag] = {p.name: p.read_bytes() for p in carried.glob("*.whl")}
+        return super().build(request, **kwargs)
+
+
+def a_runner(first: FakeEngine, matrix, *, bases: str = "1") -> Runner:
+    """An engine that starts empty but for the bases (``bases``: their ids' generation), pointed at
+    the first one's registry."""
+    runner = Runner()
+    for entry in matrix.entries:
+        runner.held |= {entry.devel_image: f"sha256:devel-{bases}", entry.runtime_image: f"sha256:runtime-{bases}"}
     runner.registry = first.registry
     return runner
 
@@ -224,3 +242,70 @@ def test_a_merged_record_never_pairs_one_run_s_image_with_another_s_inputs() -> 
     assert new.with_facts(old).pushed is None  # another run's image: not current for these inputs
     same = dist_dir.WheelRecord.from_dict({**base, "inputs": "1" * 64}, where="same")
     assert same.with_facts(old).pushed == "sha256:" + "2" * 64
+
+
+# --- a published wheel is final: an entry not current has its image made around it ---------------
+
+
+def test_a_published_wheel_is_never_compiled_again_its_image_is_made_around_it(
+    published_once, tiny_matrix, tmp_path: Path, serve, capsys
+) -> None:
+    """Bases pulled anew (a new input, as a new fa-images is): no entry is current, and none
+    compiles. Each image is made around the wheel the index serves, fetched and verified; the
+    site then has nothing new to upload, and the next runner finds everything current."""
+    first, results = published_once
+    url = serve(tmp_path / "dist")
+    index, _ = current.published(url)
+    runner = a_runner(first, tiny_matrix, bases="2")
+    again, out = run(tiny_matrix, runner, tmp_path, "runner-dist", published=index)
+    assert [r.status for r in again] == ["ok", "ok"] and not any(r.up_to_date for r in again)
+    assert all(r.prebuilt for r in again) and [r.wheel_sha256 for r in again] == [r.wheel_sha256 for r in results]
+    for result in results:  # each build carried the published wheel, byte for byte, and compiled nothing
+        name = Path(result.wheel or "").name
+        assert runner.around[result.image] == {name: (tmp_path / "dist" / name).read_bytes()}
+        assert f"{url}{quote(name)} (verified, sha256 {result.wheel_sha256[:12]}" in out
+    dockerfiles = [c for c in runner.calls if c[0] == "build"]
+    assert len(dockerfiles) == 2
+    assert not [p for p in (tmp_path / "runner-dist").iterdir() if p.name.startswith(".")]  # the fetch is gone
+    published = dist_dir.read_manifest(tmp_path / "dist").wheels
+    records = dist_dir.read_manifest(tmp_path / "runner-dist").wheels
+    assert records.keys() == published.keys()
+    assert all(records[n].inputs != published[n].inputs and records[n].pushed for n in records)
+
+    # The site takes the new records (the same bytes) and uploads nothing. It is served beside the
+    # wheels: an index's links over http stay on its host.
+    site = tmp_path / "dist" / "site"
+    args = ["dist", "site", "--dist", str(tmp_path / "runner-dist"), "--out", str(site)]
+    assert main([*args, "--wheel-url", url, "--published", url]) == 0
+    assert capsys.readouterr().out == ""
+    assert dist_dir.read_manifest(site).wheels == records
+
+    third = a_runner(first, tiny_matrix, bases="2")
+    done, _ = run(tiny_matrix, third, tmp_path, "third-dist", published=current.published(url + "site/")[0])
+    assert all(r.up_to_date for r in done) and builds(third) == []
+
+
+def test_a_published_wheel_that_is_not_the_recorded_one_fails_its_entry(
+    published_once, tiny_matrix, tmp_path: Path, serve
+) -> None:
+    first, results = published_once
+    url = serve(tmp_path / "dist")
+    index, _ = current.published(url)
+    swapped = tmp_path / "dist" / Path(results[0].wheel or "").name
+    swapped.write_bytes(b"another wheel under the published name")
+    runner = a_runner(first, tiny_matrix, bases="2")
+    again, _ = run(tiny_matrix, runner, tmp_path, "runner-dist", published=index)
+    assert [r.status for r in again] == ["failed", "ok"]
+    assert again[0].failed_step == "source" and "sha256 mismatch" in (again[0].error or "")
+    assert [c[2] for c in runner.calls if c[0] == "build"] == [results[1].image]
+    assert sorted(p.name for p in (tmp_path / "runner-dist").glob("*.whl")) == [Path(results[1].wheel or "").name]
+    assert not [p for p in (tmp_path / "runner-dist").iterdir() if p.name.startswith(".")]
+
+
+def test_the_plan_names_the_published_wheel_it_makes_the_image_around(published_once, tiny_matrix, tmp_path) -> None:
+    index = current.DistDir(tmp_path / "dist")
+    final = {e.id: w for e in tiny_matrix.entries if (w := index.final(e.id))}
+    (made,) = plan.make_plan(tiny_matrix.entries[:1], push=True, python_from="system", published=final)
+    assert made.stages == plan.PREBUILT_STAGES and made.bases == (tiny_matrix.entries[0].runtime_image,)
+    assert made.to_dict()["published"] == final[tiny_matrix.entries[0].id].location
+    assert "(published: made around it, no compile)" in "\n".join(made.describe())

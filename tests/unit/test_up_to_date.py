@@ -85,7 +85,7 @@ def test_a_second_run_with_nothing_changed_builds_nothing(tiny_matrix, tmp_path:
     assert engine.labels[entry.image][INPUTS_LABEL] == context.inputs_digest(
         tiny_matrix,
         entry,
-        tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz",
+        sha256_of(tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"),
         base_ids={entry.devel_image: "sha256:devel-1", entry.runtime_image: "sha256:runtime-1"},
     )
     engine.calls.clear()
@@ -203,7 +203,7 @@ def test_a_run_without_checks_does_not_make_an_entry_current(tiny_matrix, tmp_pa
 
 def test_how_the_matrix_file_is_named_is_no_input(tiny_matrix, tmp_path: Path) -> None:
     """The Dockerfile's header names the matrix file as given; comments change no image."""
-    sdist = tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    sdist = sha256_of(tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz")
     renamed = tmp_path / "other name.yaml"
     shutil.copy(tmp_path / "matrix.yaml", renamed)
     digests = {
@@ -215,7 +215,7 @@ def test_how_the_matrix_file_is_named_is_no_input(tiny_matrix, tmp_path: Path) -
 
 def test_a_parser_directive_is_an_input(monkeypatch: pytest.MonkeyPatch, tiny_matrix, tmp_path: Path) -> None:
     """`# syntax=` looks like a comment but changes the build."""
-    sdist = tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz"
+    sdist = sha256_of(tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz")
     entry = tiny_matrix.entries[0]
     plain = context.inputs_digest(tiny_matrix, entry, sdist, base_ids={})
     real = context.render_entry
