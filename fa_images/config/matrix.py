@@ -14,13 +14,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
+from ..builder.settings import local_version_label
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
 from . import grammar, rules, yamlfile
 from .compat import did_you_mean
-from .expand import AXES, MAX_COMBINATIONS, as_list, expand, kind
-from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, Matrix, Packages
+from .expand import AXES, MAX_COMBINATIONS, Combo, as_list, expand, kind
+from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, LeftOut, Matrix, Packages
 from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
@@ -117,6 +120,42 @@ def _missing_hint(path: Path) -> str:
     )
 
 
+def wheel_name_key(entry: Entry) -> tuple[str, str, str]:
+    """What an entry's wheel is named by: flash-attn labels a wheel by the torch series it runs
+    with (``+cu128torch2.9cxx11abitrue``), so two torch releases of one series make one name."""
+    label = local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=bool(entry.cxx11_abi))
+    return (entry.flash_attn, entry.python, label)
+
+
+def _one_wheel_per_name(builder: EntryResolver, made: list[tuple[Entry, Combo]]) -> list[Entry]:
+    """The entries, one per wheel name: dist/ holds one file of a name, and a published one is
+    never replaced. Of torch releases of one series that rules chose, the newest stays and the
+    others are left out; one written by hand is refused."""
+    by_name: dict[tuple[str, str, str], list[tuple[Entry, Combo]]] = {}
+    for entry, combo in made:
+        by_name.setdefault(wheel_name_key(entry), []).append((entry, combo))
+    kept: set[str] = set()
+    for same in by_name.values():
+        newest, newest_combo = max(same, key=lambda pair: Version(pair[0].torch))
+        kept.add(newest.id)
+        series = ".".join(newest.torch.split(".")[:2])
+        for entry, combo in same:
+            if entry is newest:
+                continue
+            if "torch" in combo.ruled and "torch" in newest_combo.ruled:
+                reason = f"torch {newest.torch} is newer in the {series} series, and one wheel serves a series"
+                builder.left_out.append(LeftOut(combination=combo.label, reason=reason))
+                continue
+            builder._fail(
+                combo,
+                "torch",
+                f"{entry.id} and {newest.id} would make the same wheel: flash-attn names a wheel by its torch "
+                f"series (torch{series}), and dist/ holds one file of a name",
+                hint=f"keep one torch {series}.x: the wheel of either runs with every torch {series} release",
+            )
+    return [entry for entry, _ in made if entry.id in kept]
+
+
 def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     """Parses and validates ``path``; ``compat_override`` is merged after the matrix's own ``compat:``."""
     doc = yamlfile.load(path, what="matrix file", hint=_missing_hint(path))
@@ -180,7 +219,7 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
     if not combos and not problems:
         problems.append(doc.problem(("matrix",), "the matrix expands to no entries"))
-    entries: list[Entry] = []
+    made: list[tuple[Entry, Combo]] = []
     seen: dict[str, str] = {}
     for combo in combos:
         entry = builder.entry(combo)
@@ -195,7 +234,8 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
             )
             continue
         seen[entry.id] = combo.label
-        entries.append(entry)
+        made.append((entry, combo))
+    entries = _one_wheel_per_name(builder, made)
     if not entries and builder.left_out and not problems:
         first, more = builder.left_out[0], len(builder.left_out) - 1
         problems.append(

@@ -1291,11 +1291,31 @@ def test_a_specifier_takes_the_tables_releases_in_version_order(tmp_path: Path) 
     (rule,) = m.rules
     assert (rule.axis, str(rule), rule.values) == ("torch", '">=2.9,<2.11"', ("2.9.0", "2.9.1", "2.10.0"))
     assert [e.id for e in m.entries] == [  # 2.10.0 after 2.9.1: versions, not strings
-        "fa2.8.3-py3.12-torch2.9.0-cu128",
         "fa2.8.3-py3.12-torch2.9.1-cu128",
         "fa2.8.3-py3.12-torch2.10.0-cu128",
     ]
-    assert m.left_out == ()
+    # One wheel per torch series (torch2.9 in its name): the newest release of the series stays.
+    assert [(lo.combination, lo.reason) for lo in m.left_out] == [
+        (
+            "matrix[python=3.12, torch=2.9.0, flash_attn=2.8.3, target=A100]",
+            "torch 2.9.1 is newer in the 2.9 series, and one wheel serves a series",
+        )
+    ]
+
+
+def test_two_torch_releases_of_one_series_written_by_hand_are_refused(tmp_path: Path) -> None:
+    """They would make one wheel name, and dist/ holds one file of a name: the second entry's
+    export would fail after its compile, and a published wheel is never replaced."""
+    text = 'matrix:\n  python: ["3.12"]\n  torch: ["2.9.0", "2.9.1"]\n  flash_attn: ["2.8.3"]\n  target: [A100]\n'
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, text)
+    assert (
+        "fa2.8.3-py3.12-torch2.9.0-cu128 and fa2.8.3-py3.12-torch2.9.1-cu128 would make the same wheel: flash-attn "
+        "names a wheel by its torch series (torch2.9)"
+    ) in str(caught.value)
+    # Another CUDA, Python or flash-attn is another name: each stays.
+    other = text.replace('["2.9.0", "2.9.1"]', '["2.9.1"]').replace('["3.12"]', '["3.11", "3.12"]')
+    assert len(load(tmp_path, other).entries) == 2
 
 
 def test_newest_takes_the_newest_releases_and_never_a_pre_release(tmp_path: Path) -> None:
@@ -1362,15 +1382,14 @@ def test_a_cuda_chosen_by_rule_that_cannot_compile_an_arch_is_left_out(tmp_path:
         """,
     )
     _, ids, left_out = ruled_plan(m)
-    assert ids == [
-        "fa2.8.3-py3.12-torch2.5.0-cu124",
-        "fa2.8.3-py3.12-torch2.5.1-cu124",
-        "fa2.8.3-py3.12-torch2.9.1-cu128",
-    ]
-    assert [e.gpus for e in m.entries] == [("H100",), ("H100",), ("B200",)]
+    assert ids == ["fa2.8.3-py3.12-torch2.5.1-cu124", "fa2.8.3-py3.12-torch2.9.1-cu128"]
+    assert [e.gpus for e in m.entries] == [("H100",), ("B200",)]
     assert left_out == [
         f"matrix[python=3.12, torch={t}, flash_attn=2.8.3, target=B200]: arch 100 needs CUDA >= 12.8, not 12.4"
         for t in ("2.5.0", "2.5.1")
+    ] + [
+        "matrix[python=3.12, torch=2.5.0, flash_attn=2.8.3, target=H100]: "
+        "torch 2.5.1 is newer in the 2.5 series, and one wheel serves a series"
     ]
     m = load(
         tmp_path,
