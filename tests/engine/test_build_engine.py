@@ -493,13 +493,12 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
         assert report["flash_attn"] == {"added": [], "removed": [], "updated": []}
         assert planned() == [entry_id(GOOD), new_id]
 
-        assets = project.dir / "release"  # the release's assets: the workflow uploads there
+        # One web server, as GitHub's: the published dist/, the release's assets (the workflow
+        # uploads there), the site; an index's links over http stay on its host.
+        assets = project.dir / "release"
         assets.mkdir()
-        with (
-            only_in_the_registry(project, good["image"]),
-            engine_env.serve_directory(project.dir / "dist") as url,
-            engine_env.serve_directory(assets) as assets_url,
-        ):
+        with only_in_the_registry(project, good["image"]), engine_env.serve_directory(project.dir) as web:
+            url, assets_url, site_url = f"{web}dist/", f"{web}release/", f"{web}site/"
             args = ("--push", "--published", url, "--dist", "loop-dist", "--log-dir", "loop-logs", "--gpus", "none")
             started = time.monotonic()
             proc = project.run("build", "--matrix", matrix.name, *args, "--report", "loop.json", env=env)
@@ -523,13 +522,39 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
             for path in site.stdout.split():
                 os.link(project.dir / path, assets / Path(path).name)
             assert sorted(p.name for p in assets.iterdir()) == [wheel.name, f"{wheel.name}.metadata"]
-            with engine_env.serve_directory(project.dir / "site") as site_url:
-                index, torches = f"{site_url}simple/", ("2.9.1", NEW_TORCH)
-                picked = {t: resolved_flash_attn(tmp_path, index, project.stock.index, t) for t in torches}
-        assert picked == {
-            "2.9.1": Path(good["wheel"]).name.split("-")[1],
-            NEW_TORCH: wheel.name.split("-")[1],
-        }
+            torches = ("2.9.1", NEW_TORCH)
+            picked = {t: resolved_flash_attn(tmp_path, f"{site_url}simple/", project.stock.index, t) for t in torches}
+            assert picked == {"2.9.1": Path(good["wheel"]).name.split("-")[1], NEW_TORCH: wheel.name.split("-")[1]}
+
+            # A later fa-images (its builder is an input of every entry): nothing is current, and
+            # nothing compiles. Each image is made around the wheel the site serves, fetched and
+            # verified; the next site takes the new records and has nothing to upload.
+            with (older / "fa_images" / "builder" / "__init__.py").open("a") as later:
+                later.write("# a later release\n")
+            args = ("--push", "--published", site_url, "--dist", "later-dist", "--log-dir", "later-logs")
+            later_run = project.run(
+                "build", "--matrix", matrix.name, *args, "--gpus", "none", "--report", "later.json", env=env
+            )
+            assert later_run.returncode == 0, later_run.stderr[-3000:]
+            rebuilt = json.loads((project.dir / "later.json").read_text())["entries"]
+            assert [(e["status"], e["up_to_date"], e["prebuilt"], e["check"]) for e in rebuilt] == [
+                ("ok", False, True, "passed")
+            ] * 2
+            assert [e["wheel_sha256"] for e in rebuilt] == [good["wheel_sha256"], new["wheel_sha256"]]
+            for log in (Path(e["log"]).read_text() for e in rebuilt):
+                assert " AS install" in log and "AS builder" not in log and "compiling flash-attn" not in log
+            site_args = (
+                "--dist",
+                "later-dist",
+                "--wheel-url",
+                assets_url,
+                "--published",
+                site_url,
+                "--out",
+                "site-later",
+            )
+            again = project.run("dist", "site", *site_args, env=env)
+            assert (again.returncode, again.stdout) == (0, ""), again.stderr
     finally:
         for link in added:
             link.unlink(missing_ok=True)
