@@ -429,7 +429,8 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
     """The index gains torch 2.10.0; `compat refresh` reports it (exit 10); `plan` on a matrix that
     names torch by rule gains its entry; `build --push --published`, on an engine without the first
     build's image, builds that entry alone: the 2.9.1 one is found in the index and the registry.
-    `dist site` then serves both wheels, and uv picks each by its torch pin."""
+    `dist site` then serves both wheels, and uv picks each by its torch pin. A later fa-images then
+    compiles nothing: each image is made around the wheel the site serves."""
     _, entries = first_build
     good = entries[entry_id(GOOD)]
     new_id = f"fa{GOOD}-py3.11-torch{NEW_TORCH}-cu128"
