@@ -479,6 +479,7 @@ def refresh(
     except (IndexUnreachable, FileNotFoundError, ValueError) as exc:
         variants = None
         notes.append(f"torch index not reached ({exc}): CUDA variants kept from the table; new releases get PyPI's")
+    index = "PyPI" if pypi == PYPI else "the index"  # a mirror's URL may hold its login: not shown
     releases: dict[str, TorchFacts] = {}
     found_but_unusable: set[str] = set()
     for version, facts in found.items():
@@ -501,7 +502,7 @@ def refresh(
         releases[version] = facts
     for version in current.torch:
         if version not in releases:
-            why = "PyPI's facts unusable" if version in found_but_unusable else "not found on PyPI"
+            why = f"{index}'s facts unusable" if version in found_but_unusable else f"not found on {index}"
             notes.append(f"torch {version}: in the table, {why}; kept as it was")
             old = current.torch[version]
             releases[version] = TorchFacts(
@@ -515,7 +516,7 @@ def refresh(
     known = dict(current.flash_attn)
     for version, rel in known.items():
         if version not in shas:
-            notes.append(f"flash-attn {version}: no sdist on PyPI; kept as pinned")
+            notes.append(f"flash-attn {version}: no sdist on {index}; kept as pinned")
         elif shas[version] != rel.sha256:
             raise UsageError(
                 f"flash-attn {version}: PyPI publishes sha256 {shas[version][:16]}..., "
