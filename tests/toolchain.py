@@ -141,25 +141,7 @@ def torch_wheelhouse(python_version: str = "3.11") -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         _seed_pure_wheels(dest)
         _log(f"downloading torch {TORCH_VERSION} and dependencies for {tag} into {dest} (~3.5 GB)")
-        # pip keeps wheels already in dest, so an interrupted download resumes.
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--only-binary=:all:",
-                "--python-version",
-                python_version,
-                "--implementation",
-                "cp",
-                *_platform_args(),
-                "--dest",
-                str(dest),
-                *requirements,
-            ],
-            progress=True,
-        )
+        _pip_download(python_version, dest, requirements)
         _mark(dest, spec)
     return dest
 
@@ -192,26 +174,7 @@ def torch_release(version: str, python_version: str = "3.11") -> Path:
         constraints = staging / "constraints.txt"
         constraints.write_text("\n".join(sorted(held)) + "\n")
         _log(f"downloading torch {version} for {tag} beside {base} (~1.5 GB)")
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--only-binary=:all:",
-                "--python-version",
-                python_version,
-                "--implementation",
-                "cp",
-                *_platform_args(),
-                "--constraint",
-                str(constraints),
-                "--dest",
-                str(staging),
-                f"torch=={version}",
-            ],
-            progress=True,
-        )
+        _pip_download(python_version, staging, [f"torch=={version}"], "--constraint", str(constraints))
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
         for wheel in staging.glob("*.whl"):
@@ -220,6 +183,14 @@ def torch_release(version: str, python_version: str = "3.11") -> Path:
         shutil.rmtree(staging)
         _mark(dest, spec)
     return dest
+
+
+def _pip_download(python_version: str, dest: Path, requirements: Sequence[str], *options: str) -> None:
+    """Manylinux x86_64 wheels of ``requirements`` for one CPython into ``dest`` (pip keeps what is
+    there already, so an interrupted download resumes)."""
+    platform = ["--python-version", python_version, "--implementation", "cp", *_platform_args()]
+    command = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", *platform, *options]
+    _run([*command, "--dest", str(dest), *requirements], progress=True)
 
 
 def _seed_pure_wheels(dest: Path) -> None:
