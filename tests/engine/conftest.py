@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import build_project
 import engine_env
 import pytest
 import toolchain
@@ -102,3 +103,16 @@ def registry() -> Iterator[engine_env.Registry]:
     passwords = {user: secrets.token_urlsafe(24) for user in (engine_env.PUSH_USER, engine_env.PULL_USER)}
     with engine_env.local_registry(users=passwords) as address:
         yield engine_env.Registry(address, passwords)
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Registry) -> build_project.Project:
+    """The build story's project, for the whole run: test_torch_release_loop.py goes on from it."""
+    return build_project.make_project(tmp_path_factory, stock, registry)
+
+
+@pytest.fixture(scope="session")
+def first_build(project: build_project.Project):
+    """The build story's first build, once a run: every module that needs a published build
+    stands on this one."""
+    return build_project.run_first_build(project)

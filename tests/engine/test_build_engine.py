@@ -15,11 +15,8 @@ takes its kernel from the compiler cache the first build left on the host.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,116 +24,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import engine_env
 import pytest
 import toolchain
-import yaml
-from fixtures.tiny import make_tiny_sdist
-from packaging.version import Version
+from build_project import BROKEN, GOOD, INTERRUPTED, REGISTRY_USER, UPDATE, Project, entry_id, only_in_the_registry
 
 from fa_images.builder.source import sha256_of
-from fa_images.config import compatgen
 
 pytestmark = pytest.mark.engine
-
-REPO = Path(__file__).resolve().parents[2]
-GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
-# A second good build, whose image differs from GOOD's only in flash-attn: an update of an image.
-UPDATE = "2.8.3.dev3"
-# The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
-REGISTRY_USER = engine_env.PUSH_USER
-
-
-@dataclass
-class Project:
-    dir: Path
-    env: dict[str, str]
-    registry: str
-    client: object
-    stock: engine_env.Stock
-    password: str = ""
-
-    def matrix(
-        self,
-        name: str,
-        *,
-        image: str,
-        versions: list[str],
-        pythons: tuple[str, ...] = ("3.11",),
-        bases: dict[str, object] | None = None,
-        builder: str = "sdk",
-    ) -> Path:
-        data = {
-            "image": image,
-            "bases": bases or self.stock.bases(),  # Debian bookworm ships Python 3.11
-            "packages": self.stock.packages(),
-            "build": {"network": "host", "builder": builder},
-            "compat": "compat.yaml",
-            "entries": [
-                {"python": py, "torch": "2.9.1", "cuda": "12.8", "flash_attn": v, "archs": ["80"]}
-                for v in versions
-                for py in pythons
-            ],
-        }
-        path = self.dir / name
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return path
-
-    def run(self, *args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "fa_images", *args],
-            cwd=self.dir,
-            env=env or self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-
-def entry_id(version: str, python: str = "3.11") -> str:
-    return f"fa{version}-py{python}-torch2.9.1-cu128"
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env.Registry):
-    root = tmp_path_factory.mktemp("build-engine")
-    sdists = root / "sdists"
-    sdists.mkdir()
-    shas = {}
-    for version, broken in ((GOOD, False), (BROKEN, True), (INTERRUPTED, False), (UPDATE, False)):
-        sdist = make_tiny_sdist(sdists, version=version, broken=broken)
-        shas[version] = sha256_of(sdist)
-    # The tiny versions are not on PyPI: a compat override pins their sha256, as a user would.
-    (root / "compat.yaml").write_text(
-        yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
-    )
-    password = registry.passwords[REGISTRY_USER]
-    env = stock.engine.env(
-        XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
-        PYTHONPATH=str(REPO),
-        PYTHONUNBUFFERED="1",
-        **registry.login_env(root, REGISTRY_USER),
-    )
-    return Project(
-        dir=root, env=env, registry=registry.address, client=stock.engine.client, stock=stock, password=password
-    )
-
-
-@pytest.fixture(scope="module")
-def first_build(project):
-    """One build of three entries: two good ones of one torch, one whose compile fails."""
-    matrix = project.matrix(
-        "matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN, UPDATE]
-    )
-    started = time.monotonic()
-    proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "report.json")
-    print(f"first build: {time.monotonic() - started:.0f} s\n{proc.stderr[-4000:]}")
-    report = json.loads((project.dir / "report.json").read_text())
-    return proc, {e["id"]: e for e in report["entries"]}
 
 
 def test_one_entry_fails_the_other_succeeds(first_build):
@@ -339,20 +237,6 @@ def test_a_second_build_with_nothing_changed_builds_nothing(project, first_build
     # second compile of the same entry (the group's compiler cache changed), over two minutes here.
 
 
-@contextlib.contextmanager
-def only_in_the_registry(project: Project, ref: str) -> Iterator[None]:
-    """The engine without ``ref`` by name, as a runner that starts empty; its layers kept under
-    another tag for the tests after this one, and ``ref`` tagged again at the end."""
-    kept = "fa-images-test/kept:published"
-    project.client.images.get(ref).tag(kept)
-    project.client.images.remove(ref)
-    try:
-        yield
-    finally:
-        project.client.images.get(kept).tag(ref)
-        project.client.images.remove(kept)
-
-
 def test_an_empty_runner_finds_the_entry_in_the_index_and_the_registry_and_pulls_nothing(project, first_build):
     """`--published`: the first build's dist/ served over http, and its push. A run with an empty
     dist/, on an engine without the image, finds both current: nothing built, pulled or pushed."""
@@ -381,189 +265,6 @@ def test_an_empty_runner_finds_the_entry_in_the_index_and_the_registry_and_pulls
                 [sys.executable, "-c", ask.format(asked)], env=project.env, capture_output=True, text=True
             )
             assert said.stdout.strip() == expected, said.stderr[-2000:]
-
-
-# The loop of a scheduled run (`export github --schedule`), for real: the team's index gains a
-# torch release that the table of its fa-images does not know yet. torch 2.10.0 beside 2.9.1: its
-# own wheel name (torch2.10), CUDA 12.8 by default as the stand-in base, and a build tag on the
-# file pip downloads (torch-2.10.0-3-...).
-NEW_TORCH = "2.10.0"
-
-
-def fa_images_before(root: Path, release: str) -> Path:
-    """A copy of fa-images whose built-in table ends before torch ``release``, as a release of it
-    made before that torch shipped (every release since is in today's table). Only
-    config/compat.yaml differs: its builder, which the inputs digest holds, is these very bytes."""
-    dest = root / f"fa-images-before-{release}"
-    shutil.copytree(REPO / "fa_images", dest / "fa_images", ignore=shutil.ignore_patterns("__pycache__"))
-    table = dest / "fa_images" / "config" / "compat.yaml"
-    text = table.read_text()
-    older = {v: facts for v, facts in yaml.safe_load(text)["torch"].items() if Version(v) < Version(release)}
-    table.write_text(compatgen.splice(text, "torch", yaml.safe_dump({"torch": older}, sort_keys=False)))
-    return dest
-
-
-def resolved_flash_attn(tmp: Path, index: str, torch_index: str, torch: str) -> str:
-    """The flash-attn that uv picks from ``index`` beside ``torch`` (reading each wheel's metadata
-    only, through PEP 658 or a range request: nothing is installed)."""
-    venv = tmp / f"venv-{torch}"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")} | {"UV_CACHE_DIR": str(tmp / "uv")}
-    python = str(venv / "bin" / "python")
-    uv = [shutil.which("uv") or "uv", "pip", "install", "--no-config", "--dry-run", "--python", python]
-    proc = subprocess.run(
-        [*uv, "--index-url", index, "--extra-index-url", torch_index, f"flash-attn=={GOOD}", f"torch=={torch}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (line,) = [line for line in proc.stderr.splitlines() if line.strip().startswith("+ flash-attn==")]
-    return line.split("==", 1)[1]
-
-
-def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_others(
-    project, first_build, index_dir: Path, tmp_path: Path
-):
-    """The index gains torch 2.10.0; `compat refresh` reports it (exit 10); `plan` on a matrix that
-    names torch by rule gains its entry; `build --push --published`, on an engine without the first
-    build's image, builds that entry alone: the 2.9.1 one is found in the index and the registry.
-    `dist site` then serves both wheels, and uv picks each by its torch pin. A later fa-images then
-    compiles nothing: each image is made around the wheel the site serves."""
-    _, entries = first_build
-    good = entries[entry_id(GOOD)]
-    new_id = f"fa{GOOD}-py3.11-torch{NEW_TORCH}-cu128"
-    older = fa_images_before(project.dir, NEW_TORCH)
-    env = {**project.env, "PYTHONPATH": str(older)}
-    table = project.dir / "loop-compat.yaml"  # the team's table: the one its fa-images came with, and its own sdists
-    pins = yaml.safe_load((project.dir / "compat.yaml").read_text())
-    text = (older / "fa_images" / "config" / "compat.yaml").read_text()
-    table.write_text(compatgen.splice(text, "flash_attn", yaml.safe_dump(pins, sort_keys=False)))
-    matrix = project.dir / "loop.yaml"
-    matrix.write_text(
-        yaml.safe_dump(
-            {
-                "image": f"{project.registry}/fa-images-test/flash-attn",
-                "bases": project.stock.bases(),
-                "packages": project.stock.packages(),
-                "build": {"network": "host", "builder": "sdk"},
-                "compat": table.name,
-                "matrix": {
-                    "python": ["3.11"],
-                    "torch": ">=2.9.1",
-                    "flash_attn": [GOOD],
-                    "cuda": ["12.8"],
-                    "archs": [["80"]],
-                },
-            },
-            sort_keys=False,
-        )
-    )
-
-    def planned() -> list[str]:
-        proc = project.run("plan", "--matrix", matrix.name, "--json", env=env)
-        assert proc.returncode == 0, proc.stderr
-        return [e["id"] for e in json.loads(proc.stdout)]
-
-    release = toolchain.torch_release(NEW_TORCH, "3.11")
-    added = [index_dir / wheel.name for wheel in sorted(release.glob("*.whl"))]
-    try:
-        with engine_env.pypi_server([index_dir, project.dir / "sdists"]) as mirror:
-            refresh = ("compat", "refresh", "--table", table.name, "--pypi", mirror, "--torch-index", mirror, "--json")
-            first = project.run(*refresh, env=env)  # the table as the team's last run left it
-            assert first.returncode in (0, 10), first.stdout + first.stderr
-            assert planned() == [entry_id(GOOD)]
-            for wheel, link in zip(sorted(release.glob("*.whl")), added, strict=True):
-                os.link(wheel, link)
-            gained = project.run(*refresh, env=env)
-        assert gained.returncode == 10, gained.stdout + gained.stderr
-        report = json.loads(gained.stdout)
-        assert report["torch"] == {
-            "added": [
-                {
-                    "version": NEW_TORCH,
-                    "python": ["3.11"],
-                    "default_cuda": "12.8",
-                    "cuda": {"12.8": {"cxx11_abi": True}},
-                }
-            ],
-            "removed": [],
-            "updated": [],
-        }
-        assert report["flash_attn"] == {"added": [], "removed": [], "updated": []}
-        assert planned() == [entry_id(GOOD), new_id]
-
-        # One web server, as GitHub's: the published dist/, the release's assets (the workflow
-        # uploads there), the site; an index's links over http stay on its host.
-        assets = project.dir / "release"
-        assets.mkdir()
-        with only_in_the_registry(project, good["image"]), engine_env.serve_directory(project.dir) as web:
-            url, assets_url, site_url = f"{web}dist/", f"{web}release/", f"{web}site/"
-            args = ("--push", "--published", url, "--dist", "loop-dist", "--log-dir", "loop-logs", "--gpus", "none")
-            started = time.monotonic()
-            proc = project.run("build", "--matrix", matrix.name, *args, "--report", "loop.json", env=env)
-            print(f"the loop's build: {time.monotonic() - started:.0f} s\n{proc.stderr[-3000:]}")
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            built = {e["id"]: e for e in json.loads((project.dir / "loop.json").read_text())["entries"]}
-            assert [i for i, e in built.items() if not e["up_to_date"]] == [new_id]  # one build: the new entry
-            assert built[entry_id(GOOD)]["pushed"] == good["pushed"]
-            assert project.client.images.list(name=good["image"]) == [], "the 2.9.1 image was pulled"
-            new = built[new_id]
-            assert (new["status"], new["check"], new["kernels"]) == ("ok", "passed", 1), new
-            assert re.fullmatch(r"sha256:[0-9a-f]{64}", new["pushed"] or ""), new
-            (wheel,) = (project.dir / "loop-dist").glob("*.whl")
-            assert "+cu128torch2.10cxx11abitrue-cp311-cp311-" in wheel.name
-
-            # Published as the workflow does: the site lists the new wheel, linked to the release,
-            # beside what the published index serves; the new wheel and its metadata are uploaded.
-            site_args = ("--dist", "loop-dist", "--wheel-url", assets_url, "--published", url, "--out", "site")
-            site = project.run("dist", "site", *site_args, env=env)
-            assert site.returncode == 0, site.stderr
-            for path in site.stdout.split():
-                os.link(project.dir / path, assets / Path(path).name)
-            assert sorted(p.name for p in assets.iterdir()) == [wheel.name, f"{wheel.name}.metadata"]
-            torches = ("2.9.1", NEW_TORCH)
-            picked = {t: resolved_flash_attn(tmp_path, f"{site_url}simple/", project.stock.index, t) for t in torches}
-            assert picked == {"2.9.1": Path(good["wheel"]).name.split("-")[1], NEW_TORCH: wheel.name.split("-")[1]}
-
-            # A later fa-images (its builder is an input of every entry): nothing is current, and
-            # nothing compiles. Each image is made around the wheel the site serves, fetched and
-            # verified; the next site takes the new records and has nothing to upload.
-            with (older / "fa_images" / "builder" / "__init__.py").open("a") as later:
-                later.write("# a later release\n")
-            args = ("--push", "--published", site_url, "--dist", "later-dist", "--log-dir", "later-logs")
-            later_run = project.run(
-                "build", "--matrix", matrix.name, *args, "--gpus", "none", "--report", "later.json", env=env
-            )
-            assert later_run.returncode == 0, later_run.stderr[-3000:]
-            rebuilt = json.loads((project.dir / "later.json").read_text())["entries"]
-            assert [(e["status"], e["up_to_date"], e["prebuilt"], e["check"]) for e in rebuilt] == [
-                ("ok", False, True, "passed")
-            ] * 2
-            assert [e["wheel_sha256"] for e in rebuilt] == [good["wheel_sha256"], new["wheel_sha256"]]
-            for log in (Path(e["log"]).read_text() for e in rebuilt):
-                assert " AS install" in log and "AS builder" not in log and "compiling flash-attn" not in log
-            site_args = (
-                "--dist",
-                "later-dist",
-                "--wheel-url",
-                assets_url,
-                "--published",
-                site_url,
-                "--out",
-                "site-later",
-            )
-            again = project.run("dist", "site", *site_args, env=env)
-            assert (again.returncode, again.stdout) == (0, ""), again.stderr
-    finally:
-        for link in added:
-            link.unlink(missing_ok=True)
-        ref = f"{project.registry}/fa-images-test/flash-attn:{new_id}"
-        for tag in (ref, f"{ref}-builder"):
-            if project.client.images.list(name=tag):
-                project.client.images.remove(tag)
-        project.client.images.prune(filters={"dangling": True})
 
 
 def test_no_container_is_left_behind(project, first_build):
