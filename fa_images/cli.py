@@ -215,7 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         console.line(f"engine: {description}")
         console.line(f"builder: {connection.builder.describe()} ({connection.why})")
         # A published wheel is final: an entry that has one is never compiled again.
-        final = {e.id: w for e in entries if published and (w := published.final(e.id))}
+        final = {e.id: w for e in entries if published and (w := current.final(published, e.id))}
         plans = _plans(args, m, entries, prebuilt, connection.builder.form, published=final)
         options = Options(
             dist=args.dist,

@@ -12,7 +12,7 @@ the engine holds it with these inputs in its label.
 
 A published wheel is final: it is never replaced under its name, whatever later inputs would
 compile. An entry whose wheel is published, but not current (a new fa-images, a new base), has
-its image made around that wheel (``Results.final``, fetched and verified only then): no compile,
+its image made around that wheel (``final``, fetched and verified only then): no compile,
 and nothing new to publish but the image.
 """
 
@@ -48,10 +48,8 @@ class Results(Protocol):
         """The directory or URL, as the console shows it."""
         ...
 
-    def wheel(self, entry: str, inputs: str) -> Wheel | None: ...
-
-    def final(self, entry: str) -> Wheel | None:
-        """The wheel published for ``entry``, whatever inputs made it."""
+    def wheel(self, entry: str, inputs: str | None) -> Wheel | None:
+        """The wheel recorded for ``entry`` from ``inputs`` (None: from any inputs)."""
         ...
 
     def fetch(self, wheel: Wheel, into: Path) -> Path:
@@ -67,6 +65,12 @@ def _recorded(manifest: Manifest, entry: str, inputs: str | None) -> list[tuple[
         for name, r in sorted(manifest.wheels.items())
         if r.entry == entry and (inputs is None or r.inputs == inputs)
     ]
+
+
+def final(place: Results, entry: str) -> Wheel | None:
+    """The wheel ``place`` publishes for ``entry``, whatever inputs made it: final, never compiled
+    again (an entry not current has its image made around it)."""
+    return place.wheel(entry, None)
 
 
 def _place(into: Path, file: Path, wheel: Wheel, *, move: bool) -> Path:
@@ -95,9 +99,6 @@ class DistDir:
                 return Wheel(str(file.resolve()), name, record)
         return None
 
-    def final(self, entry: str) -> Wheel | None:
-        return self.wheel(entry, None)
-
     def fetch(self, wheel: Wheel, into: Path) -> Path:
         return _place(into, Path(wheel.location), wheel, move=False)
 
@@ -118,9 +119,6 @@ class PublishedDist:
             if served is not None:
                 return Wheel(served.url, name, record)
         return None
-
-    def final(self, entry: str) -> Wheel | None:
-        return self.wheel(entry, None)
 
     def fetch(self, wheel: Wheel, into: Path) -> Path:
         with tempfile.TemporaryDirectory(dir=into.parent, prefix=f".{into.name}-") as tmp:

@@ -215,7 +215,6 @@ class Executor:
                 run.result.prebuilt = True
                 note = f"{published.name} (published): no compile"
                 candidates = [digest(published.record.sha256, around_wheel=True), compiled]
-        where = None
         for inputs in [] if self.options.force else candidates:
             if where := self._up_to_date(run, inputs):
                 run.inputs = inputs

@@ -60,7 +60,7 @@ def run(matrix, engine, tmp_path: Path, dist: str, *, push: bool = True, publish
     """As `build` plans and runs it: an entry whose wheel ``published`` serves is made around it."""
     out = io.StringIO()
     opts = Options(dist=tmp_path / dist, log_dir=tmp_path / "logs", published=published)
-    final = {e.id: w for e in matrix.entries if published and (w := published.final(e.id))}
+    final = {e.id: w for e in matrix.entries if published and (w := current.final(published, e.id))}
     plans = plan.make_plan(matrix.entries, push=push, python_from=matrix.bases.python, published=final)
     return Executor(engine, engine, matrix, opts, Console(out)).run(plans), out.getvalue()
 
@@ -304,7 +304,7 @@ def test_a_published_wheel_that_is_not_the_recorded_one_fails_its_entry(
 
 def test_the_plan_names_the_published_wheel_it_makes_the_image_around(published_once, tiny_matrix, tmp_path) -> None:
     index = current.DistDir(tmp_path / "dist")
-    final = {e.id: w for e in tiny_matrix.entries if (w := index.final(e.id))}
+    final = {e.id: w for e in tiny_matrix.entries if (w := current.final(index, e.id))}
     (made,) = plan.make_plan(tiny_matrix.entries[:1], push=True, python_from="system", published=final)
     assert made.stages == plan.PREBUILT_STAGES and made.bases == (tiny_matrix.entries[0].runtime_image,)
     assert made.to_dict()["published"] == final[tiny_matrix.entries[0].id].location
