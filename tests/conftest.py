@@ -6,8 +6,9 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import toolchain
@@ -45,6 +46,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # then the other engine groups first on the other. Each worker is also handed one more group
     # at the start, which waits behind its first: a unit module, seconds long, is next.
     items.sort(key=_rank)
+
+
+def _skips_fail() -> bool:
+    """Under CI (``CI=true``, as CI runs ``.ci/run``) a skip is a failure: the machine CI runs on
+    has every prerequisite `.ci/setup` installs, so a test that skips there tested nothing."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def _fail_the_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped under CI=true, where nothing may skip: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    if _skips_fail():
+        _fail_the_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield  # a module that skips itself as it is collected
+    if _skips_fail():
+        _fail_the_skip(outcome.get_result())
 
 
 def _rank(item: pytest.Item) -> tuple[int, int]:
