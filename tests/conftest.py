@@ -95,6 +95,12 @@ def cuda_home() -> Path:
 
 
 @pytest.fixture(scope="session")
+def cuda13_home() -> Path:
+    """CUDA 13.0 toolkit made of NVIDIA's wheels alone (see tests/toolchain.py)."""
+    return toolchain.cuda_home("13.0")
+
+
+@pytest.fixture(scope="session")
 def toolchain_venv() -> Path:
     """Venv with torch 2.9.1+cu128 and the build helpers."""
     return toolchain.torch_venv()

@@ -75,6 +75,32 @@ CUDA_RELEASES: dict[str, CudaRelease] = {
     ),
 }
 
+
+@dataclass(frozen=True)
+class CudaWheelRelease:
+    """A CUDA toolkit made of NVIDIA's wheels alone: from CUDA 13 on they carry the compiler
+    driver too (nvcc, cicc, cudafe++, fatbinary, nvlink), static cudart and cudadevrt, so nvcc
+    links as it does by default. 13.0 is the GPU machine's own (facts.md)."""
+
+    version: str  # "13.0": what `nvcc --version` reports as its release
+    nvcc: str  # what it reports as its version
+    wheels: tuple[tuple[str, str], ...]  # (PyPI name, version), all laid out as nvidia/cu13/...
+
+
+CUDA_WHEEL_RELEASES: dict[str, CudaWheelRelease] = {
+    "13.0": CudaWheelRelease(
+        version="13.0",
+        nvcc="13.0.88",
+        wheels=(
+            ("nvidia-cuda-nvcc", "13.0.88"),  # nvcc, ptxas, fatbinary, nvlink, cudafe++
+            ("nvidia-cuda-crt", "13.0.88"),  # crt/ headers
+            ("nvidia-nvvm", "13.0.88"),  # cicc, libnvvm, libdevice
+            ("nvidia-cuda-runtime", "13.0.96"),
+            ("nvidia-cuda-cccl", "13.0.85"),  # under include/cccl from 13 on
+        ),
+    ),
+}
+
 # Driver binaries taken from the Debian package, by their path inside it.
 _DEBIAN_TOOLS = {
     "usr/lib/nvidia-cuda-toolkit/bin/nvcc": "bin/nvcc",
@@ -102,6 +128,8 @@ LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
 CUDAFE_FLAGS    +=
 PTXAS_FLAGS     +=
 """
+# CUDA 13 keeps CCCL (thrust, cub, libcu++) in include/cccl, searched as a system directory.
+_NVCC13_PROFILE = _NVCC_PROFILE + 'SYSTEM_INCLUDES +=  "-isystem" "$(TOP)/include/cccl" $(_SPACE_)\n'
 
 _SMOKE_CU = """\
 #include <cuda_runtime.h>
@@ -272,14 +300,14 @@ def cuda_home(version: str = "12.4") -> Path:
     """A relocatable CUDA_HOME with nvcc, headers (incl. CCCL) and cudart.
 
     Layout as in /usr/local/cuda: ``bin/`` (nvcc, ptxas, fatbinary, nvlink,
-    cudafe++, cuobjdump, nvcc.profile), ``nvvm/`` (cicc, libdevice),
-    ``include/`` and ``lib64/`` (libcudart.so). See ``CudaRelease`` for where
-    the pieces come from and why the version is what it is.
+    cudafe++, cuobjdump for 12.4, nvcc.profile), ``nvvm/`` (cicc, libdevice),
+    ``include/`` and ``lib64/`` (libcudart.so). See ``CudaRelease`` and
+    ``CudaWheelRelease`` for where the pieces come from and why the versions are what they are.
     """
-    release = CUDA_RELEASES.get(version)
+    release: CudaRelease | CudaWheelRelease | None = CUDA_RELEASES.get(version) or CUDA_WHEEL_RELEASES.get(version)
     if release is None:
         raise ValueError(
-            f"no recipe for CUDA {version}; known: {', '.join(sorted(CUDA_RELEASES))}. "
+            f"no recipe for CUDA {version}; known: {', '.join(sorted({*CUDA_RELEASES, *CUDA_WHEEL_RELEASES}))}. "
             "The cu12 nvcc wheels on PyPI ship only ptxas and libnvvm, not nvcc itself."
         )
     dest = cache_dir() / f"cuda-{version}"
@@ -291,18 +319,22 @@ def cuda_home(version: str = "12.4") -> Path:
             return dest
         downloads = cache_dir() / "downloads" / f"cuda-{version}"
         downloads.mkdir(parents=True, exist_ok=True)
-        wheels = _download_cuda_wheels(release, downloads)
-        deb = _download_debian_toolkit(release, downloads)
+        if isinstance(release, CudaRelease):
+            wheels = _download_cuda_wheels(release, downloads)
+            deb: Path | None = _download_debian_toolkit(release, downloads)
+        else:
+            wheels, deb = _download_wheels(dict(release.wheels), release.version, downloads), None
         # Assemble next to dest and rename at the end, so dest is never half-built.
         partial = dest.with_name(dest.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         for wheel in wheels:
             _unpack_nvidia_wheel(wheel, partial)
-        _unpack_debian_tools(deb, partial)
-        (partial / "bin" / "nvcc.profile").write_text(_NVCC_PROFILE)
+        if deb is not None:
+            _unpack_debian_tools(deb, partial)
+        (partial / "bin" / "nvcc.profile").write_text(_NVCC_PROFILE if deb is not None else _NVCC13_PROFILE)
         # Linkers look for the unversioned name; the wheel ships only the soname.
-        (partial / "lib64" / "libcudart.so").symlink_to("libcudart.so.12")
+        (partial / "lib64" / "libcudart.so").symlink_to(f"libcudart.so.{version.split('.')[0]}")
         _check_cuda_home(partial, release)
         _mark(partial, spec)
         shutil.rmtree(dest, ignore_errors=True)
@@ -316,7 +348,11 @@ def _download_cuda_wheels(release: CudaRelease, downloads: Path) -> list[Path]:
         "nvidia-cuda-runtime-cu12": release.runtime,
         "nvidia-cuda-cccl-cu12": release.cccl,
     }
-    _log(f"downloading CUDA {release.version} wheels into {downloads}")
+    return _download_wheels(pins, release.version, downloads)
+
+
+def _download_wheels(pins: Mapping[str, str], version: str, downloads: Path) -> list[Path]:
+    _log(f"downloading CUDA {version} wheels into {downloads}")
     _run(
         [
             sys.executable,
@@ -452,7 +488,7 @@ def _unpack_debian_tools(deb: Path, root: Path) -> None:
             shutil.copy2(Path(tmp) / src, target)
 
 
-def _check_cuda_home(root: Path, release: CudaRelease) -> None:
+def _check_cuda_home(root: Path, release: CudaRelease | CudaWheelRelease) -> None:
     """Fail early unless nvcc reports the release and can build and link a kernel."""
     nvcc = root / "bin" / "nvcc"
     out = _run([str(nvcc), "--version"], capture=True)

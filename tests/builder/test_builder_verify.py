@@ -1,7 +1,7 @@
 """The wheel verifier (``fa-images inspect``) and the ELF reader it stands on.
 
-Real binaries throughout: GPU code compiled with the CUDA 12.4 toolkit (and CUDA 13 when
-the machine has it), C++ extensions compiled against this Python's CPU torch with both
+Real binaries throughout: GPU code compiled with the suite's CUDA 12.4 and 13.0 toolkits
+(tests/toolchain.py), C++ extensions compiled against this Python's CPU torch with both
 C++ ABIs, and small wheels zipped around them to exercise one check at a time.
 """
 
@@ -32,7 +32,6 @@ GENCODE_ARGS = [
     "-gencode",
     "arch=compute_90,code=compute_90",
 ]
-SYSTEM_CUDA13 = Path("/usr/local/cuda/bin/nvcc")
 
 KERNEL_CU = """\
 __global__ void scale(float* x, float s) { x[threadIdx.x] *= s; }
@@ -121,11 +120,18 @@ def cuobjdump_archs(cuobjdump: Path, so: Path) -> tuple[set[str], set[str]] | No
     return (set(re.findall(r"\.sm_(\d+)a?\.cubin", elfs.stdout)), set(re.findall(r"\.sm_(\d+)a?\.ptx", ptxs.stdout)))
 
 
-def nm_undefined(so: Path) -> set[str] | None:
-    nm = shutil.which("nm")
-    if nm is None:
-        return None
-    out = subprocess.run([nm, "-D", "--undefined-only", str(so)], capture_output=True, text=True, check=True).stdout
+def binutils(tool: str) -> str:
+    """nm or objdump, the independent readers the ELF reader is checked against (.ci/setup installs binutils)."""
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"no {tool} on PATH: install binutils (.ci/setup does)")
+    return path
+
+
+def nm_undefined(so: Path) -> set[str]:
+    out = subprocess.run(
+        [binutils("nm"), "-D", "--undefined-only", str(so)], capture_output=True, text=True, check=True
+    ).stdout
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
@@ -157,19 +163,15 @@ def test_fatbin_archs_of_a_compressed_fatbin(cuda_home: Path, tmp_path: Path) ->
     assert cuobjdump_archs(cuda_home / "bin" / "cuobjdump", so) == ({"80", "90"}, {"90"})
 
 
-@pytest.mark.skipif(not SYSTEM_CUDA13.exists(), reason="no system CUDA at /usr/local/cuda")
 @pytest.mark.parametrize(
     "extra", [[], ["--compress-mode=size"], ["--compress-mode=none"]], ids=["default", "size", "none"]
 )
-def test_fatbin_archs_of_a_system_cuda_library(extra: list[str], cuda_home: Path, tmp_path: Path) -> None:
-    version = subprocess.run([str(SYSTEM_CUDA13), "--version"], capture_output=True, text=True).stdout
-    if extra and "release 12." in version:
-        pytest.skip("--compress-mode is a CUDA 13 option")
-    so = nvcc_shared_library(SYSTEM_CUDA13, tmp_path / "sys.so", *extra)
+def test_fatbin_archs_of_a_cuda13_library(extra: list[str], cuda13_home: Path, cuda_home: Path, tmp_path: Path) -> None:
+    """CUDA 13's fatbins (compressed its own way by default; --compress-mode is a CUDA 13 option),
+    read as the 12.4 cuobjdump reads them (the 13.0 wheels ship none)."""
+    so = nvcc_shared_library(cuda13_home / "bin" / "nvcc", tmp_path / "cuda13.so", *extra)
     assert elf.fatbin_archs(so) == ({"80", "90"}, {"90"})
-    listed = cuobjdump_archs(cuda_home / "bin" / "cuobjdump", so)
-    if listed is not None:  # an older cuobjdump may not read a newer fatbin
-        assert listed == ({"80", "90"}, {"90"})
+    assert cuobjdump_archs(cuda_home / "bin" / "cuobjdump", so) == ({"80", "90"}, {"90"})
 
 
 def test_fatbin_archs_of_a_library_without_gpu_code(host_only_so: Path) -> None:
@@ -187,10 +189,7 @@ def test_elf_reader_refuses_what_is_not_elf(tmp_path: Path) -> None:
 
 def test_undefined_symbols_agree_with_nm(kernel_so: Path, host_only_so: Path) -> None:
     for so in (kernel_so, host_only_so):
-        expected = nm_undefined(so)
-        if expected is None:
-            pytest.skip("no nm here")
-        assert set(elf.undefined_dynamic_symbols(so)) == expected
+        assert set(elf.undefined_dynamic_symbols(so)) == nm_undefined(so)
     assert "__cudaRegisterFatBinary" in elf.undefined_dynamic_symbols(kernel_so)
 
 
@@ -420,8 +419,9 @@ def cpu_extension_wheels(tmp_path_factory) -> dict[bool, Path]:
 
 @pytest.fixture(scope="session")
 def this_torch(system_torch: dict) -> dict:
-    if not system_torch["abi"]:
-        pytest.skip("these tests assume a new-ABI torch (every pip torch >= 2.7)")
+    assert system_torch["abi"], (
+        f"these tests need a new-ABI torch (every pip torch >= 2.7, as .ci/setup's): {system_torch}"
+    )
     return system_torch
 
 
@@ -485,11 +485,8 @@ def test_abi_symbols_are_read_as_nm_reads_them(cpu_extension_wheels, this_torch,
         with zipfile.ZipFile(wheel) as zf:
             (so_name,) = [n for n in zf.namelist() if n.startswith("flash_attn_2_cuda.")]
             so = Path(zf.extract(so_name, tmp_path / str(abi)))
-        expected = nm_undefined(so)
-        if expected is None:
-            pytest.skip("no nm here")
         symbols = elf.undefined_dynamic_symbols(so)
-        assert set(symbols) == expected
+        assert set(symbols) == nm_undefined(so)
         assert verify._abi_from_symbols(symbols)[0] is abi
 
 
@@ -507,12 +504,9 @@ std::string launch(float* x, int n) {
 """
 
 
-def objdump_needed(so: Path) -> dict[str, set[str]] | None:
-    """{library: versions} from `objdump -p`'s "Version References", or None without objdump."""
-    tool = shutil.which("objdump")
-    if tool is None:
-        return None
-    out = subprocess.run([tool, "-p", str(so)], capture_output=True, text=True, check=True).stdout
+def objdump_needed(so: Path) -> dict[str, set[str]]:
+    """{library: versions} from `objdump -p`'s "Version References"."""
+    out = subprocess.run([binutils("objdump"), "-p", str(so)], capture_output=True, text=True, check=True).stdout
     needed: dict[str, set[str]] = {}
     library = None
     for line in out.split("Version References:", 1)[-1].splitlines():
@@ -525,21 +519,24 @@ def objdump_needed(so: Path) -> dict[str, set[str]] | None:
 
 
 @pytest.fixture(scope="module")
-def nvcc_extension(tmp_path_factory) -> Path:
-    """A C++/CUDA shared library built by the system nvcc (static cudart, as nvcc links by default)."""
-    if not SYSTEM_CUDA13.exists():
-        pytest.skip("no system CUDA at /usr/local/cuda")
+def nvcc_extension(cuda13_home: Path, tmp_path_factory) -> Path:
+    """A C++/CUDA shared library built by nvcc 13.0 (static cudart, as nvcc links by default)."""
     d = tmp_path_factory.mktemp("floor")
     (d / "floor.cu").write_text(FLOOR_CU)
-    cmd = [str(SYSTEM_CUDA13), "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80"]
+    cmd = [
+        str(cuda13_home / "bin" / "nvcc"),
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+    ]
     subprocess.run([*cmd, str(d / "floor.cu"), "-o", str(d / SO_NAME)], check=True, capture_output=True, text=True)
     return d / SO_NAME
 
 
 def test_the_floor_of_an_nvcc_built_extension_is_read_as_objdump_reads_it(nvcc_extension: Path) -> None:
     expected = objdump_needed(nvcc_extension)
-    if expected is None:
-        pytest.skip("no objdump here")
     assert elf.needed_versions(nvcc_extension) == expected
     assert {"libc.so.6", "libstdc++.so.6"} <= set(expected)
     every = {v for versions in expected.values() for v in versions}
@@ -566,8 +563,6 @@ def test_the_floor_of_a_torch_extension(cpu_extension_wheels, this_torch, tmp_pa
         (so_name,) = [n for n in zf.namelist() if n.startswith("flash_attn_2_cuda.")]
         so = Path(zf.extract(so_name, tmp_path))
     expected = objdump_needed(so)
-    if expected is None:
-        pytest.skip("no objdump here")
     assert elf.needed_versions(so) == expected
     assert verify.glibc_floor(so)[1] is not None  # it uses std::string: libstdc++ versions
 
