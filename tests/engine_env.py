@@ -80,12 +80,12 @@ RUNTIME_TAG = f"fa-images-test/debian:{SUITE}-runtime"
 DEVEL_TAG = f"fa-images-test/debian:{SUITE}-devel"
 CUDA_STANDIN_TAG = "fa-images-test/cuda:12.8-devel"
 # The one base, devel and runtime alike, that every Docker module's matrix builds on
-# (tests/engine/conftest.py): the CUDA stand-in with a second CPython (3.12) where the machine
-# has one, and uid 1000 taken as on Ubuntu 24.04's CUDA images.
-STOCK_PYTHON_TAG = f"{CUDA_STANDIN_TAG}-py3.12"
+# (tests/engine/conftest.py): the CUDA stand-in with a second CPython (3.13, compiled from Debian's
+# source: tests/toolchain.py), and uid 1000 taken as on Ubuntu 24.04's CUDA images.
+STOCK_PYTHON_TAG = f"{CUDA_STANDIN_TAG}-py3.13"
 STOCK_TAG = f"{CUDA_STANDIN_TAG}-stock"
 # A runtime base without a compiler, with that second CPython: for the one two-base build.
-STOCK_RUNTIME_TAG = f"{RUNTIME_TAG}-py3.12"
+STOCK_RUNTIME_TAG = f"{RUNTIME_TAG}-py3.13"
 
 # Every image a test makes is named in this namespace, behind a registry host or not.
 TEST_NAMESPACE = "fa-images-test/"
@@ -1396,20 +1396,10 @@ RUN ldconfig && python{version} -c "import ctypes, ensurepip, ssl, venv"
 """
 
 
-def find_python(version: str) -> Path | None:
-    """A CPython ``version`` ("3.12") on this machine, laid out as its own prefix (a pyenv
-    build or ``--prefix`` install): ``bin/pythonX.Y``, ``lib/pythonX.Y/``, ``include/pythonX.Y/``."""
-    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"]
-    candidates = sorted((p for root in roots if root.is_dir() for p in root.glob(f"{version}.*")), reverse=True)
-    for prefix in candidates:
-        if (prefix / "bin" / f"python{version}").is_file() and (prefix / "include" / f"python{version}").is_dir():
-            return prefix
-    return None
-
-
 def python_standin(client: docker.DockerClient, base: str, prefix: Path, version: str, tag: str) -> str:
-    """Build ``tag``: ``base`` with the CPython at ``prefix`` under /usr/local, as a base image
-    that ships Python ``version`` beside its own would (bases.python: system).
+    """Build ``tag``: ``base`` with the CPython at ``prefix`` (``toolchain.cpython``: ``bin/pythonX.Y``,
+    ``lib/pythonX.Y/``, ``include/pythonX.Y/``) under /usr/local, as a base image that ships Python
+    ``version`` beside its own would (bases.python: system).
 
     Its test suite and site-packages stay behind. Labelled with a hash of base, Dockerfile and
     interpreter, and not rebuilt while that hash matches.
@@ -1462,10 +1452,10 @@ class Stock:
     """
 
     engine: EngineHandle
-    base: str  # the CUDA stand-in: Python 3.11 and (where this machine has one) 3.12, uid 1000 taken
+    base: str  # the CUDA stand-in: Python 3.11 and the second Python, uid 1000 taken
     index: str  # the simple index with torch and everything the builds install
-    second_python: str | None  # 3.12 where the bases have it
-    runtime: str | None  # Debian's runtime base with that Python: no compiler, no CUDA toolkit
+    second_python: str  # toolchain.SECOND_PYTHON
+    runtime: str  # Debian's runtime base with that Python: no compiler, no CUDA toolkit
 
     def packages(self, **overrides: object) -> dict[str, object]:
         return index_packages(self.index, **overrides)
@@ -1743,7 +1733,6 @@ __all__ = [
     "debian_mirror",
     "debian_rootfs",
     "docker_engine",
-    "find_python",
     "local_registry",
     "marked_processes",
     "podman_engine",

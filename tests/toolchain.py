@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -384,17 +385,40 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     deb = downloads / f"nvidia-cuda-toolkit_{deb_version}_amd64.deb"
     if deb.exists():
         return deb
-    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None or not keyring.exists():
+    if shutil.which("dpkg-deb") is None:
         raise RuntimeError(
-            "assembling CUDA needs apt-get, dpkg-deb and Debian's archive keyring "
-            "(for nvidia-cuda-toolkit, the only registry source of nvcc for CUDA 12)"
+            "assembling CUDA needs dpkg-deb (for nvidia-cuda-toolkit, the only registry source of nvcc for CUDA 12)"
         )
-    apt_root = downloads / "apt"
+    options = _private_apt(downloads / "apt", f"deb {{keyring}} {{mirror}} {release.debian_suite} non-free")
+    _log(f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}")
+    _run(["apt-get", *options, "-qq", "update"], progress=True)
+    _run(
+        [
+            "apt-get",
+            *options,
+            "-qq",
+            "download",
+            f"nvidia-cuda-toolkit={release.debian_toolkit}",
+        ],
+        cwd=downloads,
+        progress=True,
+    )
+    if not deb.exists():
+        raise RuntimeError(f"apt-get download did not produce {deb}")
+    return deb
+
+
+def _private_apt(apt_root: Path, source: str) -> list[str]:
+    """apt-get options for a state of its own under ``apt_root`` that reads one sources line,
+    ``source`` with ``{keyring}`` and ``{mirror}`` filled in: the machine's apt state is neither
+    read nor written, and no root is needed."""
+    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+    if shutil.which("apt-get") is None or not keyring.exists():
+        raise RuntimeError("fetching from Debian's archive needs apt-get and Debian's archive keyring")
     (apt_root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt_root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     sources = apt_root / "sources.list"
-    sources.write_text(f"deb [signed-by={keyring}] {_debian_mirror()} {release.debian_suite} non-free\n")
+    sources.write_text(source.format(keyring=f"[signed-by={keyring}]", mirror=_debian_mirror()) + "\n")
     options = [
         "-o",
         f"Dir::Etc::SourceList={sources}",
@@ -414,22 +438,92 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     if os.geteuid() == 0:
         # The _apt sandbox user cannot write into a root-owned cache.
         options += ["-o", "APT::Sandbox::User=root"]
-    _log(f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}")
+    return options
+
+
+# --------------------------------------------------------------------------
+# A second CPython
+
+
+# The engine tier's images carry a second CPython beside Debian bookworm's 3.11 (tests/engine).
+# No registry this suite reaches ships a CPython build to run on bookworm: Debian has no 3.12,
+# and trixie's python3.13 binaries need a newer glibc than bookworm's. So 3.13 is compiled here
+# from the upstream source in Debian's own source package (the .orig tarball, its hashes checked
+# by apt against the signed archive), on this Debian 12 machine, for bookworm's glibc.
+SECOND_PYTHON = "3.13"
+_CPYTHON_SUITE = "trixie"
+# What the images use (ssl, ctypes, venv, ensurepip and the compression modules pip and torch
+# need); without -g, at -O1 and without the modules left out below, the compile takes about half
+# the CPU time of the default (measured here: 3.2 against 6.1 CPU minutes).
+_CPYTHON_CONFIGURE = (
+    "--without-ensurepip",
+    "--disable-test-modules",
+    "OPT=-DNDEBUG -O1",
+    *(
+        f"py_cv_module_{name}=n/a"
+        for name in ("_decimal", "_sqlite3", "_tkinter", "_curses", "_curses_panel", "_dbm", "_gdbm", "readline")
+    ),
+)
+_CPYTHON_CHECK = "import bz2, ctypes, ensurepip, hashlib, lzma, ssl, venv, zlib"
+
+
+def cpython(version: str = SECOND_PYTHON) -> Path:
+    """CPython ``version`` built from Debian's source into a prefix of its own under the test
+    cache: ``bin/pythonX.Y``, ``lib/pythonX.Y/``, ``include/pythonX.Y/``. Built once (about 2
+    minutes on 2 cores); needs a C compiler, make and the -dev packages .ci/setup installs."""
+    dest = cache_dir() / f"cpython-{version}"
+    spec = {"python": version, "debian_suite": _CPYTHON_SUITE, "configure": list(_CPYTHON_CONFIGURE)}
+    binary = dest / "bin" / f"python{version}"
+    if _is_ready(dest, spec) and binary.is_file():
+        return dest
+    with _lock(dest):
+        if _is_ready(dest, spec) and binary.is_file():
+            return dest
+        source = _debian_source(f"python{version}", _CPYTHON_SUITE, cache_dir() / "downloads" / f"cpython-{version}")
+        # The prefix is compiled into the interpreter, so it is built in place; only the marker
+        # says it is complete.
+        shutil.rmtree(dest, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=f".cpython-{version}-build-") as tmp:
+            _log(f"building CPython from {source.name} into {dest}")
+            with tarfile.open(source) as tar:
+                tar.extractall(tmp, filter="data")
+            (tree,) = Path(tmp).glob("Python-*/configure")
+            # The interpreters the build runs read no PYTHONPATH or PYTHONHOME of the tests'.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            _run(["./configure", "-q", f"--prefix={dest}", *_CPYTHON_CONFIGURE], cwd=tree.parent, env=env)
+            _run(["make", "-s", f"-j{os.cpu_count() or 1}"], cwd=tree.parent, env=env)
+            _run(["make", "-s", "install"], cwd=tree.parent, env=env)
+        try:
+            _run([str(binary), "-c", _CPYTHON_CHECK])
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"CPython {version} was built without a module the images need; its -dev package is "
+                f"missing here (.ci/setup installs them): {exc}"
+            ) from None
+        _mark(dest, spec)
+    return dest
+
+
+def _debian_source(package: str, suite: str, downloads: Path) -> Path:
+    """The upstream tarball (``*.orig.tar.*``) of Debian ``suite``'s source ``package``, fetched
+    with apt-get into ``downloads`` once."""
+    found = _upstream_tarballs(downloads, package)
+    if len(found) == 1:
+        return found[0]
+    shutil.rmtree(downloads, ignore_errors=True)
+    downloads.mkdir(parents=True)
+    options = _private_apt(downloads / "apt", f"deb-src {{keyring}} {{mirror}} {suite} main")
+    _log(f"fetching the source of {package} from Debian {suite}")
     _run(["apt-get", *options, "-qq", "update"], progress=True)
-    _run(
-        [
-            "apt-get",
-            *options,
-            "-qq",
-            "download",
-            f"nvidia-cuda-toolkit={release.debian_toolkit}",
-        ],
-        cwd=downloads,
-        progress=True,
-    )
-    if not deb.exists():
-        raise RuntimeError(f"apt-get download did not produce {deb}")
-    return deb
+    _run(["apt-get", *options, "-qq", "source", "--download-only", f"{package}/{suite}"], cwd=downloads, progress=True)
+    found = _upstream_tarballs(downloads, package)
+    if len(found) != 1:
+        raise RuntimeError(f"apt-get source left {len(found)} upstream tarballs of {package} in {downloads}")
+    return found[0]
+
+
+def _upstream_tarballs(downloads: Path, package: str) -> list[Path]:
+    return sorted(p for p in downloads.glob(f"{package}_*.orig.tar.*") if p.suffix != ".asc")  # not its signature
 
 
 def _debian_mirror() -> str:

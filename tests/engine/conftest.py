@@ -6,11 +6,12 @@ copy of its 7 GB venv; only the second Python's build has a runtime base of its 
 (engine_env.Stock).
 
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
-flash-attn's runtime dependencies) for Python 3.11 and 3.12. Every module's matrix takes torch
-from it by the same URL, so the torch stage's RUN line, and with it the layer cache's key, is
-the same everywhere. One registry, which wants a login, takes the pushes of the whole run.
-The engine's test images are removed when the run ends. Podman's module,
-an engine of its own on the other pytest-xdist worker, is served by an index of its own there.
+flash-attn's runtime dependencies) for Python 3.11 and the second Python, 3.13 (compiled once
+from Debian's source: tests/toolchain.py), which the base carries beside Debian's 3.11.
+Every module's matrix takes torch from it by the same URL, so the torch stage's RUN line, and
+with it the layer cache's key, is the same everywhere. One registry, which wants a login, takes
+the pushes of the whole run. The engine's test images are removed when the run ends. Podman's
+module, an engine of its own on the other pytest-xdist worker, is served by an index of its own there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import build_project
@@ -30,7 +32,8 @@ import toolchain
 # The hygiene tests watch the engine start and stop with its users: they run before any
 # module takes the shared engine, which holds it to the end of the run.
 FIRST = "test_engine_hygiene.py"
-SECOND_PYTHON = "3.12"
+SECOND_PYTHON = toolchain.SECOND_PYTHON
+SECOND_CP = "cp" + SECOND_PYTHON.replace(".", "")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,18 +46,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = rest[:start] + first + rest[start:]
 
 
-def _index_dir(second: bool) -> Path:
-    """One directory of hard links: the cp311 wheelhouse, and the cp312-only wheels beside it
+def _index_dir() -> Path:
+    """One directory of hard links: the cp311 wheelhouse, and the second Python's own wheels beside it
     (one version of every pure wheel, so both Pythons resolve alike). A directory of its own for
     each worker of each run, so that nothing else on the machine empties the one it serves."""
     root = Path(tempfile.mkdtemp(prefix=engine_env.run_prefix(engine_env.INDEX_DIR_PREFIX), dir=engine_env.cache_dir()))
-    sources = [toolchain.torch_wheelhouse("3.11")]
-    if second:
-        sources.append(toolchain.torch_wheelhouse(SECOND_PYTHON))
-    for source in sources:
+    for source in (toolchain.torch_wheelhouse("3.11"), toolchain.torch_wheelhouse(SECOND_PYTHON)):
         for wheel in source.glob("*.whl"):
             name = wheel.name.split("-")[0]
-            if any(p.name.split("-")[0] == name and "cp312" not in wheel.name for p in root.iterdir()):
+            if any(p.name.split("-")[0] == name and SECOND_CP not in wheel.name for p in root.iterdir()):
                 continue
             os.link(wheel, root / wheel.name)
     return root
@@ -64,7 +64,7 @@ def _index_dir(second: bool) -> Path:
 def index_dir() -> Iterator[Path]:
     """The directory the index serves. It is listed on every request: a test may add a release
     to it (and takes it out again)."""
-    path = _index_dir(engine_env.find_python(SECOND_PYTHON) is not None)
+    path = _index_dir()
     try:
         yield path
     finally:
@@ -79,20 +79,23 @@ def torch_index(index_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def stock(torch_index: str) -> Iterator[engine_env.Stock]:
+def second_cpython() -> Iterator[Future[Path]]:
+    """The second CPython's prefix, compiled on first use (CPU) while the wheelhouses download."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(toolchain.cpython, SECOND_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def stock(second_cpython: Future[Path], torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
         bases = engine_env.base_images(client)
         base = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
-        runtime = None
-        prefix = engine_env.find_python(SECOND_PYTHON)
-        if prefix is not None:
-            base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
-            runtime = engine_env.python_standin(
-                client, bases.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG
-            )
+        prefix = second_cpython.result()
+        base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
+        runtime = engine_env.python_standin(client, bases.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG)
         base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)
-        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON if prefix else None, runtime)
+        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON, runtime)
 
 
 @pytest.fixture(scope="session")

@@ -336,7 +336,8 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
 # other builder, BuildKit (Debian's 20.10 docker CLI, BuildKit built in), and the two-base shape of
 # NVIDIA's images, which no other Docker build has: its torch stage (its own anyway) on a runtime
 # base without a compiler, the venv mounted into the devel base to compile, never copied.
-SECOND = "3.12"
+SECOND = toolchain.SECOND_PYTHON  # 3.13, compiled from Debian's source (tests/toolchain.py)
+SECOND_CP = "cp" + SECOND.replace(".", "")
 BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
 
 
@@ -362,13 +363,12 @@ class SecondPython:
 
 @pytest.fixture(scope="module")
 def second_python(project, first_build):
-    """`fa-images build --builder auto` of the good entry for Python 3.12, with the group's compiler
-    cache as the first build (the legacy builder's) left it on the host. The 3.11 entry is in the
-    matrix, as a user's would have it; --only builds the 3.12 one (3.11 on this runtime base would be
-    a torch stage more)."""
+    """`fa-images build --builder auto` of the good entry for the second Python, with the group's
+    compiler cache as the first build (the legacy builder's) left it on the host. The 3.11 entry is
+    in the matrix, as a user's would have it; --only builds the second one (3.11 on this runtime
+    base would be a torch stage more)."""
     stock = project.stock
-    if stock.second_python != SECOND or stock.runtime is None:
-        pytest.skip(f"no CPython {SECOND} with its own prefix (e.g. a pyenv build) to put in the stand-in images")
+    assert stock.second_python == SECOND, stock
     image = "fa-images-test/flash-attn-pythons"
     bases = stock.bases(runtime=stock.runtime)
     matrix = project.matrix(
@@ -412,7 +412,9 @@ def test_the_second_python_takes_the_kernel_the_first_compiled_from_the_cache(fi
     assert (first["kernels"], first["kernels_from_cache"]) == (1, 0)
     assert (second["status"], second["check"]) == ("ok", "passed"), second
     assert (second["kernels"], second["kernels_from_cache"]) == (1, 1)
-    assert re.search(r"-cp312-cp312-manylinux_2_\d+_x86_64\.whl$", Path(second["wheel"]).name), second["wheel"]
+    assert re.search(rf"-{SECOND_CP}-{SECOND_CP}-manylinux_2_\d+_x86_64\.whl$", Path(second["wheel"]).name), second[
+        "wheel"
+    ]
     line = "[fa-images] compiler cache: 1 of 1 kernel compiles taken from the cache"
     assert f"{entry_id(GOOD, SECOND)} · {line}" in proc.stderr
     assert line in Path(second["log"]).read_text()
