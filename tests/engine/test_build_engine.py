@@ -15,8 +15,11 @@ takes its kernel from the compiler cache the first build left on the host.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,6 +269,67 @@ def test_an_empty_runner_finds_the_entry_in_the_index_and_the_registry_and_pulls
                 [sys.executable, "-c", ask.format(asked)], env=project.env, capture_output=True, text=True
             )
             assert said.stdout.strip() == expected, said.stderr[-2000:]
+
+
+def with_a_failing_import(wheel: Path, dest: Path) -> Path:
+    """``wheel`` with ``flash_attn/__init__.py`` raising at its first line (its RECORD line made
+    anew): a wheel the host's verification passes and the image's import check fails."""
+    member = "flash_attn/__init__.py"
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
+        data = b'raise ImportError("deliberately broken: the import check fails")\n' + source.read(member)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        for info in source.infolist():
+            content = data if info.filename == member else source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = content.decode().splitlines()
+                lines = [f"{member},sha256={digest},{len(data)}" if x.startswith(member + ",") else x for x in lines]
+                content = ("\n".join(lines) + "\n").encode()
+            out.writestr(info, content)
+    return dest
+
+
+def test_keep_container_keeps_the_failed_checks_container_for_its_debug_command(project, first_build):
+    """`build --keep-container` around two wheels the first build made (no compile): UPDATE's, whose
+    import check passes, and GOOD's with an import that fails. The failed check's container stays in
+    the engine, under the name the report gives, and the command the error gives runs it again;
+    the passed check's container is gone."""
+    _, entries = first_build
+    wheels = project.dir / "kept-wheels"
+    wheels.mkdir()
+    update = Path(entries[entry_id(UPDATE)]["wheel"])
+    shutil.copy2(update, wheels / update.name)
+    good = Path(entries[entry_id(GOOD)]["wheel"])
+    with_a_failing_import(good, wheels / good.name)
+    image = "fa-images-test/flash-attn-kept"  # not fa-images-test/kept, which only_in_the_registry tags
+    matrix = project.matrix("kept.yaml", image=image, versions=[GOOD, UPDATE])
+    args = ("--wheels", str(wheels), "--dist", "dist-kept", "--gpus", "none", "--report", "kept.json")
+    proc = project.run("build", "--matrix", str(matrix), "--keep-container", *args)
+    try:
+        report = {e["id"]: e for e in json.loads((project.dir / "kept.json").read_text())["entries"]}
+        bad, fine = report[entry_id(GOOD)], report[entry_id(UPDATE)]
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert (bad["status"], bad["failed_step"]) == ("failed", "check"), bad
+        assert (fine["status"], fine["check"], fine["kept_container"]) == ("ok", "passed", None), fine
+        kept = bad["kept_container"]
+        assert kept and [c.name for c in project.client.containers.list(all=True)] == [kept]
+        container = project.client.containers.get(kept)
+        assert container.attrs["State"]["ExitCode"] == 1
+        assert container.attrs["Image"] == project.client.images.get(bad["image"]).id
+        said = re.search(r"kept for debugging: ([^;\n]+)", bad["error"])
+        assert said and kept in said.group(1), bad["error"]
+        again = subprocess.run(
+            shlex.split(said.group(1)),
+            env=project.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert again.returncode == 1 and "deliberately broken" in again.stdout + again.stderr, again
+    finally:
+        for container in project.client.containers.list(all=True):
+            container.remove(force=True)
+        engine_env.remove_images(project.client, image)
 
 
 def test_no_container_is_left_behind(project, first_build):
