@@ -271,12 +271,22 @@ def test_an_empty_runner_finds_the_entry_in_the_index_and_the_registry_and_pulls
             assert said.stdout.strip() == expected, said.stderr[-2000:]
 
 
+# The build's own import check runs as root (its RUN installs into /); the check step runs as the
+# image's user, as a node would: an import that fails for that user alone (as one of files that
+# user cannot read would) passes the build and fails the check.
+FAILS_FOR_THE_IMAGES_USER = b"""\
+import os
+if os.getuid() != 0:
+    raise ImportError("deliberately broken: the import check fails")
+"""
+
+
 def with_a_failing_import(wheel: Path, dest: Path) -> Path:
-    """``wheel`` with ``flash_attn/__init__.py`` raising at its first line (its RECORD line made
-    anew): a wheel the host's verification passes and the image's import check fails."""
+    """``wheel`` whose ``flash_attn/__init__.py`` starts with FAILS_FOR_THE_IMAGES_USER (its RECORD
+    line made anew): a wheel the host's verification and the image build pass, and the check fails."""
     member = "flash_attn/__init__.py"
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
-        data = b'raise ImportError("deliberately broken: the import check fails")\n' + source.read(member)
+        data = FAILS_FOR_THE_IMAGES_USER + source.read(member)
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         for info in source.infolist():
             content = data if info.filename == member else source.read(info)
