@@ -348,36 +348,8 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     deb = downloads / f"nvidia-cuda-toolkit_{deb_version}_amd64.deb"
     if deb.exists():
         return deb
-    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None or not keyring.exists():
-        raise RuntimeError(
-            "assembling CUDA needs apt-get, dpkg-deb and Debian's archive keyring "
-            "(for nvidia-cuda-toolkit, the only registry source of nvcc for CUDA 12)"
-        )
-    apt_root = downloads / "apt"
-    (apt_root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    (apt_root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-    sources = apt_root / "sources.list"
-    sources.write_text(f"deb [signed-by={keyring}] {_debian_mirror()} {release.debian_suite} non-free\n")
-    options = [
-        "-o",
-        f"Dir::Etc::SourceList={sources}",
-        "-o",
-        "Dir::Etc::SourceParts=-",
-        "-o",
-        f"Dir::State={apt_root}",
-        "-o",
-        f"Dir::State::Lists={apt_root / 'lists'}",
-        "-o",
-        "Dir::State::status=/dev/null",
-        "-o",
-        f"Dir::Cache={apt_root / 'cache'}",
-        "-o",
-        "Debug::NoLocking=1",
-    ]
-    if os.geteuid() == 0:
-        # The _apt sandbox user cannot write into a root-owned cache.
-        options += ["-o", "APT::Sandbox::User=root"]
+    # nvidia-cuda-toolkit: the only registry source of nvcc for CUDA 12.
+    options = _private_apt(downloads / "apt", f"{release.debian_suite} non-free")
     _log(f"fetching nvidia-cuda-toolkit {release.debian_toolkit} from Debian {release.debian_suite}")
     _run(["apt-get", *options, "-qq", "update"], progress=True)
     _run(
@@ -394,6 +366,57 @@ def _download_debian_toolkit(release: CudaRelease, downloads: Path) -> Path:
     if not deb.exists():
         raise RuntimeError(f"apt-get download did not produce {deb}")
     return deb
+
+
+def _private_apt(apt_root: Path, suite_and_components: str) -> list[str]:
+    """apt-get options for a state of its own, reading only ``suite_and_components`` of this
+    machine's Debian mirror: the system's sources, lists and status are left alone."""
+    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None or not keyring.exists():
+        raise RuntimeError("downloading Debian packages needs apt-get, dpkg-deb and Debian's archive keyring")
+    (apt_root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (apt_root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    sources = apt_root / "sources.list"
+    sources.write_text(f"deb [signed-by={keyring}] {_debian_mirror()} {suite_and_components}\n")
+    options = [
+        *("-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=-"),
+        *("-o", f"Dir::State={apt_root}", "-o", f"Dir::State::Lists={apt_root / 'lists'}"),
+        *("-o", "Dir::State::status=/dev/null", "-o", f"Dir::Cache={apt_root / 'cache'}"),
+        *("-o", "Debug::NoLocking=1"),
+    ]
+    if os.geteuid() == 0:
+        # The _apt sandbox user cannot write into a root-owned cache.
+        options += ["-o", "APT::Sandbox::User=root"]
+    return options
+
+
+# buildx from Debian 13: Debian 12 has no buildx, and trixie's 0.13 needs only libc6 >= 2.34.
+BUILDX_SUITE = "trixie"
+
+
+def buildx_config() -> Path:
+    """A ``DOCKER_CONFIG`` directory whose ``cli-plugins/`` holds Debian 13's docker-buildx, for
+    ``docker buildx bake`` with the 20.10 CLI of Debian 12. The system's apt state is untouched."""
+    root = cache_dir() / "buildx"
+    spec = {"package": "docker-buildx", "suite": BUILDX_SUITE}
+    with _lock(root):
+        if _is_ready(root, spec):
+            return root / "config"
+        shutil.rmtree(root, ignore_errors=True)
+        downloads = root / "downloads"
+        downloads.mkdir(parents=True)
+        options = _private_apt(downloads / "apt", f"{BUILDX_SUITE} main")
+        _log(f"fetching docker-buildx from Debian {BUILDX_SUITE}")
+        _run(["apt-get", *options, "-qq", "update"], progress=True)
+        _run(["apt-get", *options, "-qq", "download", "docker-buildx"], cwd=downloads, progress=True)
+        (deb,) = downloads.glob("docker-buildx_*.deb")
+        _run(["dpkg-deb", "-x", str(deb), str(downloads / "tree")])
+        plugins = root / "config" / "cli-plugins"
+        plugins.mkdir(parents=True)
+        shutil.copy2(downloads / "tree" / "usr/libexec/docker/cli-plugins/docker-buildx", plugins)
+        shutil.rmtree(downloads)
+        _mark(root, spec)
+    return root / "config"
 
 
 def _debian_mirror() -> str:
