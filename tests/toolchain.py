@@ -526,6 +526,35 @@ def _upstream_tarballs(downloads: Path, package: str) -> list[Path]:
     return sorted(p for p in downloads.glob(f"{package}_*.orig.tar.*") if p.suffix != ".asc")  # not its signature
 
 
+# buildx from Debian 13: Debian 12 has no buildx, and trixie's 0.13 needs only libc6 >= 2.34.
+BUILDX_SUITE = "trixie"
+
+
+def buildx_config() -> Path:
+    """A ``DOCKER_CONFIG`` directory whose ``cli-plugins/`` holds Debian 13's docker-buildx, for
+    ``docker buildx bake`` with the 20.10 CLI of Debian 12. The system's apt state is untouched."""
+    root = cache_dir() / "buildx"
+    spec = {"package": "docker-buildx", "suite": BUILDX_SUITE}
+    with _lock(root):
+        if _is_ready(root, spec):
+            return root / "config"
+        shutil.rmtree(root, ignore_errors=True)
+        downloads = root / "downloads"
+        downloads.mkdir(parents=True)
+        options = _private_apt(downloads / "apt", f"deb {{keyring}} {{mirror}} {BUILDX_SUITE} main")
+        _log(f"fetching docker-buildx from Debian {BUILDX_SUITE}")
+        _run(["apt-get", *options, "-qq", "update"], progress=True)
+        _run(["apt-get", *options, "-qq", "download", "docker-buildx"], cwd=downloads, progress=True)
+        (deb,) = downloads.glob("docker-buildx_*.deb")
+        _run(["dpkg-deb", "-x", str(deb), str(downloads / "tree")])
+        plugins = root / "config" / "cli-plugins"
+        plugins.mkdir(parents=True)
+        shutil.copy2(downloads / "tree" / "usr/libexec/docker/cli-plugins/docker-buildx", plugins)
+        shutil.rmtree(downloads)
+        _mark(root, spec)
+    return root / "config"
+
+
 def _debian_mirror() -> str:
     """The Debian archive URI that this machine's apt sources already use."""
     apt = Path("/etc/apt")

@@ -9,7 +9,11 @@
 # nvcc starts (to the builder's "compiling flash-attn" line), the builder's own phases, and the
 # builder image's size over its devel base: the legacy builder copies the torch venv into it.
 #
-# Run from a copy of the repository, as root:  bash bench/gpu_container/side_by_side.sh WORK_DIR
+# PINNED=1 runs the two paths at once instead, each on a Docker Engine of its own pinned to half of
+# the CPUs (the first path of BUILDERS on the engine setup.sh starts, the second on a second one),
+# so that both fit one hold of the machine; their figures are then those of 8 of 16 cores.
+#
+# Run from a copy of the repository, as root:  [PINNED=1] bash bench/gpu_container/side_by_side.sh WORK_DIR
 # Needs what real_check.sh needs.
 set -u
 NUMPY=$(python3 -c 'import numpy; print(numpy.__version__)')
@@ -26,14 +30,16 @@ cd "$W/proj" || exit 1
 ID=$(python3 -m fa_images plan --matrix buildkit-90.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 DEVEL_SIZE=$(docker image inspect gc.local/base:devel --format '{{.Size}}')
 
-for builder in ${BUILDERS:-buildkit sdk}; do
+# One path's two entries on the engine DOCKER_HOST names; PIN: a taskset prefix, or nothing.
+run_path() {  # builder
+    local builder=$1 name arch start end nvcc_at builder_size
     export XDG_CACHE_HOME=$W/cache-$builder  # an empty compiler cache per path
     for arch in 90 80; do
         name=$builder-$arch
         phase "$name: fa-images build --gpus devices"
         docker system df
         start=$(date +%s.%N)
-        python3 -u -m fa_images build --matrix "$name.yaml" --gpus devices --log-dir "logs-$name" \
+        $PIN python3 -u -m fa_images build --matrix "$name.yaml" --gpus devices --log-dir "logs-$name" \
             --dist "dist-$name" --report "report-$name.json" 2>&1 |
             while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"out-$name.txt"
         end=$(date +%s.%N)
@@ -57,7 +63,32 @@ EOF
         echo "RESULT builder image over its devel base: $(((builder_size - DEVEL_SIZE) / 1000000)) MB"
         docker system df
     done
-done
+}
+
+if [ "${PINNED:-0}" = 1 ]; then
+    # Both paths at once, each on an engine of its own pinned to half of the CPUs (its dockerd,
+    # containerd and so every container they start, and fa-images), so that the pair fits one
+    # hold of the machine and neither path's compile takes the other's cores.
+    half=$(($(nproc) / 2))
+    CPUS_A=0-$((half - 1)) CPUS_B=$half-$(($(nproc) - 1))
+    for pid in $(pgrep -x dockerd) $(pgrep -x containerd); do taskset -a -p -c "$CPUS_A" "$pid" >/dev/null; done
+    SOCK_B=unix:///run/gc/docker-b.sock
+    phase "engine B on CPUs $CPUS_B (engine A on $CPUS_A), the bases loaded from A"
+    LD_LIBRARY_PATH=$W/engine/lib setsid nohup taskset -c "$CPUS_B" dockerd --data-root "$W/docker-b" \
+        --exec-root /run/gc/exec-b --pidfile /run/gc/docker-b.pid -H $SOCK_B --config-file /run/gc/daemon.json \
+        --storage-driver overlay2 --bridge=none --iptables=false --ip-masq=false >"$W/dockerd-b.log" 2>&1 &
+    for _ in $(seq 60); do DOCKER_HOST=$SOCK_B docker version >/dev/null 2>&1 && break; sleep 1; done
+    docker save gc.local/base:runtime gc.local/base:devel | DOCKER_HOST=$SOCK_B docker load
+    first=${BUILDERS:-buildkit sdk}; second=${first#* }; first=${first%% *}
+    (PIN="taskset -c $CPUS_A" run_path "$first" 2>&1 | sed -u "s/^/[$first] /") &
+    path_a=$!
+    (export DOCKER_HOST=$SOCK_B; PIN="taskset -c $CPUS_B" run_path "$second" 2>&1 | sed -u "s/^/[$second] /") &
+    path_b=$!
+    wait $path_a $path_b  # not a bare `wait`: the dockerds are children of this shell too
+    DOCKER_HOST=$SOCK_B docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}'
+else
+    for builder in ${BUILDERS:-buildkit sdk}; do PIN="" run_path "$builder"; done
+fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 df -h "$W" | sed 1d
 phase "done"

@@ -60,6 +60,18 @@ class BuildOptions:
     def memory_bytes(self) -> int | None:
         return grammar.memory_bytes(self.memory) if self.memory else None
 
+    @property
+    def needs_sdk(self) -> bool:
+        """A memory limit on a build's containers is one only the legacy builder can set."""
+        return self.memory is not None
+
+    @property
+    def form(self) -> grammar.BuilderForm:
+        """The Dockerfile form these settings name, whatever the host has (what `render` writes):
+        the sdk's where they ask for it or need it, else BuildKit's, which auto takes on any Docker
+        Engine whose CLI has it."""
+        return "sdk" if self.builder == "sdk" or (self.builder == "auto" and self.needs_sdk) else "buildkit"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Entry:

@@ -15,11 +15,13 @@ its own so that no image carries the wheels, and ``tools/`` for everything else.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -60,17 +62,42 @@ class PipSource:
         """pip's flags inside the image: never a credential."""
         if self.private:
             return ["--no-index", "--find-links", dir_in_image(self.kind)]
-        out = ["--index-url", self.index] if self.index else ["--no-index"]
-        for link in self.find_links:
-            out += ["--find-links", link]
-        return out
+        return self.host_flags()  # no credential in them to leave out
 
     def host_flags(self) -> list[str]:
         """pip's flags on the host, credentials included: only ever passed as arguments, never printed."""
         out = ["--index-url", self.index] if self.index else ["--no-index"]
         for link in self.find_links:
             out += ["--find-links", link]
+        for host in trusted_hosts((self.index, *self.find_links)):
+            out += ["--trusted-host", host]
         return out
+
+
+def trusted_hosts(urls: tuple[str | None, ...]) -> list[str]:
+    """The ``host[:port]`` of each plain-http URL off loopback. pip ignores such an index or
+    find-links page unless told to trust its host; a matrix that names one has chosen it, so the
+    host it names, and no other, is trusted."""
+    hosts: list[str] = []
+    for url in urls:
+        parts = urllib.parse.urlsplit(url or "")
+        if parts.scheme.lower() != "http" or not parts.hostname or _is_loopback(parts.hostname):
+            continue
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6
+        host = f"{host}:{parts.port}" if parts.port else host
+        if host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def _is_loopback(host: str) -> bool:
+    """What pip counts as a secure origin without TLS: localhost, 127.0.0.0/8 and ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

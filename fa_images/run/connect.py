@@ -41,10 +41,10 @@ def connect(choice: BuilderChoice, *, memory: int | None = None) -> Connection:
     return Connection(engine, SdkBuilder(engine), f"auto: {cli}")
 
 
-def expected_form(choice: BuilderChoice) -> BuilderForm:
+def expected_form(choice: BuilderChoice, *, needs_sdk: bool = False) -> BuilderForm:
     """The Dockerfile form ``connect`` would choose here, without asking an engine (a plan printed
     before any build): Podman, which only the engine can say it is, aside."""
-    if choice == "sdk":
+    if choice == "sdk" or (choice == "auto" and needs_sdk):
         return "sdk"
     return "buildkit" if choice == "buildkit" or isinstance(buildkit.find_cli(), buildkit.Cli) else "sdk"
 
@@ -53,6 +53,6 @@ def _why_not_buildkit(engine: DockerEngine, memory: int | None) -> str | None:
     product = engine.product()
     if product != "Docker Engine":
         return f"{product} has no BuildKit behind its Docker API"
-    if memory is not None:
+    if memory is not None:  # BuildOptions.needs_sdk
         return "build.memory is a limit only the legacy builder can set on a build's containers"
     return None

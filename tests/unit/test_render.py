@@ -24,7 +24,7 @@ import yaml
 
 from fa_images.config import matrix as matrix_mod
 from fa_images.config.matrix import Matrix
-from fa_images.outputs import render
+from fa_images.outputs import render, wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -273,15 +273,33 @@ entries:
 """,
     )
     text = render.render_entry(m, m.entries[0])
-    assert "python3 -m pip install --index-url http://pypi.local/simple uv==0.8.0 \\\n" in text
-    assert "RUN pip install --index-url http://pypi.local/torch/cu128 torch==2.9.1\n" in text
-    assert " && pip install --target /opt/build-tools --index-url http://pypi.local/simple ninja==" in text
-    assert (
-        " && pip install --no-deps --no-compile --root /opt/fa-layer --index-url http://pypi.local/simple einops=="
-        in text
-    )
+    # Plain http off loopback: pip would ignore the index unless told to trust its host.
+    index = "--index-url http://pypi.local/simple --trusted-host pypi.local"
+    assert f"python3 -m pip install {index} uv==0.8.0 \\\n" in text
+    assert "RUN pip install --index-url http://pypi.local/torch/cu128 --trusted-host pypi.local torch==2.9.1\n" in text
+    assert f" && pip install --target /opt/build-tools {index} ninja==" in text
+    assert f" && pip install --no-deps --no-compile --root /opt/fa-layer {index} einops==" in text
     assert "      --index-url http://pypi.local/fa/simple \\\n" in text
     assert "pypi.org" not in text and "pytorch.org" not in text
+
+
+@pytest.mark.parametrize(
+    ("urls", "trusted"),
+    [
+        (("https://pypi.local/simple", "http://127.0.0.1:8080/simple", "http://localhost/simple"), []),
+        (("http://[::1]:3141/simple", "file:///srv/wheels", None), []),
+        (("http://mirror.lan:3141/simple", "http://mirror.lan:3141/links"), ["mirror.lan:3141"]),
+        (("http://10.0.0.5/simple", "http://u:t@devpi.lan/root/simple"), ["10.0.0.5", "devpi.lan"]),
+        (("http://[fd00::5]:3141/simple",), ["[fd00::5]:3141"]),
+    ],
+)
+def test_pip_trusts_exactly_the_plain_http_hosts_off_loopback(urls: tuple, trusted: list[str]) -> None:
+    """pip ignores a plain-http index on any host but loopback unless it is trusted: the host the
+    matrix names is, with its port, and never one it does not name (nor a credential)."""
+    assert wheelhouse.trusted_hosts(urls) == trusted
+    source = wheelhouse.PipSource(urls[0], tuple(u for u in urls[1:] if u))
+    flags = source.host_flags()
+    assert [flags[i + 1] for i, f in enumerate(flags) if f == "--trusted-host"] == trusted
 
 
 @pytest.mark.parametrize(
