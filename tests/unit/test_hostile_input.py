@@ -186,7 +186,7 @@ def test_a_valid_matrix_renders_values_as_single_shell_words(tmp_path: Path, cap
     text = dockerfile.read_text()
     assert "--index-url 'https://pypi.example/simple/~team/x=1,y' --find-links /opt/wheels" in text
     instructions = [line.split()[0] for line in text.splitlines() if line and not line.startswith((" ", "#"))]
-    assert set(instructions) == {"FROM", "ENV", "RUN", "COPY", "LABEL", "USER", "WORKDIR", "CMD"}
+    assert set(instructions) == {"FROM", "ARG", "ENV", "RUN", "COPY", "LABEL", "USER", "WORKDIR", "CMD"}
 
 
 # --- files that are not matrices -----------------------------------------------------------

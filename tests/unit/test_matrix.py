@@ -1490,7 +1490,7 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
 def test_torch_index_null_takes_torch_from_the_main_index(tmp_path: Path) -> None:
     m = load(tmp_path, f'packages:\n  index: "http://pypi.mirror/simple"\n  torch_index: null\nentries:\n  - {ENTRY}\n')
     text = render.render_entry(m, m.entries[0])
-    assert "RUN pip install --index-url http://pypi.mirror/simple torch==2.9.1\n" in text
+    assert "RUN pip install --index-url http://pypi.mirror/simple --trusted-host pypi.mirror torch==2.9.1\n" in text
 
 
 def test_torch_index_template_is_filled_per_entry(tmp_path: Path) -> None:
