@@ -26,10 +26,13 @@ from ..errors import StepFailed
 from .engine import _short
 from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine, noting_a_miss
 
-# "#7 [builder 2/5] RUN pip install …", "#7 0.062 output", "#7 CACHED", "#7 ERROR: … exit code: 3"
+# "#7 [builder 2/5] RUN pip install …", "#7 0.062 output", "#7 CACHED", "#7 DONE 92.3s",
+# "#7 ERROR: … exit code: 3"
 _VERTEX = re.compile(r"^#(\d+) \[([^\]]*)\] (.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")
 _CACHED = re.compile(r"^#(\d+) CACHED$")
+_DONE = re.compile(r"^#(\d+) DONE (\d+\.\d+)s$")
+TIMED_STEP = 1.0  # seconds: a step that took longer has its time in the log
 _VERTEX_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _EXIT_CODE = re.compile(r"exit code: (\d+)")
 _STAGE_STEP = re.compile(r"^(\S+) (\d+)/(\d+)$")
@@ -217,6 +220,10 @@ def _read(line: str, stream: _Stream, on_line: OnLine, on_progress: Callable[[Bu
         on_line(text)
     elif cached := _CACHED.match(line):
         stream.cached.add(cached.group(1))
+    elif (done := _DONE.match(line)) and (step := stream.steps.get(done.group(1))):
+        # BuildKit runs stages at once, so a step's time is not the gap between two lines: say it.
+        if (seconds := float(done.group(2))) >= TIMED_STEP:
+            on_line(f"[{step.stage} {step.step}/{step.total}] done in {seconds:.1f} s")
     elif error := _VERTEX_ERROR.match(line):
         stream.failed = (error.group(1), error.group(2))
         on_line(line)

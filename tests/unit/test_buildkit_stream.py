@@ -49,6 +49,24 @@ def test_a_failure_outside_any_step_names_the_clis_last_error() -> None:
     )
 
 
+def test_the_log_says_how_long_each_step_of_a_stage_took() -> None:
+    """Stages run at once under BuildKit: a step's time is its DONE line, said once, for steps of a
+    second or more; BuildKit's own steps ([internal]) and short ones say nothing."""
+    stream, lines = buildkit._Stream(), []
+    for line in [
+        "#1 [internal] load build context",
+        "#1 DONE 4.0s",
+        "#6 [torch 2/2] RUN pip install torch==2.11.0",
+        "#6 12.500 Successfully installed torch",
+        "#8 [builder 1/3] RUN command -v git",
+        "#8 DONE 0.2s",
+        "#6 DONE 92.3s",
+    ]:
+        buildkit._read(line, stream, lines.append, lambda _: None)
+    timed = [line for line in lines if "done in" in line]
+    assert timed == ["[torch 2/2] done in 92.3 s"]
+
+
 def test_hostile_output_is_escaped_and_bounded() -> None:
     raw = "#7 0.1 \x1b]0;title\x07 " + "x" * 100_000 + "\n"
     (line,) = buildkit._lines(iter([raw]))
