@@ -9,7 +9,9 @@
 # EXTRA_REQUIREMENT: installed distributions re-packed into the wheelhouse beside torch.
 # Needs beside the repository: .gpu-engine/ (dockerd, containerd, runc, docker from Debian
 # bookworm's docker.io, containerd and runc packages, unpacked with dpkg -x, as engine.tar.xz,
-# plus libdevmapper), .gpu-wheelhouse/ (the build tools' wheels) and the docker SDK importable.
+# plus libdevmapper), .gpu-wheelhouse/ (the build tools' wheels at compat.yaml's pins, and
+# einops at its runtime_deps pin: the machine's own einops may be another version) and the
+# docker SDK importable.
 # Leaves W, REPO, SOCK, PORT, PYVER, TORCH and DOCKER_HOST set, and the function phase.
 set -u
 W=${1:-/tmp/gc}

@@ -59,7 +59,7 @@ print(f"RESULT status={entry['status']} gpu_check={entry.get('gpu_check')} whole
       f"kernels={entry.get('kernels')} from_cache={entry.get('kernels_from_cache')}")
 print("RESULT", phases[-1][:400] if phases else "no phases line")
 # BuildKit's step times, as the log says them (its stages run at once): the torch install's among them.
-steps = re.findall(r"\[([\w.-]+ \d+/\d+)\] done in ([\d.]+) s", open(log).read())
+steps = re.findall(r"^(\[[^\]]+\][^\n]*?) done in ([\d.]+) s$", open(log).read(), re.M)
 print("RESULT step times:", ", ".join(f"{name} {seconds} s" for name, seconds in steps) or "none in the log")
 EOF
         builder_size=$(docker image inspect "gc.local/fa-images/$builder-sm$arch:$ID-builder" --format '{{.Size}}') || builder_size=0

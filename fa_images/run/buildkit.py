@@ -91,6 +91,7 @@ class _Stream:
     """What the lines of one build said: each step's stage and instruction, which were cached."""
 
     steps: dict[str, BuildProgress] = field(default_factory=dict)  # vertex number -> its step
+    names: dict[str, str] = field(default_factory=dict)  # vertex number -> "[torch 2/2]", "[internal] load …"
     cached: set[str] = field(default_factory=set)  # vertex numbers
     output: dict[str, list[str]] = field(default_factory=dict)  # vertex number -> its error-like lines
     failed: tuple[str, str] | None = None  # vertex number, BuildKit's error
@@ -212,6 +213,7 @@ def _read(line: str, stream: _Stream, on_line: OnLine, on_progress: Callable[[Bu
             stage, step, total = stage_step.group(1), int(stage_step.group(2)), int(stage_step.group(3))
             progress = stream.steps[number] = BuildProgress(step, total, instruction, stage)
             on_progress(progress)
+        stream.names[number] = f"[{where}]" if stage_step else f"[{where}] {_short(instruction)}"
         on_line(line)
     elif output := _OUTPUT.match(line):
         number, text = output.groups()
@@ -220,10 +222,11 @@ def _read(line: str, stream: _Stream, on_line: OnLine, on_progress: Callable[[Bu
         on_line(text)
     elif cached := _CACHED.match(line):
         stream.cached.add(cached.group(1))
-    elif (done := _DONE.match(line)) and (step := stream.steps.get(done.group(1))):
-        # BuildKit runs stages at once, so a step's time is not the gap between two lines: say it.
+    elif (done := _DONE.match(line)) and (name := stream.names.get(done.group(1))):
+        # BuildKit runs stages at once, so a step's time is not the gap between two lines: say it,
+        # BuildKit's own steps too (the context's transfer).
         if (seconds := float(done.group(2))) >= TIMED_STEP:
-            on_line(f"[{step.stage} {step.step}/{step.total}] done in {seconds:.1f} s")
+            on_line(f"{name} done in {seconds:.1f} s")
     elif error := _VERTEX_ERROR.match(line):
         stream.failed = (error.group(1), error.group(2))
         on_line(line)
