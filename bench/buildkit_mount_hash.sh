@@ -1,7 +1,8 @@
 #!/bin/bash
 # What a BuildKit bind mount from another stage costs before its step can run: BuildKit hashes the
-# mounted files' content for the step's cache key, once per stage it mounts from. A stage of 3 GB of
-# files (30 x 100 MB) stands in for the torch venv; each line is one `docker build`'s wall time.
+# mounted files' content for the step's cache key, once per stage it mounts from. Stages stand in for
+# the torch venv: 3 GB in 30 files (twice, each a new stage), then 20,000 files of 20 kB; each line
+# is one `docker build`'s wall time.
 #
 #   DOCKER_HOST=unix:///PATH.sock [DOCKER=/usr/bin/docker] bash bench/buildkit_mount_hash.sh BASE_IMAGE [WORK_DIR]
 #
@@ -10,10 +11,10 @@
 set -eu
 base=$1 work=${2:-$(mktemp -d)}
 mkdir -p "$work" && cd "$work"
-stages() {  # the big stage's file size in MB, which makes a new stage of it
+stages() {  # the command that fills the big stage's /opt/venv
     cat <<DOCKERFILE
 FROM $base AS big
-RUN mkdir -p /opt/venv && for i in \$(seq 1 30); do head -c $1M /dev/zero | tr '\\0' "\$i" > /opt/venv/f\$i; done
+RUN mkdir -p /opt/venv && cd /opt/venv && $1
 FROM $base AS use
 ARG N
 RUN --mount=type=bind,from=big,source=/opt/venv,target=/opt/venv echo \$N && ls /opt/venv | wc -l
@@ -26,9 +27,13 @@ timed() {  # label, docker build's arguments
     DOCKER_BUILDKIT=1 "${DOCKER:-docker}" build -q --network host "$@" . >/dev/null
     echo "$label: $((($(date +%s%N) - start) / 1000000)) ms"
 }
-for size in 100 101; do
-    stages "$size" >Dockerfile
-    timed "the big stage ($size MB files)" --target big
+# shellcheck disable=SC2016  # these run in the image's shell, not here
+big_files='for i in $(seq 1 30); do head -c SIZE /dev/zero | tr "\\0" "$i" > f$i; done'
+# shellcheck disable=SC2016
+many_files='for d in $(seq 1 200); do mkdir d$d; for f in $(seq 1 100); do head -c 20000 /dev/urandom > d$d/f$f; done; done'
+for fill in "${big_files/SIZE/100M}" "${big_files/SIZE/101M}" "$many_files"; do
+    stages "$fill" >Dockerfile
+    timed "the big stage ($fill)" --target big
     timed "first build that mounts it" --target use --build-arg "N=$RANDOM"
     timed "a later build that mounts it" --target use --build-arg "N=$RANDOM"
 done
