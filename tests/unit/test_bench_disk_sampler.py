@@ -1,0 +1,33 @@
+"""bench/disk_sampler.py counts what the disk holds: a file hard-linked into two of its trees (the
+loop test links the test cache's torch release into the index it serves from the temp dir) once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bench import disk_sampler
+
+MB = 1 << 20
+
+
+def _trees(tmp_path: Path) -> tuple[Path, Path]:
+    cache, temp = tmp_path / "cache", tmp_path / "temp"
+    cache.mkdir()
+    temp.mkdir()
+    (cache / "torch.whl").write_bytes(os.urandom(3 * MB))
+    return cache, temp
+
+
+def test_a_hard_link_counts_once_in_the_first_tree_that_holds_it(tmp_path: Path) -> None:
+    cache, temp = _trees(tmp_path)
+    os.link(cache / "torch.whl", temp / "torch.whl")
+    sizes = disk_sampler.megabytes({"cache": [cache], "tmp": [temp]})
+    assert sizes["cache"] >= 3 and sizes["tmp"] <= 1, sizes  # the temp dir's own entry, rounded up
+
+
+def test_a_copy_counts_in_each_tree_and_a_missing_path_as_nothing(tmp_path: Path) -> None:
+    cache, temp = _trees(tmp_path)
+    (temp / "torch.whl").write_bytes((cache / "torch.whl").read_bytes())
+    sizes = disk_sampler.megabytes({"cache": [cache], "tmp": [temp], "engines": [tmp_path / "gone"]})
+    assert sizes["cache"] >= 3 and sizes["tmp"] >= 3 and sizes["engines"] == 0, sizes
