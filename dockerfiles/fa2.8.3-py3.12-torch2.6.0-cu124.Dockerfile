@@ -7,6 +7,8 @@
 #   python          the runtime base, the exact Python, an empty venv and the image's user
 #   torch           that venv with the exact torch: nothing entry-specific, so every entry of the
 #                   same base, Python and torch shares its layers, in the cache and in a registry
+#                   (built first, in a build of its own: BuildKit then hashes the venv it mounts
+#                   once per torch stage, not once per entry)
 #   builder         compiles the wheel with nvcc against that very venv, mounted, not copied
 #   wheel           holds only the wheel and its manifest, for export
 #   compiler-cache-in   the host's compiler cache into the compile group's cache mount (built first)
@@ -60,14 +62,15 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
-# The torch stage's venv is mounted into each RUN that needs it: the identical torch bit for bit,
-# and no copy of it in this stage.
+# The compile mounts the torch stage's venv: the identical torch bit for bit, and no copy of it in
+# this stage. The build tools need only pip: they mount the python stage's bare venv, and wait for
+# no torch.
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 # The build tools in /opt/build-tools, which only the compile sees (PYTHONPATH, PATH). git:
 # flash-attn 2.5/2.6's setup.py runs `git submodule` unconditionally; installed if the base lacks
 # it, by the base's own package manager (a RHEL-family devel base has dnf, not apt-get).
-RUN --mount=type=bind,from=torch,source=/opt/python,target=/opt/python --mount=type=bind,from=torch,source=/opt/venv,target=/opt/venv \
+RUN --mount=type=bind,from=python,source=/opt/python,target=/opt/python --mount=type=bind,from=python,source=/opt/venv,target=/opt/venv \
     if ! command -v git >/dev/null; then \
       if command -v apt-get >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; \

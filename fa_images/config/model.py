@@ -105,6 +105,12 @@ class Entry:
         return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
 
     @property
+    def same_base(self) -> bool:
+        """One base for devel and runtime: the compile runs on the torch stage itself, which no
+        other stage then mounts or copies."""
+        return self.devel_image == self.runtime_image
+
+    @property
     def builder_image(self) -> str:
         """The builder stage, tagged so `docker image prune` cannot drop the compile's cache."""
         return f"{self.image}-builder"

@@ -63,13 +63,14 @@ def pip_args(install: wheelhouse.Install) -> str:
     return " ".join(shlex.quote(a) for a in install.source.flags() + list(install.requirements))
 
 
-def venv_mounts(matrix: Matrix, entry: Entry) -> list[str]:
-    """BuildKit's mounts of the torch stage's Python into the builder stage (none where the builder
-    stage is the torch stage itself): the bytes the wheel is compiled against, never a copy."""
-    if entry.devel_image == entry.runtime_image:
+def venv_mounts(matrix: Matrix, entry: Entry, stage: str) -> list[str]:
+    """BuildKit's mounts of ``stage``'s Python into the builder stage (none where the builder stage
+    is the torch stage itself): the torch stage's, the bytes the wheel is compiled against, never a
+    copy; the python stage's bare venv, whose pip installs the build tools while torch installs."""
+    if entry.same_base:
         return []
     dirs = ["/opt/python", "/opt/venv"] if matrix.bases.python == "uv" else ["/opt/venv"]
-    return [f"--mount=type=bind,from={contract.TORCH_STAGE},source={d},target={d}" for d in dirs]
+    return [f"--mount=type=bind,from={stage},source={d},target={d}" for d in dirs]
 
 
 def cache_mount_id(entry: Entry) -> str:
@@ -101,10 +102,11 @@ def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False, builde
             build_tools=BUILD_TOOLS_DIR,
             prebuilt=prebuilt,
             buildkit=builder == "buildkit",
-            venv_mounts=venv_mounts(matrix, entry) if builder == "buildkit" else [],
+            venv_mounts=venv_mounts(matrix, entry, contract.TORCH_STAGE) if builder == "buildkit" else [],
+            python_mounts=venv_mounts(matrix, entry, contract.PYTHON_STAGE) if builder == "buildkit" else [],
             cache_mount_id=cache_mount_id(entry),
             # One base for both: the compile runs on the torch stage instead of a copy of its venv.
-            same_base=entry.devel_image == entry.runtime_image,
+            same_base=entry.same_base,
             # Names the host and the builder share (builder/contract.py), and the image's own check.
             python_stage=contract.PYTHON_STAGE,
             torch_stage=contract.TORCH_STAGE,

@@ -123,18 +123,21 @@ class BuildKitBuilder:
         quiet: OnLine = lambda _: None  # noqa: E731 - a short build apart, or one answered from the cache
         missed: dict[str, str] = {}
 
-        def side_build(stage: str, output: list[str], dest: Path | None = None) -> None:
+        def side_build(stage: str, output: list[str], dest: Path | None = None, *, shown: bool = False) -> None:
             # A new value of the stage's ANEW_ARG: its step runs again. (--no-cache would too, and
             # BuildKit would hand it an empty cache mount, which then replaces the group's.)
-            fresh = stage in request.before or stage in request.anew
-            anew = ["--build-arg", f"{contract.ANEW_ARG}={uuid.uuid4().hex}"] if fresh else []
+            anew = ["--build-arg", f"{contract.ANEW_ARG}={uuid.uuid4().hex}"] if stage in request.anew else []
             with noting_a_miss(request, stage, missed):
-                self._run(request, stage, [*anew, *output], on_line=quiet, on_progress=lambda _: None)
+                lines, progress = (on_line, on_progress) if shown else (quiet, lambda _: None)
+                self._run(request, stage, [*anew, *output], on_line=lines, on_progress=progress)
                 if dest is not None:
                     _keep_files_and_dirs(dest)
 
-        for stage in request.before:
-            side_build(stage, [])
+        with tempfile.TemporaryDirectory(prefix="fa-images-iid-") as tmp:
+            for stage in request.before:  # the torch install is the build's too: shown as it goes
+                iidfile = Path(tmp) / f"{stage}.iid"
+                side_build(stage, ["--iidfile", str(iidfile)], shown=stage not in request.best_effort)
+                self._forget_untagged(iidfile)
         inline = list(self.cli.inline_cache) if request.inline_cache else []
         # A ref that is not there (the first build anywhere) costs a warning line, not the build.
         cache_from = [arg for ref in request.cache_from for arg in ("--cache-from", ref)]
@@ -156,6 +159,17 @@ class BuildKitBuilder:
         for stage, dest in request.files.items():
             side_build(stage, ["--output", f"type=local,dest={dest}"], dest)
         return BuildResult(image_id, {}, stream.cached_stages(), missed)
+
+    def _forget_untagged(self, iidfile: Path) -> None:
+        """The image a stage built first left, if no name holds it: its layers stay in the build
+        cache and under the images made on them, and `docker images` lists no nameless copy."""
+        image = iidfile.read_text().strip() if iidfile.is_file() else ""
+        if not image.startswith("sha256:"):
+            return  # a builder that keeps its results to itself (buildx's other drivers)
+        docker = self.cli.argv[0]
+        tags = _probe([docker, "image", "inspect", "--format", "{{len .RepoTags}}", image])
+        if tags is not None and tags.strip() == "0":  # one left behind is `docker image prune`'s
+            _probe([docker, "image", "rm", image])
 
     def _run(
         self,

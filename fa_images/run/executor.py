@@ -352,21 +352,22 @@ class Executor:
         self.options.dist.mkdir(parents=True, exist_ok=True)
         run.wheel_dir = Path(tempfile.mkdtemp(prefix=f".{run.entry.id}-", dir=self.options.dist))
         files = {contract.WHEEL_STAGE: run.wheel_dir}
-        before: tuple[str, ...] = ()
         root = self.options.compiler_cache
         if root is not None and any(t.stage == contract.CACHE_STAGE for t in run.plan.from_stages):
             files[contract.CACHE_STAGE] = group_cache.incoming(root, run.entry.compile_group)
-            before = tuple(t.stage for t in run.plan.before)
+        # The compiler cache's way in is the host's copy: none without one.
+        before = [t for t in run.plan.before if contract.CACHE_STAGE in files or t.stage != contract.CACHE_IN_STAGE]
         return BuildRequest(
             context=ctx,
             target=run.plan.build.stage,
             tag=run.plan.build.tag or run.entry.image,
             stage_tags={t.stage: t.tag for t in run.plan.from_stages if t.tag},
-            before=before,
+            before=tuple(t.stage for t in before),
             files=files,
             # The compiler cache's way in and out: an accelerator, whose loss costs a compile, not the entry.
-            best_effort=frozenset({contract.CACHE_STAGE, *before}),
-            anew=frozenset(t.stage for t in run.plan.from_stages if t.anew and t.stage in files),
+            best_effort=frozenset({contract.CACHE_STAGE, contract.CACHE_IN_STAGE}),
+            anew=frozenset(t.stage for t in before if t.anew)
+            | {t.stage for t in run.plan.from_stages if t.anew and t.stage in files},
             cache_from=run.plan.cache_from,
             inline_cache=bool(run.plan.cache_from),
             network=self.matrix.build.network,

@@ -35,8 +35,9 @@ class BuildRequest:
     target: str  # the stage built and tagged ``tag``, with every stage it needs
     tag: str
     stage_tags: Mapping[str, str] = field(default_factory=dict)  # other stages, tagged: stage -> ref
-    # Stages built before the target, each anew (never from the build cache): they move the host's
-    # state into the builder's cache mounts (BuildKit's form only; the legacy form has none).
+    # Stages built before the target, each in a build of its own (BuildKit's form only): the torch
+    # stage, committed before the compile mounts it; compiler-cache-in, anew, which moves the host's
+    # compiler cache into the builder's cache mount.
     before: tuple[str, ...] = ()
     # Stages whose files the executor takes: stage -> an empty directory made by the caller, which
     # receives the stage's regular files and directories (never a link or a device).
@@ -44,10 +45,10 @@ class BuildRequest:
     # Of those, the stages whose files are a help, not a result (the compiler cache): when they
     # cannot be taken, the build still succeeds and says why in ``BuildResult.missed``.
     best_effort: frozenset[str] = frozenset()
-    # Of ``files``, the stages the builder must build anew in a build of their own (such a stage
-    # declares ``contract.ANEW_ARG``, given a new value): they read a cache mount, whose content no
-    # cache key covers. (The legacy builder's stages come from the
-    # one build, which has no cache mount: nothing of theirs can be stale.)
+    # Of ``before`` and ``files``, the stages the builder must build anew in a build of their own
+    # (such a stage declares ``contract.ANEW_ARG``, given a new value): they read or fill a cache
+    # mount, whose content no cache key covers. (The legacy builder's stages come from the one
+    # build, which has no cache mount: nothing of theirs can be stale.)
     anew: frozenset[str] = frozenset()
     # Registry refs whose build cache this build may take, and whether the images it tags carry
     # their own for the next host (BuildKit's inline cache; the legacy builder has neither).

@@ -89,7 +89,8 @@ class EntryPlan:
     entry: Entry
     steps: tuple[StepName, ...]
     build: BuildTarget  # the one build of the "build" step: every stage, up to the runtime image
-    # Built anew before it, where the host keeps a compiler cache: BuildKit's compiler-cache-in.
+    # Built before it, each in a build of its own (BuildKit's form): the torch stage that the compile
+    # mounts, and, anew, compiler-cache-in where the host keeps a compiler cache.
     before: tuple[BuildTarget, ...] = ()
     from_stages: tuple[BuildTarget, ...]  # what is then taken from the stages that build made
     checks: tuple[CheckCommand, ...]  # one per check step that runs
@@ -148,7 +149,7 @@ class EntryPlan:
             lines.append(f"  wheel      {self.published.location}  (published: made around it, no compile)")
         width = max(len(t.stage) for t in (*self.before, self.build, *self.from_stages))
         for t in self.before:
-            lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}")
+            lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}" + (" (built anew)" if t.anew else ""))
         build = f"--target {self.build.stage:<{width}}"
         lines.append(f"  build      {build}  {self.build.tag}  (every stage, in one build)")
         for t in self.from_stages:
@@ -190,18 +191,31 @@ def from_stages(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sd
     return (builder, wheel, cache)
 
 
-def before_build(*, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
-    """BuildKit's compile takes the host's compiler cache from the group's cache mount: put there
-    first, in a build of its own, so the compile step's cache key never depends on it."""
+def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
+    """Stages BuildKit's form builds first, each in a build of its own (the legacy form has neither
+    a cache mount nor a mount of another stage):
+
+    - the torch stage, from the build cache where it is there, where the compile mounts its venv.
+      BuildKit hashes a mount's files for the step's cache key and keeps the sum with the stage;
+      hashed while the stage is still uncommitted, the sum is lost when the image's export commits
+      it, and the next entry on that torch hashed its 7 GB again (about 20 s on 16 cores).
+    - compiler-cache-in, anew: the compile takes the host's compiler cache from the group's cache
+      mount, put there first so the compile step's cache key never depends on it.
+    """
     if prebuilt or form != "buildkit":
         return ()
+    torch = BuildTarget(
+        stage=contract.TORCH_STAGE,
+        tag=None,
+        purpose="its venv committed before the compile mounts it: BuildKit hashes it once per torch, not per entry",
+    )
     fill = BuildTarget(
         stage=contract.CACHE_IN_STAGE,
         tag=None,
         purpose="the host's compiler cache of the group, into its cache mount",
         anew=True,
     )
-    return (fill,)
+    return (fill,) if entry.same_base else (torch, fill)
 
 
 _GPU_NOTES = {
@@ -261,7 +275,7 @@ def make_plan(
             entry=e,
             steps=steps,
             build=runtime_build(e),
-            before=before_build(prebuilt=e.id in around, form=form),
+            before=before_build(e, prebuilt=e.id in around, form=form),
             from_stages=from_stages(e, prebuilt=e.id in around, form=form),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=pushed(e),

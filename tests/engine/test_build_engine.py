@@ -434,6 +434,11 @@ class SecondPython:
     result: dict
     matrix: Path
     env: dict[str, str]
+    nameless: set[str]  # images with no name the build left (a stage built first leaves none)
+
+
+def nameless_images(client) -> set[str]:
+    return {image.id for image in client.images.list(filters={"dangling": True})}
 
 
 @pytest.fixture(scope="module")
@@ -453,13 +458,15 @@ def second_python(project, first_build):
     plan = project.run("plan", "--matrix", str(matrix), "--json", env=env)
     assert plan.returncode == 0, plan.stderr
     second = entry_id(GOOD, SECOND)
+    before = nameless_images(project.client)
     started = time.monotonic()
     proc = project.run(
         "build", "--matrix", str(matrix), "--only", second, "--gpus", "none", "--report", "pythons.json", env=env
     )
     print(f"second Python, through BuildKit: {time.monotonic() - started:.0f} s\n{proc.stderr[-5000:]}")
     (result,) = json.loads((project.dir / "pythons.json").read_text())["entries"]
-    yield SecondPython(json.loads(plan.stdout), proc, result, matrix, env)
+    left = nameless_images(project.client) - before
+    yield SecondPython(json.loads(plan.stdout), proc, result, matrix, env, left)
     # Its torch stage and BuildKit's cache of it are no other module's: freed now.
     engine_env.remove_images(project.client, image)
     project.client.api.prune_builds()
@@ -525,6 +532,19 @@ def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_no_copy_o
     log = Path(second_python.result["log"]).read_text()
     assert "--mount=type=bind,from=torch,source=/opt/venv,target=/opt/venv" in log
     assert "COPY --from=torch" not in log
+    # The build tools take pip from the python stage's bare venv: they wait for no torch.
+    tools = next(line for line in log.splitlines() if "pip install --target /opt/build-tools" in line)
+    assert "--mount=type=bind,from=python,source=/opt/venv,target=/opt/venv" in tools, tools
+
+
+def test_the_torch_stage_is_built_first_and_leaves_no_nameless_image(second_python) -> None:
+    """Committed before the compile mounts its venv, so that BuildKit's hash of those 7 GB outlives
+    the build (bench/buildkit_mount_hash.sh); the image that build makes has no name, and goes."""
+    log = Path(second_python.result["log"]).read_text()
+    first_torch, first_compile = log.find("[torch 1/1]"), log.find("python -m fa_images.builder wheel")
+    assert -1 < first_torch < first_compile, log[:3000]
+    assert log.count("load build definition from Dockerfile") >= 2  # the torch stage's build, then the target's
+    assert second_python.nameless == set(), second_python.nameless
 
 
 def test_buildkit_rerun_builds_nothing_and_force_finds_the_compile_in_its_cache(project, second_python) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fa_images.errors import StepFailed
 from fa_images.run import buildkit
 from fa_images.run.image_builder import BuildProgress
 
@@ -113,10 +114,14 @@ def test_the_20_10_cli_has_buildkit_built_in() -> None:
 
 
 # A stand-in CLI for the order and the arguments of a request's builds: it logs its arguments,
-# writes the image id where --iidfile says and a file where --output says, and fails the stage
-# named in $FAIL_STAGE. The real builds are the engine tier's.
+# writes the image id where --iidfile says and a file where --output says, fails the stage named
+# in $FAIL_STAGE, and says an image has $TAGS names. The real builds are the engine tier's.
 _RECORDING_CLI = """
 echo "$*" >> "$LOG"
+if [ "$1" = image ]; then
+  [ "$2" = inspect ] && echo "${TAGS:-0}"
+  exit 0
+fi
 target=""; while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift;;
@@ -129,12 +134,15 @@ echo "#1 [$target 1/1] RUN true"
 """
 
 
-def _recorded_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> tuple[list[str], object]:
+def _recorded_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str = "", tags: int = 0
+) -> tuple[list[str], object]:
     from fa_images.run.image_builder import BuildRequest
 
     log = tmp_path / "argv.log"
     monkeypatch.setenv("LOG", str(log))
     monkeypatch.setenv("FAIL_STAGE", fail)
+    monkeypatch.setenv("TAGS", str(tags))
     docker = _script(tmp_path / "docker", _RECORDING_CLI)
     cli = buildkit.Cli((docker, "build"), {"DOCKER_BUILDKIT": "1"}, "stand-in", loads=False)
     (tmp_path / "ctx").mkdir()
@@ -143,10 +151,10 @@ def _recorded_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str =
         target="runtime",
         tag="reg.example:5000/fa:1",
         stage_tags={"builder": "reg.example:5000/fa:1-builder"},
-        before=("compiler-cache-in",),
+        before=("torch", "compiler-cache-in"),
         files={"wheel": tmp_path / "wheel", "compiler-cache": tmp_path / "cache"},
         best_effort=frozenset({"compiler-cache-in", "compiler-cache"}),
-        anew=frozenset({"compiler-cache"}),
+        anew=frozenset({"compiler-cache-in", "compiler-cache"}),
         cache_from=("reg.example:5000/fa:1", "reg.example:5000/fa:1-builder"),
         inline_cache=True,
     )
@@ -156,14 +164,15 @@ def _recorded_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str =
 
 def test_a_request_is_builds_in_order_with_the_cache_in_and_out_built_anew(tmp_path, monkeypatch) -> None:
     calls, result = _recorded_build(tmp_path, monkeypatch)
-    targets = [call.split("--target ")[1].split()[0] for call in calls]
-    assert targets == ["compiler-cache-in", "runtime", "builder", "wheel", "compiler-cache"]
-    fill, image, builder, wheel, cache = calls
+    builds = [call for call in calls if call.startswith("build ")]
+    targets = [call.split("--target ")[1].split()[0] for call in builds]
+    assert targets == ["torch", "compiler-cache-in", "runtime", "builder", "wheel", "compiler-cache"]
+    torch, fill, image, builder, wheel, cache = builds
     # A cache mount's content: no cache key covers it. A new FA_IMAGES_ANEW each time, never
     # --no-cache, which would give the step an empty cache mount.
     anew = [re.search(r"--build-arg FA_IMAGES_ANEW=([0-9a-f]{32})\b", call) for call in (fill, cache)]
     assert all(anew) and anew[0].group(1) != anew[1].group(1)  # type: ignore[union-attr]
-    assert "FA_IMAGES_ANEW" not in image + builder + wheel
+    assert "FA_IMAGES_ANEW" not in torch + image + builder + wheel  # the torch stage: from the cache
     assert "--no-cache" not in "".join(calls)
     inline = "--build-arg BUILDKIT_INLINE_CACHE=1"
     assert inline in image and inline in builder  # both pushed: the next host imports from them
@@ -171,6 +180,24 @@ def test_a_request_is_builds_in_order_with_the_cache_in_and_out_built_anew(tmp_p
     assert "--cache-from" not in fill + builder + wheel + cache  # the target's build took it already
     assert result.image_id == "sha256:0123" and not result.missed
     assert (tmp_path / "cache" / "f").read_text() == "data\n"
+    # Each stage built first leaves an image with no name, which goes; the target's stays.
+    assert [call for call in calls if not call.startswith("build ")] == [
+        "image inspect --format {{len .RepoTags}} sha256:0123",
+        "image rm sha256:0123",
+    ] * 2
+
+
+def test_a_named_image_of_a_stage_built_first_is_left_alone(tmp_path, monkeypatch) -> None:
+    calls, _ = _recorded_build(tmp_path, monkeypatch, tags=1)
+    assert not [call for call in calls if call.startswith("image rm")]
+
+
+def test_a_torch_stage_that_fails_fails_the_build(tmp_path, monkeypatch) -> None:
+    """The torch stage, built first, is the build's own: its failure is the build's, not a miss."""
+    with pytest.raises(StepFailed, match=r"exited with 1"):
+        _recorded_build(tmp_path, monkeypatch, fail="torch")
+    builds = [line for line in (tmp_path / "argv.log").read_text().splitlines() if line.startswith("build ")]
+    assert len(builds) == 1, builds  # nothing after it
 
 
 def test_a_cache_that_cannot_go_in_costs_a_compile_not_the_build(tmp_path, monkeypatch) -> None:

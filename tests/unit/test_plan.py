@@ -7,6 +7,7 @@ with the calls a fake engine receives; the real engine runs the same plan in tes
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -79,7 +80,8 @@ def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_
 def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_its_cache(tiny_matrix) -> None:
     (p, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="buildkit")
     image, builder = p.entry.image, p.entry.image + "-builder"
-    assert [(t.stage, t.anew) for t in p.before] == [(contract.CACHE_IN_STAGE, True)]
+    # The torch stage first, from the cache: committed before the compile mounts (and so hashes) its venv.
+    assert [(t.stage, t.anew) for t in p.before] == [(contract.TORCH_STAGE, False), (contract.CACHE_IN_STAGE, True)]
     assert [(t.stage, t.tag, t.anew) for t in p.from_stages] == [
         ("builder", builder, False),
         ("wheel", None, False),
@@ -92,11 +94,16 @@ def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_it
     assert rendered == ["uv-python", *p.stages] and rendered[-1] == p.build.stage
     assert {t.stage for t in (*p.before, *p.from_stages)} <= set(rendered)
     text = "\n".join(p.describe())
-    assert f"  before     --target {contract.CACHE_IN_STAGE}" in text and f"  push       {builder}" in text
+    assert f"  before     --target {contract.TORCH_STAGE} " in text and f"  push       {builder}" in text
+    assert re.search(rf"  before     --target {contract.CACHE_IN_STAGE} .* \(built anew\)$", text, flags=re.M)
     assert f"  cache      from {image}, {builder}" in text
     # The legacy builder: its builder image holds a copy of torch and no build cache, and is not pushed.
     (legacy, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python)
     assert (legacy.before, legacy.push, legacy.cache_from) == ((), (image,), ())
+    # One base: the compile runs on the torch stage itself, which nothing mounts.
+    one = dataclasses.replace(p.entry, devel_image=p.entry.runtime_image)
+    (same,) = plan.make_plan([one], python_from=tiny_matrix.bases.python, form="buildkit")
+    assert [t.stage for t in same.before] == [contract.CACHE_IN_STAGE]
     # Without a push there is no registry to take a build cache from.
     (local, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
     assert local.push == local.cache_from == ()
