@@ -1,13 +1,18 @@
 #!/bin/bash
 # What a BuildKit bind mount from another stage costs before its step can run: BuildKit hashes the
-# mounted files' content for the step's cache key, once per stage it mounts from. Stages stand in for
-# the torch venv: 3 GB in 30 files (twice, each a new stage), then 20,000 files of 20 kB; each line
-# is one `docker build`'s wall time.
+# mounted files' content for the step's cache key, and keeps the sum with the stage. Stages stand in
+# for the torch venv: 3 GB in 30 files (twice, each a new stage), then 20,000 files of 20 kB; each
+# line is one `docker build`'s wall time.
+#
+# Then the shape of an entry, where the image is made on the mounted stage (the runtime image on the
+# torch stage), three builds of a new step each: with the stage made in the first of them (its sum,
+# taken before the image's export committed the stage, is lost with it, and the second build hashes
+# again), and with the stage built first in a build of its own, as `fa-images build` does.
 #
 #   DOCKER_HOST=unix:///PATH.sock [DOCKER=/usr/bin/docker] bash bench/buildkit_mount_hash.sh BASE_IMAGE [WORK_DIR]
 #
 # BASE_IMAGE: any local image with a shell (nothing is pulled). Needs a docker CLI with BuildKit
-# (`DOCKER_BUILDKIT=1 docker build`, as Debian's 20.10) and 3 GB in the engine's storage.
+# (`DOCKER_BUILDKIT=1 docker build`, as Debian's 20.10) and 12 GB in the engine's storage.
 set -eu
 base=$1 work=${2:-$(mktemp -d)}
 mkdir -p "$work" && cd "$work"
@@ -17,7 +22,7 @@ FROM $base AS big
 RUN mkdir -p /opt/venv && cd /opt/venv && $1
 FROM $base AS use
 ARG N
-RUN --mount=type=bind,from=big,source=/opt/venv,target=/opt/venv echo \$N && ls /opt/venv | wc -l
+RUN --mount=type=bind,from=big,source=/opt/venv,target=/opt/venv echo \$N > /n && ls /opt/venv | wc -l
 DOCKERFILE
 }
 timed() {  # label, docker build's arguments
@@ -36,4 +41,21 @@ for fill in "${big_files/SIZE/100M}" "${big_files/SIZE/101M}" "$many_files"; do
     timed "the big stage ($fill)" --target big
     timed "first build that mounts it" --target use --build-arg "N=$RANDOM"
     timed "a later build that mounts it" --target use --build-arg "N=$RANDOM"
+done
+
+entry() {  # the fill; an image made on the mounted stage, as the runtime image on torch
+    stages "$1"
+    cat <<DOCKERFILE
+FROM big AS image
+COPY --from=use /n /n
+DOCKERFILE
+}
+fill="${big_files/SIZE/100M}"
+for first in "" big; do
+    entry "echo $first$RANDOM && $fill" >Dockerfile  # a new stage each time
+    what=${first:+built first} && what=${what:-made in entry 1}
+    for n in 1 2 3; do
+        if [ -n "$first" ]; then timed "  the stage first, in a build of its own" --target big; fi
+        timed "entry $n, the stage $what" --target image --build-arg "N=$RANDOM"
+    done
 done

@@ -13,6 +13,11 @@
 # the CPUs (the first path of BUILDERS on the engine setup.sh starts, the second on a second one),
 # so that both fit one hold of the machine; their figures are then those of 8 of 16 cores.
 #
+# BUILDERS names the paths, two at most with PINNED=1: each `buildkit` or `sdk`, or LABEL=DIR, where
+# the builder is LABEL up to its first "-" and DIR (in the repository) holds the fa_images package
+# that path runs, such as an earlier commit's (`git archive COMMIT fa_images | tar -x -C DIR`):
+# BUILDERS="buildkit-before=.gpu-before buildkit" compares that commit's BuildKit path with this one's.
+#
 # Run from a copy of the repository, as root:  [PINNED=1] bash bench/gpu_container/side_by_side.sh WORK_DIR
 # Needs what real_check.sh needs.
 set -u
@@ -23,19 +28,25 @@ source "$(dirname "$0")/setup.sh" "${1:-/tmp/sbs}" "numpy==$NUMPY"
 phase "project: the trimmed flash-attn sdist, a compat override, one matrix per builder and arch"
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
 # The sdist, compat.yaml and one matrix per FILE=IMAGE:ARCH[:BUILDER] (an entry's id names no archs).
-python3 "$REPO/bench/gpu_container/project.py" "$REPO" "$W/proj" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" \
-    buildkit-90.yaml=gc.local/fa-images/buildkit-sm90:90:buildkit buildkit-80.yaml=gc.local/fa-images/buildkit-sm80:80:buildkit \
-    sdk-90.yaml=gc.local/fa-images/sdk-sm90:90:sdk sdk-80.yaml=gc.local/fa-images/sdk-sm80:80:sdk || exit 1
+PATHS=${BUILDERS:-buildkit sdk}
+specs=()
+for path in $PATHS; do
+    label=${path%%=*}
+    for arch in 90 80; do specs+=("$label-$arch.yaml=gc.local/fa-images/$label-sm$arch:$arch:${label%%-*}"); done
+done
+python3 "$REPO/bench/gpu_container/project.py" "$REPO" "$W/proj" "$PYVER" "${TORCH%%+*}" "$PORT" "$NUMPY" "${specs[@]}" || exit 1
 cd "$W/proj" || exit 1
-ID=$(python3 -m fa_images plan --matrix buildkit-90.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+first_label=${PATHS%% *}
+ID=$(python3 -m fa_images plan --matrix "${first_label%%=*}-90.yaml" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 DEVEL_SIZE=$(docker image inspect gc.local/base:devel --format '{{.Size}}')
 
 # One path's two entries on the engine DOCKER_HOST names; PIN: a taskset prefix, or nothing.
-run_path() {  # builder
-    local builder=$1 name arch start end nvcc_at builder_size
-    export XDG_CACHE_HOME=$W/cache-$builder  # an empty compiler cache per path
+run_path() {  # LABEL[=DIR]
+    local label=${1%%=*} name arch start end nvcc_at builder_size
+    [ "$1" != "$label" ] && export PYTHONPATH=$REPO/${1#*=}:$PYTHONPATH  # that path's fa_images
+    export XDG_CACHE_HOME=$W/cache-$label  # an empty compiler cache per path
     for arch in 90 80; do
-        name=$builder-$arch
+        name=$label-$arch
         phase "$name: fa-images build --gpus devices"
         docker system df
         start=$(date +%s.%N)
@@ -62,7 +73,7 @@ print("RESULT", phases[-1][:400] if phases else "no phases line")
 steps = re.findall(r"^(\[[^\]]+\][^\n]*?) done in ([\d.]+) s$", open(log).read(), re.M)
 print("RESULT step times:", ", ".join(f"{name} {seconds} s" for name, seconds in steps) or "none in the log")
 EOF
-        builder_size=$(docker image inspect "gc.local/fa-images/$builder-sm$arch:$ID-builder" --format '{{.Size}}') || builder_size=0
+        builder_size=$(docker image inspect "gc.local/fa-images/$label-sm$arch:$ID-builder" --format '{{.Size}}') || builder_size=0
         echo "RESULT builder image over its devel base: $(((builder_size - DEVEL_SIZE) / 1000000)) MB"
         docker system df
     done
@@ -82,15 +93,15 @@ if [ "${PINNED:-0}" = 1 ]; then
         --storage-driver overlay2 --bridge=none --iptables=false --ip-masq=false >"$W/dockerd-b.log" 2>&1 &
     for _ in $(seq 60); do DOCKER_HOST=$SOCK_B docker version >/dev/null 2>&1 && break; sleep 1; done
     docker save gc.local/base:runtime gc.local/base:devel | DOCKER_HOST=$SOCK_B docker load
-    first=${BUILDERS:-buildkit sdk}; second=${first#* }; first=${first%% *}
-    (PIN="taskset -c $CPUS_A" run_path "$first" 2>&1 | sed -u "s/^/[$first] /") &
+    first=${PATHS%% *} second=${PATHS#* }
+    (PIN="taskset -c $CPUS_A" run_path "$first" 2>&1 | sed -u "s/^/[${first%%=*}] /") &
     path_a=$!
-    (export DOCKER_HOST=$SOCK_B; PIN="taskset -c $CPUS_B" run_path "$second" 2>&1 | sed -u "s/^/[$second] /") &
+    (export DOCKER_HOST=$SOCK_B; PIN="taskset -c $CPUS_B" run_path "$second" 2>&1 | sed -u "s/^/[${second%%=*}] /") &
     path_b=$!
     wait $path_a $path_b  # not a bare `wait`: the dockerds are children of this shell too
     DOCKER_HOST=$SOCK_B docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 else
-    for builder in ${BUILDERS:-buildkit sdk}; do PIN="" run_path "$builder"; done
+    for path in $PATHS; do (PIN="" run_path "$path"); done  # each its own PYTHONPATH
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 df -h "$W" | sed 1d

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -126,6 +127,45 @@ def registry_of(ref: str) -> str:
     """The registry host of an image reference, as Docker reads it (docker.io without one)."""
     first = ref.split("/", 1)[0]
     return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+LOG_GRACE = 10.0  # seconds a followed log may stay open after its container exited
+
+
+def _follow_until_exit(container: Any, said: Callable[[bytes], None]) -> int:
+    """The container's output as it comes, then its exit code. Podman 4 can keep a followed log
+    open after its container exited: the stream is then closed and the rest read at once."""
+    stream = container.logs(stream=True, follow=True)
+    exited: dict[str, Any] = {}
+    read_all = threading.Event()
+
+    def reap() -> None:
+        try:
+            exited["status"] = container.wait()
+        except Exception as exc:  # raised in the reading thread, below
+            exited["error"] = exc
+        if not read_all.wait(LOG_GRACE):
+            exited["cut"] = True
+            stream.close()
+
+    reaper = threading.Thread(target=reap, name="container-wait", daemon=True)
+    reaper.start()
+    chunks = 0
+    try:
+        for raw in stream:
+            said(raw)
+            chunks += 1
+    except Exception:
+        if not exited.get("cut"):
+            raise
+    read_all.set()
+    reaper.join()
+    if "error" in exited:
+        raise exited["error"]
+    if exited.get("cut"):  # the rest of the output, past what the stream gave
+        for raw in list(container.logs(stream=True, follow=False))[chunks:]:
+            said(raw)
+    return int(exited["status"].get("StatusCode", 1))
 
 
 def _login_hint(ref: str, message: str) -> str:
@@ -305,13 +345,15 @@ class DockerEngine:
 
             kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         output: list[str] = []
+
+        def said(raw: bytes) -> None:
+            for line in raw.decode(errors="replace").splitlines():
+                output.append(line)
+                on_line(line)
+
         with self._container(image, command, **kwargs) as (container, state):
             container.start()
-            for raw in container.logs(stream=True, follow=True):
-                for line in raw.decode(errors="replace").splitlines():
-                    output.append(line)
-                    on_line(line)
-            code = int(container.wait().get("StatusCode", 1))
+            code = _follow_until_exit(container, said)
             state["keep"] = keep and code != 0  # a failed check, kept for debug_command
         return RunResult(code, output, kept_container=container.name if state["keep"] else None)
 

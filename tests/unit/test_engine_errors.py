@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import docker.errors
@@ -103,3 +105,54 @@ def test_the_pushed_digest_is_read_from_either_engine(chunks) -> None:
 def test_a_push_with_no_digest_is_a_failure() -> None:
     with pytest.raises(StepFailed, match="ended without a digest"):
         DockerEngine(_Pushing([{"status": "Preparing", "id": "abc"}])).push("reg/fa:x", on_line=lambda _: None)
+
+
+class _HangingLog:
+    """A followed log that gives its first frame, then stays open until closed, as Podman 4's can
+    after its container exited; the container's full log holds a second frame."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __iter__(self):
+        yield b"first\n"
+        self.closed.wait(60)
+        raise ConnectionError("the stream was closed")  # what a read of a shut socket raises
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class _ExitedContainer:
+    name = "c"
+
+    def __init__(self) -> None:
+        self.followed = _HangingLog()
+
+    def start(self) -> None: ...
+
+    def logs(self, *, stream: bool, follow: bool):
+        return self.followed if follow else iter([b"first\n", b"second\n"])
+
+    def wait(self) -> dict:
+        return {"StatusCode": 3}
+
+    def remove(self, force: bool) -> None: ...
+
+
+class _Runs:
+    def __init__(self) -> None:
+        self.api = self
+        self.containers = self
+
+    def create(self, *args, **kwargs) -> _ExitedContainer:
+        return _ExitedContainer()
+
+
+def test_a_log_left_open_after_its_container_exited_ends_with_the_whole_output(monkeypatch) -> None:
+    monkeypatch.setattr("fa_images.run.engine.LOG_GRACE", 0.2)
+    said: list[str] = []
+    started = time.monotonic()
+    result = DockerEngine(_Runs()).run("reg/fa:x", ["true"], gpu=False, keep=False, on_line=said.append)
+    assert time.monotonic() - started < 30  # not the minutes a hung stream would take
+    assert (result.exit_code, result.output, said) == (3, ["first", "second"], ["first", "second"])
