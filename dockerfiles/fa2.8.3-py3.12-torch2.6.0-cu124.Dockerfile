@@ -8,7 +8,7 @@
 #   torch           that venv with the exact torch: nothing entry-specific, so every entry of the
 #                   same base, Python and torch shares its layers, in the cache and in a registry
 #                   (built first, in a build of its own: BuildKit then hashes the venv it mounts
-#                   once per torch stage, not once per entry)
+#                   once, not again for the next entry on this torch)
 #   builder         compiles the wheel with nvcc against that very venv, mounted, not copied
 #   wheel           holds only the wheel and its manifest, for export
 #   compiler-cache-in   the host's compiler cache into the compile group's cache mount (built first)

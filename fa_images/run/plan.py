@@ -207,7 +207,7 @@ def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "s
     torch = BuildTarget(
         stage=contract.TORCH_STAGE,
         tag=None,
-        purpose="its venv committed before the compile mounts it: BuildKit hashes it once per torch, not per entry",
+        purpose="committed before the compile mounts its venv: hashed once, not again for the next entry",
     )
     fill = BuildTarget(
         stage=contract.CACHE_IN_STAGE,
