@@ -126,14 +126,16 @@ RUN --mount=type=cache,id=fa-images-compiler-cache-fe4dcfb1c982c800,target=/opt/
 FROM scratch AS compiler-cache
 COPY --from=compiler-cache-out /opt/fa-images/cache-copy/ /compiler-cache/
 
-# The wheel and flash-attn's runtime dependencies, pinned and --no-deps (pip can never swap
+# flash-attn's runtime dependencies and the wheel, pinned and --no-deps (pip can never swap
 # torch), installed under /opt/fa-layer as they will lie in the image, then put in place and
-# checked: what the runtime stage copies is exactly what passed here.
+# checked: what the runtime stage copies is exactly what passed here. The dependencies first: they
+# wait for no compile, and every entry of this torch takes them from the cache.
 FROM torch AS install
-COPY --from=wheel / /opt/fa-images/dist/
 COPY fa_images/ /opt/fa-layer/opt/fa-images/fa_images/
+RUN pip install --no-deps --no-compile --root /opt/fa-layer --index-url https://pypi.org/simple einops==0.8.2 numpy==2.4.6 packaging==26.3 \
+ && python -m compileall -q -s /opt/fa-layer -p / /opt/fa-layer
+COPY --from=wheel / /opt/fa-images/dist/
 RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-images/dist/*.whl \
- && pip install --no-deps --no-compile --root /opt/fa-layer --index-url https://pypi.org/simple einops==0.8.2 numpy==2.4.6 packaging==26.3 \
  && python -m compileall -q -s /opt/fa-layer -p / /opt/fa-layer \
  && cp -a /opt/fa-layer/. / \
  && pip check \

@@ -178,6 +178,9 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
         "RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-images/dist/*.whl \\\n"
         in install_part
     )
+    # The runtime dependencies before the wheel arrives: a step that waits for no compile.
+    wheel_in = install_part.index("COPY --from=wheel ")
+    assert install_part.index("einops==") < wheel_in < install_part.index("/opt/fa-images/dist/*.whl")
     assert " && pip check \\\n && python -m fa_images.builder check --import-only\n" in install_part
     runtime_part = text.split(" AS runtime\n")[1]
     assert [line for line in runtime_part.splitlines() if line.startswith(("COPY", "RUN", "ADD"))] == [
@@ -287,7 +290,7 @@ entries:
     assert f"python3 -m pip install {index} uv==0.8.0 \\\n" in text
     assert "RUN pip install --index-url http://pypi.local/torch/cu128 --trusted-host pypi.local torch==2.9.1\n" in text
     assert f" && pip install --target /opt/build-tools {index} ninja==" in text
-    assert f" && pip install --no-deps --no-compile --root /opt/fa-layer {index} einops==" in text
+    assert f"RUN pip install --no-deps --no-compile --root /opt/fa-layer {index} einops==" in text
     assert "      --index-url http://pypi.local/fa/simple \\\n" in text
     assert "pypi.org" not in text and "pytorch.org" not in text
 
