@@ -43,9 +43,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             engine = item.path.parent.name == ENGINE_TIER
             item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
     # The groups in this order (`--no-loadscope-reorder`): the engine tier first on one worker,
-    # then the Python 3.9 stage and the other engine groups first on the other. Each worker is
-    # also handed one more group at the start, which waits behind its first: a unit module,
-    # seconds long, is next.
+    # then the Python 3.9 stage and the other engine groups, one after another, on the other. A
+    # worker is handed its next group when two or fewer of its tests are left.
     items.sort(key=_rank)
 
 

@@ -133,14 +133,17 @@ class BuildKitBuilder:
                 if dest is not None:
                     _keep_files_and_dirs(dest)
 
+        # A ref that is not there (the first build anywhere) costs a warning line, not the build.
+        cache_from = [arg for ref in request.cache_from for arg in ("--cache-from", ref)]
         with tempfile.TemporaryDirectory(prefix="fa-images-iid-") as tmp:
             for stage in request.before:  # the torch install is the build's too: shown as it goes
                 iidfile = Path(tmp) / f"{stage}.iid"
-                side_build(stage, ["--iidfile", str(iidfile)], shown=stage not in request.best_effort)
+                # The torch stage from the registry's build cache where it is there, as the target's
+                # build would take it: the image then has the layers another host pushed.
+                imported = [] if stage in request.anew else cache_from
+                side_build(stage, ["--iidfile", str(iidfile), *imported], shown=stage not in request.best_effort)
                 self._forget_untagged(iidfile)
         inline = list(self.cli.inline_cache) if request.inline_cache else []
-        # A ref that is not there (the first build anywhere) costs a warning line, not the build.
-        cache_from = [arg for ref in request.cache_from for arg in ("--cache-from", ref)]
         with tempfile.TemporaryDirectory(prefix="fa-images-iid-") as tmp:
             iidfile = Path(tmp) / "iid"
             labels = [arg for k, v in sorted(request.labels.items()) for arg in ("--label", f"{k}={v}")]

@@ -16,7 +16,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
@@ -146,7 +146,11 @@ def _follow_until_exit(container: Any, said: Callable[[bytes], None]) -> int:
             exited["error"] = exc
         if not read_all.wait(LOG_GRACE):
             exited["cut"] = True
-            stream.close()
+            import docker.errors
+
+            # docker-py cannot cancel a stream over ssh://: the read then ends when the engine ends it.
+            with suppress(docker.errors.DockerException):
+                stream.close()
 
     reaper = threading.Thread(target=reap, name="container-wait", daemon=True)
     reaper.start()

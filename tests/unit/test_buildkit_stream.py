@@ -177,6 +177,8 @@ def test_a_request_is_builds_in_order_with_the_cache_in_and_out_built_anew(tmp_p
     inline = "--build-arg BUILDKIT_INLINE_CACHE=1"
     assert inline in image and inline in builder  # both pushed: the next host imports from them
     assert "--cache-from reg.example:5000/fa:1 --cache-from reg.example:5000/fa:1-builder" in image
+    # The torch stage as the target's build would take it: from the registry's build cache.
+    assert "--cache-from reg.example:5000/fa:1 --cache-from reg.example:5000/fa:1-builder" in torch
     assert "--cache-from" not in fill + builder + wheel + cache  # the target's build took it already
     assert result.image_id == "sha256:0123" and not result.missed
     assert (tmp_path / "cache" / "f").read_text() == "data\n"

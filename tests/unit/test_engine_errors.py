@@ -156,3 +156,23 @@ def test_a_log_left_open_after_its_container_exited_ends_with_the_whole_output(m
     result = DockerEngine(_Runs()).run("reg/fa:x", ["true"], gpu=False, keep=False, on_line=said.append)
     assert time.monotonic() - started < 30  # not the minutes a hung stream would take
     assert (result.exit_code, result.output, said) == (3, ["first", "second"], ["first", "second"])
+
+
+class _SshLog(_HangingLog):
+    """Over ssh:// docker-py refuses to cancel a stream; the engine ends it later."""
+
+    def close(self) -> None:
+        self.closed.set()  # the engine's own end of the stream, a moment later
+        raise docker.errors.DockerException("Cancellable streams not supported for the SSH protocol")
+
+
+def test_a_stream_that_cannot_be_cancelled_still_ends_the_run(monkeypatch) -> None:
+    monkeypatch.setattr("fa_images.run.engine.LOG_GRACE", 0.2)
+    thread_errors: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    runs = _Runs()
+    container = _ExitedContainer()
+    container.followed = _SshLog()
+    monkeypatch.setattr(runs, "create", lambda *args, **kwargs: container)
+    result = DockerEngine(runs).run("reg/fa:x", ["true"], gpu=False, keep=False, on_line=lambda _: None)
+    assert (result.exit_code, result.output, thread_errors) == (3, ["first", "second"], [])
