@@ -6,10 +6,14 @@ Real parts: the tests' dockerd (host A), a second dockerd started here on an emp
 the CUDA stand-in base of the engine tier, the tiny flash-attn-shaped sdist. The base is pushed
 to the registry and named by its registry ref, so host B pulls it like anything else.
 
-    PYTHONPATH=tests:. python bench/cache_import.py WORK_DIR
+    PYTHONPATH=tests:. python bench/cache_import.py WORK_DIR [--two-bases]
+
+--two-bases: NVIDIA's shape, the torch stage on a runtime base without a compiler (Debian's, pushed
+too) and the compile on the CUDA stand-in with the torch venv mounted, where `fa-images build`
+builds the torch stage first, in a build of its own; else one base for both.
 
 Prints, per host, the build's time, its kernels, whether the compile came from the build cache,
-and what host B's storage holds at the end.
+the image's id, and what host B's storage holds at the end.
 """
 
 from __future__ import annotations
@@ -71,12 +75,14 @@ def build(name: str, work: Path, env: dict[str, str], matrix: Path) -> None:
     print(
         f"RESULT {name}: exit {proc.returncode}, {seconds:.0f} s, status {entry['status']}, check {entry['check']}, "
         f"kernels {entry['kernels']}, compile from the build cache: "
-        f"{'0 kernels compiled' in log}, image {entry['image']} ({(entry['image_size'] or 0) / 1e9:.2f} GB)"
+        f"{'0 kernels compiled' in log}, image {entry['image']} ({(entry['image_size'] or 0) / 1e9:.2f} GB), "
+        f"id {entry.get('image_id')}, torch installed here: {'Collecting torch==' in log}"
     )
 
 
 def main() -> None:
     work = Path(sys.argv[1]).resolve()
+    two_bases = sys.argv[2:] == ["--two-bases"]
     shutil.rmtree(work, ignore_errors=True)
     (work / "sdists").mkdir(parents=True)
     sha = sha256_of(make_tiny_sdist(work / "sdists", version=VERSION))
@@ -96,13 +102,18 @@ def main() -> None:
         base = f"{registry}/fa-images-test/base:1"
         client.images.get(stock).tag(base)
         client.images.push(base)
+        runtime = base
+        if two_bases:
+            runtime = f"{registry}/fa-images-test/runtime:1"
+            client.images.get(bases.runtime).tag(runtime)
+            client.images.push(runtime)
         entry = {"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "archs": ["80"]}
         matrix = work / "matrix.yaml"
         matrix.write_text(
             yaml.safe_dump(
                 {
                     "image": f"{registry}/fa-images-test/import",
-                    "bases": {"devel": base, "runtime": base, "python": "system"},
+                    "bases": {"devel": base, "runtime": runtime, "python": "system"},
                     "packages": engine_env.index_packages(index, sdists="sdists"),
                     "build": {"network": "host", "builder": "buildkit"},
                     "compat": "compat.yaml",
@@ -125,7 +136,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-        for ref in (f"{registry}/fa-images-test/import", base.rsplit(":", 1)[0]):
+        for ref in (f"{registry}/fa-images-test/import", base.rsplit(":", 1)[0], runtime.rsplit(":", 1)[0]):
             engine_env.remove_images(client, ref)
         client.api.prune_builds()
 
