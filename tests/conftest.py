@@ -43,8 +43,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             engine = item.path.parent.name == ENGINE_TIER
             item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
     # The groups in this order (`--no-loadscope-reorder`): the engine tier first on one worker,
-    # then the Python 3.9 stage and the other engine groups, one after another, on the other. A
-    # worker is handed its next group when two or fewer of its tests are left.
+    # then the other engine groups, one after another, on the other. A worker is handed its next
+    # group when two or fewer of its tests are left.
     items.sort(key=_rank)
 
 
@@ -76,19 +76,11 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         _fail_the_skip(outcome.get_result())
 
 
-# First on the other worker, beside the Docker worker's first build: the Python 3.9 stage's chroot
-# (about 11 GB in the temp dir). Last, it met the loop's torch release at the end of the Docker
-# worker: the peaks of runs 18 and 21, 48.3 and 49.0 GB (bench/test_suite.md).
-FIRST_ON_THE_OTHER_WORKER = "test_python39_builder_stage.py"
-
-
 def _rank(item: pytest.Item) -> tuple[int, int]:
     tier = item.path.parent.name
     group = item.get_closest_marker("xdist_group")
     shared = group is not None and group.args[0] == ENGINE_TIER
-    if item.path.name == FIRST_ON_THE_OTHER_WORKER:
-        return (0, 1)
-    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 2)
+    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 1)
 
 
 @pytest.fixture(scope="session")
