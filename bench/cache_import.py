@@ -66,7 +66,9 @@ def second_dockerd(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 def build(name: str, work: Path, env: dict[str, str], matrix: Path) -> None:
     started = time.monotonic()
-    args = ("build", "--matrix", str(matrix), "--push", "--gpus", "none", "--report", f"{name}.json")
+    # A dist/ and logs of each host's own: host B starts as empty as a new runner.
+    args = ("build", "--matrix", str(matrix), "--push", "--gpus", "none", "--report", f"{name}.json",
+            "--dist", f"dist-{name}", "--log-dir", f"logs-{name}")  # fmt: skip
     proc = fa_images(work, env, *args)
     seconds = time.monotonic() - started
     print(proc.stderr[-2500:])
