@@ -66,7 +66,7 @@ def pip_args(install: wheelhouse.Install) -> str:
 def venv_mounts(matrix: Matrix, entry: Entry, stage: str) -> list[str]:
     """BuildKit's mounts of ``stage``'s Python into the builder stage (none where the builder stage
     is the torch stage itself): the torch stage's, the bytes the wheel is compiled against, never a
-    copy; the python stage's bare venv, whose pip installs the build tools while torch installs."""
+    copy; the python stage's bare venv, whose pip installs the build tools without waiting for torch."""
     if entry.same_base:
         return []
     dirs = ["/opt/python", "/opt/venv"] if matrix.bases.python == "uv" else ["/opt/venv"]

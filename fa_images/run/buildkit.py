@@ -143,8 +143,7 @@ class BuildKitBuilder:
                 imported = [] if stage in request.anew else cache_from
                 side_build(stage, ["--iidfile", str(iidfile), *imported], shown=stage not in request.best_effort)
                 self._forget_untagged(iidfile)
-        inline = list(self.cli.inline_cache) if request.inline_cache else []
-        with tempfile.TemporaryDirectory(prefix="fa-images-iid-") as tmp:
+            inline = list(self.cli.inline_cache) if request.inline_cache else []
             iidfile = Path(tmp) / "iid"
             labels = [arg for k, v in sorted(request.labels.items()) for arg in ("--label", f"{k}={v}")]
             stream = self._run(
