@@ -317,11 +317,28 @@ def bridged_docker_engine() -> Iterator[BridgedEngine]:
     bake`` 0.13's cannot (bake has no network key), needs the default bridge: here it has one,
     which only the daemon's own namespace sees. Storage is scratch, emptied before and after.
     """
+    with _scratch_dockerd("bridged", bridged=True) as (handle, pid):
+        yield BridgedEngine(handle, Path(f"/proc/{pid}/ns/net"))
+
+
+@contextlib.contextmanager
+def empty_docker_engine() -> Iterator[EngineHandle]:
+    """A second dockerd on an empty data root, on the host's network as the shared engine is (no
+    bridge; builds name the host's network): a new build host, or a CI runner's first job, which
+    reaches the tests' registry and indexes on loopback. Storage is scratch, emptied before and
+    after."""
+    with _scratch_dockerd("empty", bridged=False) as (handle, _):
+        yield handle
+
+
+@contextlib.contextmanager
+def _scratch_dockerd(name: str, *, bridged: bool) -> Iterator[tuple[EngineHandle, int]]:
+    """A dockerd of its own (its data root under the test cache, named ``name``), and its pid."""
     if os.geteuid() != 0:
-        raise RuntimeError("the bridged engine's namespaces need root")
-    dockerd, unshare, ip = _which("dockerd", "docker.io"), _which("unshare", "util-linux"), _which("ip", "iproute2")
-    root, exec_root, pidfile = cache_dir() / "docker-bridged", RUN_DIR / "bridged-exec", RUN_DIR / "bridged.pid"
-    socket_path = RUN_DIR / "bridged.sock"
+        raise RuntimeError(f"the {name} dockerd needs root")
+    dockerd = _which("dockerd", "docker.io")
+    root, exec_root, pidfile = cache_dir() / f"docker-{name}", RUN_DIR / f"{name}-exec", RUN_DIR / f"{name}.pid"
+    socket_path = RUN_DIR / f"{name}.sock"
     RUN_DIR.mkdir(parents=True, exist_ok=True)
 
     def reset() -> None:
@@ -330,25 +347,34 @@ def bridged_docker_engine() -> Iterator[BridgedEngine]:
             _terminate(pid)
         for path in (pidfile, socket_path):
             path.unlink(missing_ok=True)
-        # Its mounts live and die in its own namespace; a lazy unmount covers one left on ours.
+        # A bridged daemon's mounts live and die in its own namespace; a lazy unmount covers one
+        # left on ours.
         _unmount_under(root, include_self=False)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(exec_root, ignore_errors=True)
 
-    with _file_lock(cache_dir() / "docker-bridged.lock"):
+    with _file_lock(cache_dir() / f"docker-{name}.lock"):
         reset()
         root.mkdir(parents=True)
         (root / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
         base_url = f"unix://{socket_path}"
-        log_path = RUN_DIR / "bridged-dockerd.log"
+        log_path = RUN_DIR / f"{name}-dockerd.log"
         command = [
-            *(unshare, "--net", "--mount", "--propagation", "private", "--fork"),
-            # Loopback up: the namespace's own address (the gateway) is reached through it.
-            *("sh", "-c", f'{shlex.quote(ip)} link set lo up && exec "$@"', "sh"),
             *(dockerd, "--data-root", str(root / "data"), "--exec-root", str(exec_root)),
             *("--pidfile", str(pidfile), "--host", base_url, "--config-file", str(root / "daemon.json")),
-            *("--storage-driver", "overlay2", "--bip", BRIDGE_CIDR, "--iptables=false", "--ip-masq=false"),
+            *("--storage-driver", "overlay2", "--iptables=false", "--ip-masq=false"),
         ]
+        if bridged:
+            unshare, ip = _which("unshare", "util-linux"), _which("ip", "iproute2")
+            command = [
+                *(unshare, "--net", "--mount", "--propagation", "private", "--fork"),
+                # Loopback up: the namespace's own address (the gateway) is reached through it.
+                *("sh", "-c", f'{shlex.quote(ip)} link set lo up && exec "$@"', "sh"),
+                *command,
+                *("--bip", BRIDGE_CIDR),
+            ]
+        else:
+            command.append("--bridge=none")  # as the shared engine: the host's network untouched
         with open(log_path, "wb") as log_file:
             # Marked: a killed run's daemon is reaped by the next run.
             proc = subprocess.Popen(
@@ -364,10 +390,9 @@ def bridged_docker_engine() -> Iterator[BridgedEngine]:
             client = _wait_for_dockerd(proc, base_url)
             pid = _read_pid(pidfile)
             if client is None or pid is None:
-                raise RuntimeError(f"the bridged dockerd did not answer at {base_url}; log:\n{_tail(log_path)}")
+                raise RuntimeError(f"the {name} dockerd did not answer at {base_url}; log:\n{_tail(log_path)}")
             try:
-                handle = EngineHandle(client, base_url, managed=True, log_path=log_path)
-                yield BridgedEngine(handle, Path(f"/proc/{pid}/ns/net"))
+                yield EngineHandle(client, base_url, managed=True, log_path=log_path), pid
             finally:
                 client.close()
         finally:

@@ -57,20 +57,24 @@ def inputs_digest(
     *,
     base_ids: dict[str, str],
     prebuilt: bool = False,
-    form: BuilderForm = "sdk",
 ) -> str:
     """A digest of everything the entry's image and wheel are made of: the Dockerfile (every
     setting that reaches the build, pins included), the builder code, the sdist (or the prebuilt
     wheel: ``source_sha256`` is its sha256, so a published wheel needs no download to be
     compared), and the base images the engine holds (``base_ids``: ref -> image id; a re-pulled
     base is a new input). A build with the same digest makes the same image, so a later run can
-    tell it has nothing to do."""
+    tell it has nothing to do.
+
+    The Dockerfile is taken in one form, whichever builder builds: its two forms differ only in
+    how files reach the compile (mounted or copied), not in what is built. So hosts whose docker
+    CLIs differ (``auto`` takes BuildKit on one, the SDK's builder on the other) agree on what is
+    current, instead of rebuilding each other's entries."""
     digest = hashlib.sha256()
 
     def part(name: str, data: bytes) -> None:
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
 
-    part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt, builder=form)).encode())
+    part("Dockerfile", _instructions(render_entry(matrix, entry, prebuilt=prebuilt, builder="sdk")).encode())
     for path in builder_files():
         part(path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
     part("wheel" if prebuilt else "sdist", source_sha256.encode())

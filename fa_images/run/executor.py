@@ -196,9 +196,7 @@ class Executor:
         base_ids = {ref: info.id for ref in run.plan.bases if (info := self.engine.image_info(ref))}
 
         def digest(sha256: str, *, around_wheel: bool) -> str:
-            return context.inputs_digest(
-                self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel, form=self.builder.form
-            )
+            return context.inputs_digest(self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel)
 
         if prebuilt is not None:
             run.result.prebuilt = True

@@ -27,6 +27,7 @@ GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
 UPDATE = "2.8.3.dev3"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
 REGISTRY_USER = engine_env.PUSH_USER
+BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
 
 
 @dataclass
@@ -63,6 +64,16 @@ class Project:
         path = self.dir / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
+
+    def buildkit_env(self, **extra: str) -> dict[str, str]:
+        """The project's environment with Debian's 20.10 CLI first on PATH (another docker CLI may
+        come first here, one without BuildKit)."""
+        assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
+        cli = self.dir / "buildkit-cli"
+        cli.mkdir(exist_ok=True)
+        if not (cli / "docker").is_symlink():
+            (cli / "docker").symlink_to(BUILDKIT_CLI)
+        return {**self.env, "PATH": f"{cli}:{self.env['PATH']}", **extra}
 
     def run(self, *args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -413,18 +413,6 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
 # base without a compiler, the venv mounted into the devel base to compile, never copied.
 SECOND = toolchain.SECOND_PYTHON  # 3.13, compiled from Debian's source (tests/toolchain.py)
 SECOND_CP = "cp" + SECOND.replace(".", "")
-BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
-
-
-def buildkit_env(project: Project) -> dict[str, str]:
-    """The project's environment with Debian's 20.10 CLI first on PATH (another docker CLI may
-    come first here, one without BuildKit)."""
-    assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
-    cli = project.dir / "buildkit-cli"
-    cli.mkdir(exist_ok=True)
-    if not (cli / "docker").is_symlink():
-        (cli / "docker").symlink_to(BUILDKIT_CLI)
-    return {**project.env, "PATH": f"{cli}:{project.env['PATH']}"}
 
 
 @dataclass
@@ -454,7 +442,7 @@ def second_python(project, first_build):
     matrix = project.matrix(
         "pythons.yaml", image=image, versions=[GOOD], pythons=("3.11", SECOND), bases=bases, builder="auto"
     )
-    env = buildkit_env(project)
+    env = project.buildkit_env()
     plan = project.run("plan", "--matrix", str(matrix), "--json", env=env)
     assert plan.returncode == 0, plan.stderr
     second = entry_id(GOOD, SECOND)

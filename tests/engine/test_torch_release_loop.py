@@ -21,7 +21,7 @@ import engine_env
 import pytest
 import toolchain
 import yaml
-from build_project import GOOD, REPO, entry_id, only_in_the_registry
+from build_project import BUILDKIT_CLI, GOOD, REPO, entry_id, only_in_the_registry
 from packaging.version import Version
 
 from fa_images.config import compatgen
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.engine
 # torch 2.10.0 beside 2.9.1: its own wheel name (torch2.10), CUDA 12.8 by default as the stand-in
 # base, and a build tag on the file pip downloads (torch-2.10.0-3-...).
 NEW_TORCH = "2.10.0"
+NEW_ID = f"fa{GOOD}-py3.11-torch{NEW_TORCH}-cu128"
 
 
 def fa_images_before(root: Path, release: str) -> Path:
@@ -74,12 +75,11 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
     names torch by rule gains its entry; `build --push --published`, on an engine without the first
     build's image, builds that entry alone: the 2.9.1 one is found in the index and the registry.
     `dist site` then serves both wheels, and uv picks each by its torch pin. A later fa-images then
-    compiles nothing: each image is made around the wheel the site serves."""
+    compiles nothing: the new entry's image is made around the wheel the site serves."""
     _, entries = first_build
     good = entries[entry_id(GOOD)]
-    new_id = f"fa{GOOD}-py3.11-torch{NEW_TORCH}-cu128"
     older = fa_images_before(project.dir, NEW_TORCH)
-    env = {**project.env, "PYTHONPATH": str(older)}
+    env = project.buildkit_env(PYTHONPATH=str(older))
     table = project.dir / "loop-compat.yaml"  # the team's table: the one its fa-images came with, and its own sdists
     pins = yaml.safe_load((project.dir / "compat.yaml").read_text())
     text = (older / "fa_images" / "config" / "compat.yaml").read_text()
@@ -91,7 +91,10 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
                 "image": f"{project.registry}/fa-images-test/flash-attn",
                 "bases": project.stock.bases(),
                 "packages": project.stock.packages(),
-                "build": {"network": "host", "builder": "sdk"},
+                # BuildKit: the new entry's pushed images carry its build cache for the next runner
+                # (the first build's entry, the SDK's, is current all the same: the builder is no
+                # input).
+                "build": {"network": "host", "builder": "buildkit"},
                 "compat": table.name,
                 "matrix": {
                     "python": ["3.11"],
@@ -136,7 +139,7 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
             "updated": [],
         }
         assert report["flash_attn"] == {"added": [], "removed": [], "updated": []}
-        assert planned() == [entry_id(GOOD), new_id]
+        assert planned() == [entry_id(GOOD), NEW_ID]
 
         # One web server, as GitHub's: the published dist/, the release's assets (the workflow
         # uploads there), the site; an index's links over http stay on its host.
@@ -150,10 +153,10 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
             print(f"the loop's build: {time.monotonic() - started:.0f} s\n{proc.stderr[-3000:]}")
             assert proc.returncode == 0, proc.stderr[-3000:]
             built = {e["id"]: e for e in json.loads((project.dir / "loop.json").read_text())["entries"]}
-            assert [i for i, e in built.items() if not e["up_to_date"]] == [new_id]  # one build: the new entry
+            assert [i for i, e in built.items() if not e["up_to_date"]] == [NEW_ID]  # one build: the new entry
             assert built[entry_id(GOOD)]["pushed"] == good["pushed"]
             assert project.client.images.list(name=good["image"]) == [], "the 2.9.1 image was pulled"
-            new = built[new_id]
+            new = built[NEW_ID]
             assert (new["status"], new["check"], new["kernels"]) == ("ok", "passed", 1), new
             assert re.fullmatch(r"sha256:[0-9a-f]{64}", new["pushed"] or ""), new
             (wheel,) = (project.dir / "loop-dist").glob("*.whl")
@@ -172,20 +175,22 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
             assert picked == {"2.9.1": Path(good["wheel"]).name.split("-")[1], NEW_TORCH: wheel.name.split("-")[1]}
 
             # A later fa-images (its builder is an input of every entry): nothing is current, and
-            # nothing compiles. Each image is made around the wheel the site serves, fetched and
-            # verified; the next site takes the new records and has nothing to upload.
+            # nothing compiles. The image is made around the wheel the site serves, fetched and
+            # verified; the next site takes the new record and has nothing to upload. The new
+            # entry only: BuildKit holds its torch stage, not the SDK's of the first build.
             with (older / "fa_images" / "builder" / "__init__.py").open("a") as later:
                 later.write("# a later release\n")
             args = ("--push", "--published", site_url, "--dist", "later-dist", "--log-dir", "later-logs")
             later_run = project.run(
-                "build", "--matrix", matrix.name, *args, "--gpus", "none", "--report", "later.json", env=env
-            )
+                "build", "--matrix", matrix.name, *args, "--only", NEW_ID, "--gpus", "none", "--report", "later.json",
+                env=env,
+            )  # fmt: skip
             assert later_run.returncode == 0, later_run.stderr[-3000:]
             rebuilt = json.loads((project.dir / "later.json").read_text())["entries"]
             assert [(e["status"], e["up_to_date"], e["prebuilt"], e["check"]) for e in rebuilt] == [
                 ("ok", False, True, "passed")
-            ] * 2
-            assert [e["wheel_sha256"] for e in rebuilt] == [good["wheel_sha256"], new["wheel_sha256"]]
+            ]
+            assert [e["wheel_sha256"] for e in rebuilt] == [new["wheel_sha256"]]
             for log in (Path(e["log"]).read_text() for e in rebuilt):
                 assert " AS install" in log and "AS builder" not in log and "compiling flash-attn" not in log
             site_args = (
@@ -203,8 +208,48 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
     finally:
         for link in added:
             link.unlink(missing_ok=True)
-        ref = f"{project.registry}/fa-images-test/flash-attn:{new_id}"
+        ref = f"{project.registry}/fa-images-test/flash-attn:{NEW_ID}"
         for tag in (ref, f"{ref}-builder"):
             if project.client.images.list(name=tag):
                 project.client.images.remove(tag)
         project.client.images.prune(filters={"dangling": True})
+        project.client.api.prune_builds()  # BuildKit's copy of the release's torch stage
+
+
+def test_a_new_runner_with_empty_storage_takes_the_compile_from_the_registrys_build_cache(project, tmp_path: Path):
+    """A CI runner's first job, or a new build host: a second Docker Engine on an empty data root,
+    with an empty compiler cache, pointed at the tests' registry, builds the entry that the loop's
+    build (the test before) compiled and pushed through BuildKit, with the fa-images of that build.
+    The pushed images carry their build cache inline (the builder image beside the image holds the
+    compile's): BuildKit takes the torch stage and the compile from there. No torch is installed,
+    no kernel compiled, and the wheel is the loop's, byte for byte."""
+    report = project.dir / "loop.json"
+    assert report.is_file(), "the loop's build (the test before this one) did not run"
+    pushed = {e["id"]: e for e in json.loads(report.read_text())["entries"]}[NEW_ID]
+    assert pushed["pushed"], "the loop's build did not push the new entry"
+    fa_images = fa_images_before(tmp_path, NEW_TORCH)  # the builder's bytes as the loop's build had them
+    base = project.stock.base
+    with engine_env.empty_docker_engine() as runner:
+        assert runner.client.images.list(all=True) == []
+        # The base only, as a runner's registry mirror would serve it; nothing built on it.
+        docker = str(BUILDKIT_CLI)
+        save = subprocess.Popen([docker, "-H", project.env["DOCKER_HOST"], "save", base], stdout=subprocess.PIPE)
+        load = subprocess.run([docker, "-H", runner.base_url, "load"], stdin=save.stdout, capture_output=True)
+        assert (save.wait(), load.returncode) == (0, 0), load.stderr
+        env = project.buildkit_env(
+            DOCKER_HOST=runner.base_url, PYTHONPATH=str(fa_images), XDG_CACHE_HOME=str(tmp_path / "cache-home")
+        )
+        args = ("--only", NEW_ID, "--push", "--gpus", "none", "--dist", str(tmp_path / "dist"))
+        started = time.monotonic()
+        proc = project.run(
+            "build", "--matrix", "loop.yaml", *args, "--log-dir", str(tmp_path / "logs"),
+            "--report", str(tmp_path / "runner.json"), env=env,
+        )  # fmt: skip
+        print(f"the new runner's build: {time.monotonic() - started:.0f} s\n{proc.stderr[-3000:]}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (entry,) = json.loads((tmp_path / "runner.json").read_text())["entries"]
+    assert (entry["status"], entry["up_to_date"], entry["check"], entry["kernels"]) == ("ok", False, "passed", 0), entry
+    log = Path(entry["log"]).read_text()
+    assert "the compile step came from the build cache: 0 kernels compiled" in log, log[-3000:]
+    assert "Collecting torch==" not in log, "the runner installed torch"
+    assert entry["wheel_sha256"] == pushed["wheel_sha256"]

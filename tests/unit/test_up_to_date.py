@@ -201,6 +201,30 @@ def test_a_run_without_checks_does_not_make_an_entry_current(tiny_matrix, tmp_pa
     assert all(len(r["inputs"]) == 64 for r in recorded.values())
 
 
+class BuildKitFake(FakeEngine):
+    @property
+    def form(self) -> str:
+        return "buildkit"
+
+
+def test_the_builder_that_built_an_entry_is_no_input(tiny_matrix, tmp_path: Path) -> None:
+    """`auto` takes BuildKit where the docker CLI has it and the SDK's builder elsewhere: a host of
+    each kind, sharing the registry's images, must agree on what is current, not rebuild each
+    other's entries (the two Dockerfile forms differ in how files reach the compile, not in what
+    is built)."""
+    engine = holding_the_bases(tiny_matrix)
+    first, _ = build(tiny_matrix, engine, tmp_path)
+    assert [r.status for r in first] == ["ok", "ok"] and not any(r.up_to_date for r in first)
+    other = BuildKitFake()
+    other.held, other.labels = engine.held, engine.labels
+    out = io.StringIO()
+    opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
+    plans = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
+    second = Executor(other, other, tiny_matrix, opts, Console(out)).run(plans)
+    assert [r.status for r in second] == ["ok", "ok"] and all(r.up_to_date for r in second), out.getvalue()
+    assert builds(other) == []
+
+
 def test_how_the_matrix_file_is_named_is_no_input(tiny_matrix, tmp_path: Path) -> None:
     """The Dockerfile's header names the matrix file as given; comments change no image."""
     sdist = sha256_of(tmp_path / "sdists" / "flash_attn-2.8.3.tar.gz")
