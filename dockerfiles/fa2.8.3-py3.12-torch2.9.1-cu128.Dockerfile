@@ -7,8 +7,8 @@
 #   python          the runtime base, the exact Python, an empty venv and the image's user
 #   torch           that venv with the exact torch: nothing entry-specific, so every entry of the
 #                   same base, Python and torch shares its layers, in the cache and in a registry
-#                   (built first, in a build of its own: BuildKit then hashes the venv it mounts
-#                   once, not again for the next entry on this torch)
+#   torch-commit    built first, in a build of its own: commits the torch stage, so that BuildKit
+#                   hashes the venv the compile mounts once, not again for the next entry on it
 #   builder         compiles the wheel with nvcc against that very venv, mounted, not copied
 #   wheel           holds only the wheel and its manifest, for export
 #   compiler-cache-in   the host's compiler cache into the compile group's cache mount (built first)
@@ -56,6 +56,17 @@ ENV VIRTUAL_ENV=/opt/venv \
 # The exact torch build of the CUDA variant.
 FROM python AS torch
 RUN pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.9.1
+
+# Built first, in a build of its own: this step stands on the torch stage, so BuildKit commits that
+# stage before the compile mounts its venv. BuildKit keys the compile on a sum of the mounted files
+# and keeps it with the stage, but a sum taken before the commit is lost with it: the next entry on
+# this torch would read its 7 GB again. The build yields one empty file, not an image of torch (that
+# export, a pass over the 7 GB, comes with the runtime image's, after the compile).
+FROM torch AS torch-committed
+RUN mkdir -p /opt/fa-images-commit && : > /opt/fa-images-commit/torch
+
+FROM scratch AS torch-commit
+COPY --from=torch-committed /opt/fa-images-commit/ /
 
 FROM nvidia/cuda:12.8.1-devel-ubuntu22.04 AS builder
 ENV DEBIAN_FRONTEND=noninteractive \

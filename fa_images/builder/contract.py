@@ -20,6 +20,12 @@ CACHE_STAGE = "compiler-cache"  # FROM scratch: the compiler cache after the com
 # its own: a cache mount's content is no part of a step's cache key.
 CACHE_IN_STAGE = "compiler-cache-in"
 CACHE_OUT_STAGE = "compiler-cache-out"
+# BuildKit's form with two bases: a step on the torch stage (TORCH_COMMITTED_STAGE), so that BuildKit
+# commits that stage, and TORCH_COMMIT_STAGE (FROM scratch: one empty file), the target of a build of
+# its own before the compile mounts the torch venv. BuildKit keys the compile on a sum of the mounted
+# files and keeps it with the stage; taken before the stage is committed, the sum is lost when it is.
+TORCH_COMMITTED_STAGE = "torch-committed"
+TORCH_COMMIT_STAGE = "torch-commit"
 # Declared by a stage that is built anew: the host passes a new value each time, which changes that
 # step's cache key alone (BuildKit's --no-cache would also hand the step an empty cache mount).
 ANEW_ARG = "FA_IMAGES_ANEW"

@@ -110,6 +110,8 @@ def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False, builde
             # Names the host and the builder share (builder/contract.py), and the image's own check.
             python_stage=contract.PYTHON_STAGE,
             torch_stage=contract.TORCH_STAGE,
+            torch_committed_stage=contract.TORCH_COMMITTED_STAGE,
+            torch_commit_stage=contract.TORCH_COMMIT_STAGE,
             builder_stage=contract.BUILDER_STAGE,
             wheel_stage=contract.WHEEL_STAGE,
             install_stage=contract.INSTALL_STAGE,

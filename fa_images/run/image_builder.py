@@ -35,9 +35,9 @@ class BuildRequest:
     target: str  # the stage built and tagged ``tag``, with every stage it needs
     tag: str
     stage_tags: Mapping[str, str] = field(default_factory=dict)  # other stages, tagged: stage -> ref
-    # Stages built before the target, each in a build of its own (BuildKit's form only): the torch
-    # stage, committed before the compile mounts it; compiler-cache-in, anew, which moves the host's
-    # compiler cache into the builder's cache mount.
+    # Stages built before the target, each in a build of its own (BuildKit's form only): torch-commit,
+    # which installs torch and commits it before the compile mounts it; compiler-cache-in, anew, which
+    # moves the host's compiler cache into the builder's cache mount.
     before: tuple[str, ...] = ()
     # Stages whose files the executor takes: stage -> an empty directory made by the caller, which
     # receives the stage's regular files and directories (never a link or a device).

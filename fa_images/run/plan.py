@@ -46,6 +46,13 @@ BUILDKIT_STAGES = (
     contract.CACHE_OUT_STAGE,
     *STAGES[STAGES.index(contract.CACHE_STAGE) :],
 )
+# And with two bases, the compile mounting the torch stage's venv: the stages that commit it first.
+BUILDKIT_TWO_BASE_STAGES = (
+    *BUILDKIT_STAGES[: BUILDKIT_STAGES.index(contract.TORCH_STAGE) + 1],
+    contract.TORCH_COMMITTED_STAGE,
+    contract.TORCH_COMMIT_STAGE,
+    *BUILDKIT_STAGES[BUILDKIT_STAGES.index(contract.TORCH_STAGE) + 1 :],
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +119,11 @@ class EntryPlan:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return PREBUILT_STAGES if self.around_wheel else BUILDKIT_STAGES if self.form == "buildkit" else STAGES
+        if self.around_wheel:
+            return PREBUILT_STAGES
+        if self.form != "buildkit":
+            return STAGES
+        return BUILDKIT_STAGES if self.entry.same_base else BUILDKIT_TWO_BASE_STAGES
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -195,19 +206,21 @@ def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "s
     """Stages BuildKit's form builds first, each in a build of its own (the legacy form has neither
     a cache mount nor a mount of another stage):
 
-    - the torch stage, from the build cache where it is there, where the compile mounts its venv.
-      BuildKit hashes a mount's files for the step's cache key and keeps the sum with the stage;
-      hashed while the stage is still uncommitted, the sum is lost when the image's export commits
-      it, and the next entry on that torch hashed its 7 GB again (about 20 s on 16 cores).
+    - torch-commit, from the build cache where it is there, where the compile mounts the torch venv:
+      the torch stage and a step on it, which makes BuildKit commit it. BuildKit hashes a mount's
+      files for the step's cache key and keeps the sum with the stage; hashed while the stage is
+      still uncommitted, the sum was lost when the image's export committed it, and the next entry
+      on that torch hashed its 7 GB again (about 20 s on 16 cores). Its result is one empty file:
+      the torch layer's export (another pass over the 7 GB) waits for the runtime image's.
     - compiler-cache-in, anew: the compile takes the host's compiler cache from the group's cache
       mount, put there first so the compile step's cache key never depends on it.
     """
     if prebuilt or form != "buildkit":
         return ()
     torch = BuildTarget(
-        stage=contract.TORCH_STAGE,
+        stage=contract.TORCH_COMMIT_STAGE,
         tag=None,
-        purpose="committed before the compile mounts its venv: hashed once, not again for the next entry",
+        purpose="the torch stage, committed before the compile mounts its venv: hashed once, not for each entry",
     )
     fill = BuildTarget(
         stage=contract.CACHE_IN_STAGE,

@@ -80,8 +80,12 @@ def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_
 def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_its_cache(tiny_matrix) -> None:
     (p, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="buildkit")
     image, builder = p.entry.image, p.entry.image + "-builder"
-    # The torch stage first, from the cache: committed before the compile mounts (and so hashes) its venv.
-    assert [(t.stage, t.anew) for t in p.before] == [(contract.TORCH_STAGE, False), (contract.CACHE_IN_STAGE, True)]
+    # The torch stage first, from the cache, and committed by a step on it before the compile mounts
+    # (and so hashes) its venv; that build's target is one empty file, not an image of torch.
+    assert [(t.stage, t.anew) for t in p.before] == [
+        (contract.TORCH_COMMIT_STAGE, False),
+        (contract.CACHE_IN_STAGE, True),
+    ]
     assert [(t.stage, t.tag, t.anew) for t in p.from_stages] == [
         ("builder", builder, False),
         ("wheel", None, False),
@@ -94,7 +98,7 @@ def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_it
     assert rendered == ["uv-python", *p.stages] and rendered[-1] == p.build.stage
     assert {t.stage for t in (*p.before, *p.from_stages)} <= set(rendered)
     text = "\n".join(p.describe())
-    assert f"  before     --target {contract.TORCH_STAGE} " in text and f"  push       {builder}" in text
+    assert f"  before     --target {contract.TORCH_COMMIT_STAGE} " in text and f"  push       {builder}" in text
     assert re.search(rf"  before     --target {contract.CACHE_IN_STAGE} .* \(built anew\)$", text, flags=re.M)
     assert f"  cache      from {image}, {builder}" in text
     # The legacy builder: its builder image holds a copy of torch and no build cache, and is not pushed.
@@ -104,6 +108,8 @@ def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_it
     one = dataclasses.replace(p.entry, devel_image=p.entry.runtime_image)
     (same,) = plan.make_plan([one], python_from=tiny_matrix.bases.python, form="buildkit")
     assert [t.stage for t in same.before] == [contract.CACHE_IN_STAGE]
+    rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, one, builder="buildkit"), flags=re.M)
+    assert rendered == ["uv-python", *same.stages] and contract.TORCH_COMMIT_STAGE not in rendered
     # Without a push there is no registry to take a build cache from.
     (local, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
     assert local.push == local.cache_from == ()

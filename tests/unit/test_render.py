@@ -133,14 +133,17 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     # The stages: the exact Python made with uv on the devel image, then on the small base the
     # Python, torch on it, the builder on the devel image, wheel and compiler cache from scratch
     # (BuildKit's form moves the cache between the host and its cache mount in stages of their
-    # own), the install and the runtime image on the torch stage.
+    # own, and commits the torch stage first, with a step on it, where the compile mounts it), the
+    # install and the runtime image on the torch stage.
     buildkit = "RUN --mount" in text
     devel = stages(text)[0][0]
     cache = [(devel, "compiler-cache-in"), (devel, "compiler-cache-out")] if buildkit else []
+    commit = [("torch", "torch-committed"), ("scratch", "torch-commit")] if buildkit else []
     assert stages(text) == [
         (devel, "uv-python"),
         (stages(text)[1][0], "python"),
         ("python", "torch"),
+        *commit,
         (devel, "builder"),
         ("scratch", "wheel"),
         *cache,
@@ -151,15 +154,15 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     python_base = stages(text)[1][0]
     assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-devel-ubuntu22\.04", devel)
     assert re.fullmatch(rf"nvidia/cuda:{re.escape(cuda)}\.\d+-base-ubuntu22\.04", python_base)
-    assert text.count("\nFROM ") == 8 + len(cache)
+    assert text.count("\nFROM ") == 8 + len(cache) + len(commit)
     # Nothing Docker 20.10's BuildKit lacks (no frontend fetched by a syntax line), and in the
     # legacy builder's form no BuildKit syntax at all.
     assert buildkit or "--mount" not in text
     assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
     assert "--chmod" not in text and "--link" not in text and "<<" not in text
     # torch is nothing entry-specific: the torch stage names no flash-attn, arch or sdist.
-    torch_part = text.split(" AS torch\n")[1].split("\nFROM ")[0]
-    assert torch_part.strip().splitlines() == [
+    torch_part = text.split(" AS torch\n")[1].split("\nFROM ")[0]  # and the next stage's comments
+    assert [line for line in torch_part.strip().splitlines() if line and not line.startswith("#")] == [
         f"RUN pip install --index-url https://download.pytorch.org/whl/cu{cu} torch=={torch}"
     ]
     python_part = text.split(" AS python\n")[1].split("\nFROM ")[0]
