@@ -804,7 +804,7 @@ def reap_leftovers(client: docker.DockerClient) -> None:
     for pid in marked_processes():
         log.warning("stopping pid %d (%s), left running by an earlier test run", pid, _cmdline(pid))
         _terminate(pid, grace=10)
-    for container in client.containers.list(all=True):
+    for container in client.containers.list(all=True, ignore_removed=True):
         log.warning("removing container %s, left by an earlier test run", container.name)
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)

@@ -321,7 +321,7 @@ def test_keep_container_keeps_the_failed_checks_container_for_its_debug_command(
         assert (bad["status"], bad["failed_step"]) == ("failed", "check"), bad
         assert (fine["status"], fine["check"], fine["kept_container"]) == ("ok", "passed", None), fine
         kept = bad["kept_container"]
-        assert kept and [c.name for c in project.client.containers.list(all=True)] == [kept]
+        assert kept and [c.name for c in project.client.containers.list(all=True, ignore_removed=True)] == [kept]
         container = project.client.containers.get(kept)
         assert container.attrs["State"]["ExitCode"] == 1
         assert container.attrs["Image"] == project.client.images.get(bad["image"]).id
@@ -337,13 +337,13 @@ def test_keep_container_keeps_the_failed_checks_container_for_its_debug_command(
         )
         assert again.returncode == 1 and "deliberately broken" in again.stdout + again.stderr, again
     finally:
-        for container in project.client.containers.list(all=True):
+        for container in project.client.containers.list(all=True, ignore_removed=True):
             container.remove(force=True)
         engine_env.remove_images(project.client, image)
 
 
 def test_no_container_is_left_behind(project, first_build):
-    assert project.client.containers.list(all=True) == []
+    assert project.client.containers.list(all=True, ignore_removed=True) == []
 
 
 def test_unreachable_registry_fails_the_entry(project, first_build):
@@ -400,9 +400,9 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_partial_wheel(project,
     assert proc.returncode == 130, "".join(seen[-20:]) + rest
     assert "interrupted" in rest
     deadline = time.monotonic() + 60  # the daemon cancels the build and removes its container
-    while project.client.containers.list(all=True) and time.monotonic() < deadline:
+    while project.client.containers.list(all=True, ignore_removed=True) and time.monotonic() < deadline:
         time.sleep(1)
-    assert project.client.containers.list(all=True) == []
+    assert project.client.containers.list(all=True, ignore_removed=True) == []
     dist = project.dir / "dist3"
     assert not dist.exists() or not any(dist.iterdir())
 

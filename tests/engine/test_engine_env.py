@@ -42,9 +42,9 @@ def bases(engine: EngineHandle) -> BaseImages:
 @pytest.fixture(autouse=True)
 def no_leftover_containers(engine: EngineHandle) -> Iterator[None]:
     """Each test must remove every container it (or a build) created."""
-    before = {c.id for c in engine.client.containers.list(all=True)}
+    before = {c.id for c in engine.client.containers.list(all=True, ignore_removed=True)}
     yield
-    left = [c.name for c in engine.client.containers.list(all=True) if c.id not in before]
+    left = [c.name for c in engine.client.containers.list(all=True, ignore_removed=True) if c.id not in before]
     assert not left, f"containers left behind: {left}"
 
 

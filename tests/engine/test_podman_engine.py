@@ -96,4 +96,4 @@ def test_the_pushed_image_is_in_the_registry(built):
 
 def test_no_container_is_left_behind_on_podman(built):
     client = built[0]
-    assert client.containers.list(all=True) == []
+    assert client.containers.list(all=True, ignore_removed=True) == []

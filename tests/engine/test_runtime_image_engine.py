@@ -339,7 +339,11 @@ def test_the_compile_was_sized_by_the_builds_memory_limit(built):
 def test_no_container_is_left_behind(built):
     client = built.client
     try:
-        leftovers = [c.name for c in client.containers.list(all=True) if c.image.tags and IMAGE in c.image.tags[0]]
+        leftovers = [
+            c.name
+            for c in client.containers.list(all=True, ignore_removed=True)
+            if c.image.tags and IMAGE in c.image.tags[0]
+        ]
     except docker.errors.NotFound:
         leftovers = []
     assert leftovers == []
