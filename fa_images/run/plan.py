@@ -208,10 +208,11 @@ def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "s
 
     - torch-commit, from the build cache where it is there, where the compile mounts the torch venv:
       the torch stage and a step on it, which makes BuildKit commit it. BuildKit hashes a mount's
-      files for the step's cache key and keeps the sum with the stage; hashed while the stage is
-      still uncommitted, the sum was lost when the image's export committed it, and the next entry
-      on that torch hashed its 7 GB again (about 20 s on 16 cores). Its result is one empty file:
-      the torch layer's export (another pass over the 7 GB) waits for the runtime image's.
+      files for the step's cache key and keeps the sum with the stage, but a sum taken before the
+      stage is committed (by a step on it, or an image's export) is lost with the commit: the next
+      entry on that torch would hash its 7 GB again (about 20 s on 16 cores). Its result is one
+      empty file: the torch layer's export (another pass over the 7 GB) waits for the runtime
+      image's, after the compile.
     - compiler-cache-in, anew: the compile takes the host's compiler cache from the group's cache
       mount, put there first so the compile step's cache key never depends on it.
     """
