@@ -1,9 +1,10 @@
 """A build cache another host imports: one entry built and pushed through BuildKit on one engine,
 then built on a second engine with empty storage, pointed at the same registry.
 
-Real parts: the tests' dockerd (host A), a second dockerd started here on an empty data root
-(host B, Debian's 20.10 daemon, BuildKit built in), Debian's registry, the torch 2.9.1 index and
-the CUDA stand-in base of the engine tier, the tiny flash-attn-shaped sdist. The base is pushed
+Real parts: the tests' dockerd (host A), a second dockerd on an empty data root (host B, the
+tests' ``engine_env.empty_docker_engine``: Debian's 20.10 daemon, BuildKit built in), Debian's
+registry, the torch 2.9.1 index and the CUDA stand-in base of the engine tier, the tiny
+flash-attn-shaped sdist. The base is pushed
 to the registry and named by its registry ref, so host B pulls it like anything else.
 
     PYTHONPATH=tests:. python bench/cache_import.py WORK_DIR [--two-bases]
@@ -41,27 +42,6 @@ def fa_images(work: Path, env: dict[str, str], *args: str) -> subprocess.Complet
     return subprocess.run(
         [sys.executable, "-m", "fa_images", *args], cwd=work, env=env, capture_output=True, text=True, timeout=3600
     )
-
-
-def second_dockerd(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Host B: a dockerd of its own on an empty data root, no bridge, its own socket."""
-    for sub in ("data", "exec"):
-        shutil.rmtree(root / sub, ignore_errors=True)
-        (root / sub).mkdir(parents=True)
-    (root / "daemon.json").write_text("{}")
-    sock = f"unix://{root}/docker.sock"
-    log = open(root / "dockerd.log", "wb")  # noqa: SIM115 - the daemon's, for as long as it runs
-    proc = subprocess.Popen(
-        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--host", sock, "--config-file", str(root / "daemon.json"),
-         "--storage-driver", "overlay2", "--bridge=none", "--iptables=false", "--ip-masq=false"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    for _ in range(60):
-        if subprocess.run([str(CLI), "-H", sock, "version"], capture_output=True).returncode == 0:
-            return proc, sock
-        time.sleep(1)
-    raise SystemExit(f"host B's dockerd did not come up: {(root / 'dockerd.log').read_text()[-2000:]}")
 
 
 def build(name: str, work: Path, env: dict[str, str], matrix: Path) -> None:
@@ -127,17 +107,11 @@ def main() -> None:
         path = f"{cli_dir}:{os.environ['PATH']}"
         env_a = engine.env(PYTHONPATH=str(Path.cwd()), XDG_CACHE_HOME=str(work / "cache-a"), PATH=path)
         build("host-a", work, env_a, matrix)
-        proc, sock = second_dockerd(work / "host-b")
-        try:
-            env_b = engine_env.child_env(
-                DOCKER_HOST=sock, PYTHONPATH=str(Path.cwd()), XDG_CACHE_HOME=str(work / "cache-b"), PATH=path
-            )
+        with engine_env.empty_docker_engine() as host_b:
+            env_b = host_b.env(PYTHONPATH=str(Path.cwd()), XDG_CACHE_HOME=str(work / "cache-b"), PATH=path)
             build("host-b", work, env_b, matrix)
             for what in (["images"], ["system", "df"]):
-                print(subprocess.run([str(CLI), "-H", sock, *what], capture_output=True, text=True).stdout)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+                print(subprocess.run([str(CLI), "-H", host_b.base_url, *what], capture_output=True, text=True).stdout)
         for ref in (f"{registry}/fa-images-test/import", base.rsplit(":", 1)[0], runtime.rsplit(":", 1)[0]):
             engine_env.remove_images(client, ref)
         client.api.prune_builds()

@@ -60,7 +60,7 @@ def _wheels_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
 def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, **options):
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    plans = plan.make_plan(matrix.entries, check=check, python_from=matrix.bases.python)
+    plans = plan.make_plan(matrix.entries, check=check, python_from=matrix.bases.python, form=engine.form)
     results = Executor(engine, engine, matrix, opts, Console(out)).run(plans)
     return results, out.getvalue()
 
@@ -217,11 +217,8 @@ def test_the_builder_that_built_an_entry_is_no_input(tiny_matrix, tmp_path: Path
     assert [r.status for r in first] == ["ok", "ok"] and not any(r.up_to_date for r in first)
     other = BuildKitFake()
     other.held, other.labels = engine.held, engine.labels
-    out = io.StringIO()
-    opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    plans = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
-    second = Executor(other, other, tiny_matrix, opts, Console(out)).run(plans)
-    assert [r.status for r in second] == ["ok", "ok"] and all(r.up_to_date for r in second), out.getvalue()
+    second, out = build(tiny_matrix, other, tmp_path)
+    assert [r.status for r in second] == ["ok", "ok"] and all(r.up_to_date for r in second), out
     assert builds(other) == []
 
 
