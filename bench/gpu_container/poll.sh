@@ -22,7 +22,7 @@ lines=$(wc -l <"$W/device.log")
 [ -f "$W/finished" ] && echo "POLL: finished" || echo "POLL: still running"
 if [ -n "$OUT_DIR" ]; then
     cp "$W/device.log" "$OUT_DIR/" 2>/dev/null
-    cp "$W"/proj/report*.json "$OUT_DIR/" 2>/dev/null
+    cp "$W"/proj/report*.json "$W"/proj/out-*.txt "$OUT_DIR/" 2>/dev/null  # out-*: the live lines, timestamped
     for log in "$W"/proj/logs*/*.log; do  # logs/ID.log, logs-80/ID.log: the same names, so prefixed
         [ -f "$log" ] && cp "$log" "$OUT_DIR/$(basename "$(dirname "$log")")-$(basename "$log")"
     done
