@@ -13,7 +13,8 @@
 #
 #   DOCKER_HOST=unix:///PATH.sock [DOCKER=/usr/bin/docker] [ENTRY_ONLY=1] bash bench/buildkit_mount_hash.sh BASE_IMAGE [WORK_DIR]
 #
-# ENTRY_ONLY=1: the shape of an entry alone.
+# ENTRY_ONLY=1: the shape of an entry alone. MOUNT_OPTS=,rw: the mount read-write (BuildKit keys it
+# on the content all the same: the Dockerfile gives a read-write bind mount no output).
 #
 # BASE_IMAGE: any local image with a shell (nothing is pulled). Needs a docker CLI with BuildKit
 # (`DOCKER_BUILDKIT=1 docker build`, as Debian's 20.10) and 12 GB in the engine's storage.
@@ -26,7 +27,7 @@ FROM $base AS big
 RUN mkdir -p /opt/venv && cd /opt/venv && $1
 FROM $base AS use
 ARG N
-RUN --mount=type=bind,from=big,source=/opt/venv,target=/opt/venv echo \$N > /n && ls /opt/venv | wc -l
+RUN --mount=type=bind,from=big,source=/opt/venv,target=/opt/venv${MOUNT_OPTS:-} echo \$N > /n && ls /opt/venv | wc -l
 DOCKERFILE
 }
 timed() {  # label, docker build's arguments
