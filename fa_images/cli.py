@@ -107,16 +107,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from .builder.untrusted import shown
     from .outputs import render
 
     m = _load(args)
     form: BuilderForm = args.builder or m.build.form
     result = render.render_all(m, m.entries, args.out, check=args.check, builder=form)
-    if args.check:  # the files found in --out are named escaped: any name can be there
+    if args.check:  # the files found in --out are named escaped, newlines too: any name can be there
         for path in result.stale:
-            say(f"stale: {path}")
+            say(f"stale: {shown(str(path))}")
         for path in result.extra:
-            say(f"not in the matrix: {path}")
+            say(f"not in the matrix: {shown(str(path))}")
         if result.stale or result.extra:
             again = f"fa-images render --matrix {args.matrix}" + (f" --builder {args.builder}" if args.builder else "")
             say(f"{args.out} is out of date: run `{again}`", out=sys.stderr)
@@ -126,7 +127,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for path in result.written:
         say(f"wrote {path}")
     for path in result.extra:
-        say(f"note: {path} is not rendered by this matrix; delete it if it is no longer wanted")
+        say(f"note: {shown(str(path))} is not rendered by this matrix; delete it if it is no longer wanted")
     say(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
 

@@ -22,6 +22,7 @@ from .builder.errors import (  # noqa: F401  (re-exported: one family for the wh
     UsageError,
     VerificationFailed,
 )
+from .builder.untrusted import shown
 from .builder.wording import counted
 
 # `compat refresh`: the table it wrote differs from the one it read (its diff says how), so CI can
@@ -44,7 +45,8 @@ class Problem:
         text = f"{where}: " if where else ""
         text += f"entry {self.entry}: " if self.entry else ""
         text += self.message
-        return text + (f" ({self.hint})" if self.hint else "")
+        # One line, whatever the input held: a newline in a matrix value would fake another line.
+        return shown(text + (f" ({self.hint})" if self.hint else ""))
 
 
 def dedupe(problems: list[Problem]) -> list[Problem]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal, get_args
 
 from packaging.version import InvalidVersion, Version
@@ -41,6 +41,15 @@ MIN_BUILD_MEMORY = 1 << 30
 # What an index URL may hold besides its scheme, host and port. No quotes, spaces, `$`,
 # backticks, `;`, `&`, `|`, `<`, `>`, parentheses, braces or backslashes.
 _URL_PATH = re.compile(r"[A-Za-z0-9._~%/:@+=,-]*", re.ASCII)
+# A URL's login (user:token@): RFC 3986's unreserved characters, %XX, and the ':' after the user.
+# Nothing else, so that fa-images and pip read the same host (urllib takes `a\@b` as a login
+# before host b, pip as host a) and no shell reads a command in it.
+_LOGIN = re.compile(r"(?:[A-Za-z0-9._~+=,:-]|%[0-9A-Fa-f]{2})*", re.ASCII)
+# The authority of each URL inside a value (a pip install target, a cache spec): scheme://authority.
+_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)", re.ASCII)
+# buildx cache attributes that hold a credential (gha, s3, azblob): buildx reads them from the
+# environment of the job when the spec leaves them out.
+CACHE_SECRET_KEYS = frozenset({"token", "secret_access_key", "session_token", "account_key"})
 
 
 def repository(value: str) -> str | None:
@@ -109,14 +118,19 @@ def index_url(value: str) -> str | None:
     shown = repr(_redacted(value))  # an error line must not print the token it complains about
     if not value.isprintable() or " " in value:
         return f"{shown} holds spaces or control characters"
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https", "file"):
-        return f"{shown} is not an http(s):// or file:// URL"
     try:
+        parts = urllib.parse.urlsplit(value)
         host, _port = parts.hostname, parts.port
     except ValueError:
         return f"{shown} has a malformed host or port"
-    if parts.scheme != "file" and not (host and re.fullmatch(_DOMAIN, host, re.ASCII)):
+    if parts.scheme not in ("http", "https", "file"):
+        return f"{shown} is not an http(s):// or file:// URL"
+    login, at, _ = parts.netloc.rpartition("@")
+    if at and parts.scheme == "file":
+        return f"{shown} is a file:// URL with a login; a file is read without one"
+    if at and not _LOGIN.fullmatch(login):
+        return f"{shown} has a login with characters a login does not need (write them as %XX)"
+    if parts.scheme != "file" and not (host and re.fullmatch(_DOMAIN, f"[{host}]" if ":" in host else host, re.ASCII)):
         return f"{shown} has no valid host"
     if parts.query or parts.fragment or not _URL_PATH.fullmatch(parts.path):
         return f"{shown} holds characters an index URL does not need (quotes, $, ;, &, ?, #, ...)"
@@ -130,6 +144,14 @@ def public_url(value: str) -> str | None:
         problem = f"{_redacted(value)!r} is not an http(s):// URL"
     if problem is None and has_credentials(value):
         problem = f"{without_credentials(value)!r} holds a login; a published index is read without one"
+    return problem
+
+
+def url_without_login(value: str) -> str | None:
+    """An index URL that a generated file holds as it is (``bases.python_mirror``): no login."""
+    problem = index_url(value)
+    if problem is None and has_credentials(value):
+        problem = f"{without_credentials(value)!r} holds a login, and a generated file never holds one"
     return problem
 
 
@@ -155,6 +177,35 @@ def without_credentials(url: str) -> str:
     """The URL with any ``user:token@`` removed: what may be written into a file."""
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def scrubbed(text: str, urls: Iterable[str]) -> str:
+    """``text`` (what a child process printed) with the login of each of ``urls`` replaced by
+    ``***``, as written and percent-decoded: pip redacts its http(s) URLs, not every other form."""
+    for url in urls:
+        login = urllib.parse.urlsplit(url).netloc.rpartition("@")[0]
+        password = login.partition(":")[2]
+        secrets = {login, urllib.parse.unquote(login), password, urllib.parse.unquote(password)}
+        for secret in sorted(secrets, key=len, reverse=True):  # the whole login before its password
+            if len(secret) >= 3:  # shorter would blank out ordinary text
+                text = text.replace(secret, "***")
+    return text
+
+
+def _carries_login(value: str) -> bool:
+    """Whether a URL in ``value`` has a login that is a credential: any on http(s) (a token may be
+    the user), a user:password on ssh (git+ssh://git@host is no secret)."""
+    for match in _AUTHORITY.finditer(value):
+        login, at, _ = match.group(2).rpartition("@")
+        if at and (":" in login or not match.group(1).lower().endswith("ssh")):
+            return True
+    return False
+
+
+def _logins_hidden(value: str) -> str:
+    return _AUTHORITY.sub(
+        lambda m: f"{m.group(1)}://{'***@' if '@' in m.group(2) else ''}{m.group(2).rpartition('@')[2]}", value
+    )
 
 
 def network(value: str) -> str | None:
@@ -257,8 +308,11 @@ def repo_path(value: str) -> str | None:
 
 def install_spec(value: str) -> str | None:
     """What ``pip install`` gets: '.', a path, 'fa-images==1.2', 'git+https://host/repo@tag'."""
+    shown = repr(_logins_hidden(value))
     if not INSTALL_SPEC.fullmatch(value) or value.startswith("-"):
-        return f"{value!r} is not a pip install target (a path, a requirement or a URL; no spaces, quotes, $)"
+        return f"{shown} is not a pip install target (a path, a requirement or a URL; no spaces, quotes, $)"
+    if _carries_login(value):
+        return f"{shown} carries a login, and a generated file never holds one (let the job authenticate itself)"
     return None
 
 
@@ -280,7 +334,15 @@ def git_tag(value: str) -> str | None:
 
 def cache_spec(value: str) -> str | None:
     """A buildx cache spec, ``key=value,key=value``: ``type=registry,ref=REG/cache,mode=max``."""
-    return None if CACHE_SPEC.fullmatch(value) else f"{value!r} is not a cache spec such as type=registry,ref=REG/cache"
+    if not CACHE_SPEC.fullmatch(value):
+        return f"{_logins_hidden(value)!r} is not a cache spec such as type=registry,ref=REG/cache"
+    secrets = sorted({pair.partition("=")[0] for pair in value.split(",")} & CACHE_SECRET_KEYS)
+    if secrets or _carries_login(value):
+        what = f"{secrets[0]}=" if secrets else "a URL with a login"
+        return (
+            f"holds {what}, and a generated file never holds a credential (buildx reads it from the job's environment)"
+        )
+    return None
 
 
 def generated_value(value: str) -> str | None:

@@ -35,7 +35,7 @@ SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("bases", "devel"): grammar.image_reference,
     ("bases", "runtime"): grammar.image_reference,
     ("bases", "uv_version"): grammar.version,
-    ("bases", "python_mirror"): grammar.index_url,
+    ("bases", "python_mirror"): grammar.url_without_login,  # written into the Dockerfile as it is
     ("packages", "index"): grammar.index_url,
     ("packages", "torch_index"): grammar.index_url,
     ("packages", "find_links"): grammar.find_links,

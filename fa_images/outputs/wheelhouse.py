@@ -151,7 +151,9 @@ def download(install: Install, python: str, dest: Path) -> None:
     # No credential in the environment of a child that might print it; pip itself redacts URLs.
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_NO_INPUT": "1"})
     if proc.returncode != 0:
-        tail = "\n  ".join(proc.stderr.strip().splitlines()[-6:])
+        # pip redacts the logins of its http(s) URLs, not those of every message (a file:// URL's).
+        said = grammar.scrubbed(proc.stderr, (u for u in (install.source.index, *install.source.find_links) if u))
+        tail = "\n  ".join(said.strip().splitlines()[-6:])
         raise SourceError(
             f"downloading the {install.name} for Python {python} on this host failed:\n  {tail}",
             hint="the index is private, so fa-images fetches from it on the host; check its URL and credentials",

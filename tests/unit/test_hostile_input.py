@@ -525,6 +525,51 @@ def test_a_token_is_never_printed(tmp_path: Path, capsys) -> None:
     assert "pip install --no-index --find-links /opt/fa-images/wheels/torch torch==2.9.1" in text
 
 
+LOGINS = {
+    "a python mirror with a login (written into every Dockerfile)": (
+        'bases: {python_mirror: "https://alice:tok-SECRET@mirror.example/pbs"}',
+        "bases.python_mirror",
+    ),
+    "a login that runs a command": ('packages: {index: "https://$(id)tok-SECRET@pypi.example/simple"}', "login"),
+    "a backslash that moves the host": ('packages: {index: "https://tok-SECRET.org\\\\@evil.example/simple"}', "login"),
+    "a file URL with a login": ('packages: {find_links: ["file://alice:tok-SECRET@localhost/srv"]}', "file://"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOGINS))
+def test_a_login_that_a_file_would_hold_or_that_reads_two_ways_is_refused_unprinted(
+    case: str, tmp_path: Path, capsys
+) -> None:
+    setting, needle = LOGINS[case]
+    path = matrix_file(tmp_path, f"{setting}\nentries: [{ENTRY}]\n")
+    for command in (["plan"], ["render", "--out", tmp_path / "out"]):
+        code, out, err = fa_images(capsys, *command, "--matrix", path)
+        assert_clear_error(code, err, 2, needle)
+        assert "tok-SECRET" not in out + err
+    assert not (tmp_path / "out").exists()
+
+
+def test_pips_own_words_lose_the_login_before_they_are_shown(monkeypatch) -> None:
+    """pip redacts the logins of its http(s) URLs, not every message: the tail fa-images shows is scrubbed."""
+    from fa_images.outputs import wheelhouse
+
+    source = wheelhouse.PipSource(kind="torch", index="https://fa:tok-SECRET@pypi.example/simple", find_links=())
+    said = "ValueError: cannot open 'https://fa:tok-SECRET@pypi.example/simple/torch/' (tok%2DSECRET)\n"
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr=said.replace("%2D", "-"))
+    monkeypatch.setattr(wheelhouse.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(FatalError) as caught:
+        wheelhouse.download(wheelhouse.Install("torch", ("torch==2.9.1",), source), "3.12", Path("unused"))
+    assert "tok-SECRET" not in str(caught.value) and "https://***@pypi.example" in str(caught.value)
+
+
+def test_a_newline_in_a_matrix_value_cannot_add_a_line_to_the_error(tmp_path: Path, capsys) -> None:
+    fake = "fa-images: all good"
+    path = matrix_file(tmp_path, f'matrix: {{python: ["3.12\\n{fake}"], torch: ["2.9.1"], flash_attn: ["2.8.3"]}}\n')
+    code, out, err = fa_images(capsys, "plan", "--matrix", path)
+    assert_clear_error(code, err, 2, "\\n" + fake)
+    assert [line for line in (out + err).splitlines() if line.startswith(fake)] == []
+
+
 # --- Terminal escapes: nothing from outside reaches the terminal raw ---------------------------
 
 LABEL = "cu128torch2.9cxx11abitrue"
@@ -645,14 +690,17 @@ def test_a_matrix_value_with_control_characters_is_one_escaped_error(tmp_path: P
 
 
 def test_render_names_a_stray_dockerfile_escaped(tmp_path: Path, capsys) -> None:
-    """Files found in --out are named by whoever put them there."""
+    """Files found in --out are named by whoever put them there: not even a newline prints raw."""
     path = matrix_file(tmp_path, f"image: reg.local/fa\nentries: [{ENTRY}]\n")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x\x1b[2J\r.Dockerfile").write_text("FROM scratch\n")
+    fake = "out: 1 Dockerfile up to date"
+    (tmp_path / "out" / f"y\n{fake}\n.Dockerfile").write_text("FROM scratch\n")
     for check in ([], ["--check"]):
         code, out, err = fa_images(capsys, "render", "--matrix", path, "--out", tmp_path / "out", *check)
         assert code == (1 if check else 0), err
         assert raw_controls(out + err) == [] and "x\\x1b[2J\\r.Dockerfile" in out, repr(out)
+        assert fake not in (out + err).splitlines() and f"y\\n{fake}\\n.Dockerfile" in out, repr(out)
 
 
 def test_a_path_given_on_the_command_line_is_printed_escaped(tmp_path: Path, capsys) -> None:

@@ -316,12 +316,25 @@ def test_a_cache_spec_cannot_inject_into_the_bake_file(spec: str, tmp_path: Path
             ["-x", ".v", "a..b", "a/", "a.lock", "@", "a//b", ""],
         ),
         (grammar.setup_python, ["3.11", "3.12.4", "3.13t", "pypy3.10"], ["3", "latest", "3.11 ", ""]),
-        (grammar.install_spec, [".", "fa-images==0.3", "git+https://h/r@v1", "./x[docker]"], ["-e", "a b", "$x", ""]),
+        (
+            grammar.install_spec,
+            [".", "fa-images==0.3", "git+https://h/r@v1", "./x[docker]", "git+ssh://git@h/r@v1"],
+            ["-e", "a b", "$x", "", "git+https://u:tok@h/r@v1", "git+https://tok@h/r", "git+ssh://u:pw@h/r"],
+        ),
         (grammar.repo_path, ["matrix.yaml", "/abs/m.yaml", "ci/m.yaml"], ["-m", "a b", "a$b", "a\nb"]),
-        (grammar.cache_spec, ["type=inline", "type=registry,ref=ghcr.io/a/c:x,mode=max"], ["", "ref", "a=b,", "a=$b"]),
+        (
+            grammar.cache_spec,
+            ["type=inline", "type=registry,ref=ghcr.io/a/c:x,mode=max", "type=gha,scope=fa"],
+            ["", "ref", "a=b,", "a=$b", "type=gha,token=t", "type=s3,secret_access_key=k", "type=gha,url=http://u:p@h"],
+        ),
+        (
+            grammar.index_url,
+            ["https://pypi.org/simple", "https://u:t%2Bk@h.org/s", "http://[::1]:8080/simple", "file:///srv/s"],
+            ["https://h.org\\@evil.org/s", "https://$(id)@h.org/s", "https://a@b@h.org/s", "file://u:p@localhost/s"],
+        ),
         (grammar.generated_value, ["plain text", "a$b"], ["a${{ b }}", "a$(id)", "a`id`", "a\nb", "a\x1bb"]),
     ],
-    ids=["git_tag", "setup_python", "install_spec", "repo_path", "cache_spec", "generated_value"],
+    ids=["git_tag", "setup_python", "install_spec", "repo_path", "cache_spec", "index_url", "generated_value"],
 )
 def test_each_workflow_grammar_takes_what_it_must_and_refuses_the_rest(check, good, bad) -> None:
     assert [v for v in good if check(v)] == []
