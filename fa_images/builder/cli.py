@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 import threading
@@ -325,7 +326,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except FatalError as exc:
-        _say(f"error: {exc}")
+        _say(f"error: {_one_error(str(exc))}")
         return exc.exit_code
     except BrokenPipeError:  # our reader went away (`| head`): end quietly, as Unix tools do
         for stream in (sys.stdout, sys.stderr):
@@ -335,10 +336,10 @@ def run_command(args: argparse.Namespace) -> int:
         _say("error: the input nests too deeply to be read")
         return UsageError.exit_code
     except OSError as exc:
-        _say(f"error: {_os_error(exc)}")
+        _say(f"error: {_one_error(_os_error(exc))}")
         return EnvironmentProblem.exit_code if exc.errno in _NO_SPACE else UsageError.exit_code
     except ValueError as exc:
-        _say(f"error: {exc or type(exc).__name__}")
+        _say(f"error: {_one_error(str(exc) or type(exc).__name__)}")
         return UsageError.exit_code
     except KeyboardInterrupt:
         _say("interrupted")
@@ -365,6 +366,12 @@ def exit_code_of(exc: BaseException) -> int:
     if isinstance(exc, INPUT_ERRORS):
         return UsageError.exit_code
     return INTERNAL_ERROR
+
+
+def _one_error(message: str) -> str:
+    """The error line and the indented lines fa-images puts under it (a hint, a list, a tail); any
+    other newline came from input (a path, a value) and is shown escaped, so it cannot fake a line."""
+    return re.sub(r"\n(?!  )", r"\\n", message)
 
 
 def _os_error(exc: OSError) -> str:

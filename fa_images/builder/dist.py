@@ -225,14 +225,17 @@ def check_installable(wheel: Path) -> None:
 
 
 def _conflict(out: safe_io.OutputDir, name: str, new_sha: str, recorded: WheelRecord | None, source: str) -> str | None:
-    """Why ``name`` with ``new_sha`` cannot enter ``out``, or None. A record whose file is
-    gone is stale: deleting a wheel is how a user makes room for a rebuild of it."""
+    """Why ``name`` with ``new_sha`` cannot enter ``out``, or None (something else under that name
+    is a UsageError). A record whose file is gone is stale: deleting a wheel is how a user makes
+    room for a rebuild of it."""
     directory, final = out.path, out.path / name
     kind = out.kind(name)
     if kind is None:
         return None
-    if kind != "file":
-        return f"{final} is {untrusted.kind_of(os.lstat(final).st_mode)}, not a wheel; refused"
+    if kind != "file":  # an output path of the wrong kind, as anywhere else: exit 2, not a conflict
+        raise UsageError(
+            f"{untrusted.shown(str(final))} is {untrusted.kind_of(os.lstat(final).st_mode)}, not a wheel; refused"
+        )
     if recorded is not None and recorded.sha256 != new_sha:
         return (
             f"{name} from {source} has sha256 {new_sha[:16]}…, but {directory}/{MANIFEST} records "

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -269,7 +268,7 @@ def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> 
                 if written > min(info.file_size, MAX_EXTENSION):
                     raise UsageError(f"{shown}: {name} inflates past its declared size; refusing a zip bomb")
                 out.write(chunk)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+    except wheelfile.DAMAGED as exc:
         raise UsageError(f"{shown} is a damaged wheel: {exc}") from None
     return target
 

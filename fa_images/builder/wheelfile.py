@@ -14,6 +14,7 @@ Stdlib and packaging only, Python 3.9: this module travels into every build cont
 from __future__ import annotations
 
 import contextlib
+import lzma
 import re
 import zipfile
 import zlib
@@ -27,6 +28,11 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from . import untrusted
+
+# What reading a member of a damaged or crafted zip raises: a bad header or CRC, a corrupt deflate or
+# lzma stream (bzip2's is an OSError), a truncated archive, an encrypted member (RuntimeError), a
+# compression method zipfile lacks (NotImplementedError). Every reader of a wheel catches these.
+DAMAGED = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, RuntimeError, NotImplementedError)
 
 MAX_METADATA = 4 << 20  # METADATA of real projects is a few kB, a long README a few hundred
 MAX_WHEEL_FILE = 64 << 10
@@ -66,7 +72,7 @@ class Wheel:
         try:
             with self.zf.open(info) as f:
                 data = f.read(limit + 1)
-        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OSError) as exc:
+        except (*DAMAGED, OSError) as exc:
             raise BadWheel(f"{self.shown} is a damaged wheel: {exc}") from None
         if len(data) > limit:
             raise BadWheel(f"{self.shown}: {untrusted.shown(member)} inflates past its declared size")
@@ -77,7 +83,7 @@ class Wheel:
         try:
             with self.zf.open(member) as f:
                 return f.read(size)
-        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, OSError) as exc:
+        except (*DAMAGED, OSError) as exc:
             raise BadWheel(f"{self.shown} is a damaged wheel: {exc}") from None
 
     def metadata(self) -> bytes | None:

@@ -245,7 +245,7 @@ def _torch(c: _Checker, data: dict, cuda: dict[str, CudaRelease]) -> dict[str, T
                 c.fail(("torch", ver, "cuda", cu), f"torch {ver} names CUDA {cu}, which the cuda section lacks")
             variants.append(CudaVariant(cuda=cu, cxx11_abi=v["cxx11_abi"]))
         default = raw.get("default_cuda")
-        if default not in {v.cuda for v in variants} and not bad_variant:
+        if default not in [v.cuda for v in variants] and not bad_variant:  # a list: the value may be unhashable
             c.fail(
                 ("torch", ver, "default_cuda"), f"torch.{ver}.default_cuda {default!r} is not one of its CUDA variants"
             )

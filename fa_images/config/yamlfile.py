@@ -51,7 +51,10 @@ class _Loader(yaml.SafeLoader):
         self.expanded += 1
         if self.expanded > MAX_NODES:
             raise _TooLarge(f"it expands to more than {MAX_NODES} values (aliases that repeat each other?)")
-        return super().construct_object(node, deep=deep)
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:  # a date that is none, `!!int "x"`, 5000 digits: here
+            raise yaml.constructor.ConstructorError(None, None, untrusted.shown(str(exc)), node.start_mark) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
@@ -73,12 +76,28 @@ class Number(float):
     text: str
 
 
+def _not_base_60(node: yaml.ScalarNode) -> None:
+    """YAML 1.1 reads ``4:30`` as the number 270, and its conversion of a long ``1:2:3:...`` takes
+    time quadratic in its length: a value with a colon is refused, not converted."""
+    if ":" in node.value:
+        raise yaml.constructor.ConstructorError(
+            None, None, "a number with ':' is base 60 in YAML 1.1; quote it if it is text", node.start_mark
+        )
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    _not_base_60(node)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
 def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> float:
+    _not_base_60(node)
     number = Number(yaml.SafeLoader.construct_yaml_float(loader, node))
     number.text = node.value
     return number
 
 
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 

@@ -128,6 +128,12 @@ HOSTILE_MATRICES = {
         'entries: [{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: "8..0"}]\n',
         "unknown GPU or target '8..0'",
     ),
+    "a base-60 number (YAML 1.1 converts it in quadratic time)": (
+        f"build: {{memory: 1{':9' * 100_000}}}\nentries: [{ENTRY}]\n",
+        "matrix.yaml:1: invalid YAML: a number with ':' is base 60",
+    ),
+    "a date that is none": (f"image: 2001-13-45\nentries: [{ENTRY}]\n", "matrix.yaml:1: invalid YAML: month must be"),
+    "an int tag on text": (f'image: !!int "0o9"\nentries: [{ENTRY}]\n', "matrix.yaml:1: invalid YAML: invalid literal"),
     "a target that is a mapping": (
         'entries: [{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: {a: b}}]\n',
         "must be a name",
@@ -156,6 +162,10 @@ COMPAT_OVERRIDES = {
         "3.12 ",
     ),
     "a GPU with a malformed capability": ('gpus: {Z1: "8..0"}\n', "gpus.Z1"),
+    "a default CUDA that is a list": (
+        'torch: {"2.9.1": {python: ["3.12"], default_cuda: [], cuda: {"12.8": {cxx11_abi: true}}}}\n',
+        "default_cuda",
+    ),
 }
 
 
@@ -386,6 +396,50 @@ def test_a_wheel_with_a_bad_crc(tmp_path: Path, capsys) -> None:
     assert_clear_error(code, err, 2, "damaged wheel")
 
 
+def _central_entry(raw: bytearray, name: str) -> int:
+    """Where the central directory's record of ``name`` starts."""
+    at = raw.find(b"PK\x01\x02")
+    while at >= 0 and raw[at + 46 : at + 46 + len(name)] != name.encode():
+        at = raw.find(b"PK\x01\x02", at + 4)
+    assert at >= 0
+    return at
+
+
+def _encrypted(raw: bytearray) -> None:
+    at = _central_entry(raw, SO)
+    raw[at + 8] |= 0x01  # general purpose flag bit 0: zipfile asks for a password
+
+
+def _unknown_method(raw: bytearray) -> None:
+    at = _central_entry(raw, SO)
+    raw[at + 10 : at + 12] = (99).to_bytes(2, "little")  # AES: a method zipfile lacks
+
+
+def _lzma_props_garbled(raw: bytearray) -> None:
+    header = raw.find(b"PK\x03\x04")  # the first member, METADATA
+    data = header + 30 + int.from_bytes(raw[header + 26 : header + 28], "little")
+    data += int.from_bytes(raw[header + 28 : header + 30], "little")
+    raw[data + 4 : data + 9] = b"\xff" * 5  # the lzma properties after zipfile's 4-byte header
+
+
+DAMAGES = {
+    "an lzma member with garbled properties": (zipfile.ZIP_LZMA, _lzma_props_garbled, "linux_x86_64"),
+    "an encrypted member on a platform the machine check skips": (zipfile.ZIP_STORED, _encrypted, "linux_weird"),
+    "a compression method zipfile lacks, there too": (zipfile.ZIP_STORED, _unknown_method, "linux_weird"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGES))
+def test_every_reader_of_a_wheel_refuses_a_damaged_member_in_one_line(case: str, tmp_path: Path, capsys) -> None:
+    compress, damage, platform = DAMAGES[case]
+    path = _wheel(tmp_path / WHEEL.replace("linux_x86_64", platform), _elf_header(), compress=compress)
+    raw = bytearray(path.read_bytes())
+    damage(raw)
+    path.write_bytes(bytes(raw))
+    code, _out, err = fa_images(capsys, "inspect", path, "--no-import")
+    assert_clear_error(code, err, 2, "damaged wheel")
+
+
 @pytest.mark.parametrize(
     "so",
     [_elf_header(shstrndx=7), _elf_header(shentsize=0), b"\x7fELF\x02\x01" + b"\0" * 10],
@@ -560,6 +614,18 @@ def test_pips_own_words_lose_the_login_before_they_are_shown(monkeypatch) -> Non
     with pytest.raises(FatalError) as caught:
         wheelhouse.download(wheelhouse.Install("torch", ("torch==2.9.1",), source), "3.12", Path("unused"))
     assert "tok-SECRET" not in str(caught.value) and "https://***@pypi.example" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["dist", "merge", "{bad}", "--dist", "{tmp}/d"], ["plan", "--matrix", "{bad}"], ["inspect", "{bad}"]],
+    ids=["dist merge", "plan", "inspect"],
+)
+def test_a_newline_in_a_path_cannot_add_a_line_to_the_error(command: list[str], tmp_path: Path, capsys) -> None:
+    bad = f"{tmp_path}/no\nerror: all is well"
+    code, _out, err = fa_images(capsys, *(arg.format(bad=bad, tmp=tmp_path) for arg in command))
+    assert_clear_error(code, err, 2)
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [err.splitlines()[0]], err
 
 
 def test_a_newline_in_a_matrix_value_cannot_add_a_line_to_the_error(tmp_path: Path, capsys) -> None:
