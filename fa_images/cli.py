@@ -314,9 +314,10 @@ Exit status: 2 bad input, 4 the --published index cannot be read, 6 a wheel fail
 or its sha256 conflicts with the wheel dist/ (or the published index) records under that name.
 
 protected: a wheel's file name must parse as a flash-attn wheel with a linux platform tag and
-no shell or control characters, and agree with its METADATA (name, version) and its record;
-manifests and wheels are read as regular files only (no FIFO or device), bounded, and wrongly
-typed or too deep JSON is one error. dist/, simple/ and simple/<project> are never followed
+no shell or control characters, and agree with its METADATA (name, version) and its record (its
+size, and each text field in the grammar of what fa-images writes there); manifests and wheels
+are read as regular files only (no FIFO or device), bounded, and wrongly typed or too deep JSON
+is one error. dist/, simple/ and simple/<project> are never followed
 through a symlink, and a stale simple/<project> loses only the page fa-images wrote there.
 """
 

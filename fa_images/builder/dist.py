@@ -47,6 +47,18 @@ PROJECT = "flash-attn"
 # What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
 _WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 # The platforms a flash-attn wheel is built for; anything else in a tag is refused.
+# A record comes from whoever made the directory merged, and its text reaches manifest.json, the
+# index pages and reports: each field has the grammar of what `fa-images build` writes there.
+RECORD_FIELDS = {
+    "python": re.compile(r"3\.\d{1,2}", re.ASCII),
+    "flash_attn": re.compile(r"\d[0-9A-Za-z.+!_-]{0,63}", re.ASCII),
+    "torch": re.compile(r"\d[0-9A-Za-z.+!_-]{0,63}", re.ASCII),
+    "cuda": re.compile(r"\d{2}\.\d", re.ASCII),
+    "entry": re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}", re.ASCII),
+    "image": re.compile(r"[a-z0-9][A-Za-z0-9_.:/@+-]{0,511}", re.ASCII),
+    "sdist_sha256": SHA256,
+    "inputs": SHA256,
+}
 KNOWN_PLATFORM = re.compile(r"(?:linux|manylinux(?:1|2010|2014|_2_\d{1,3}))_(?:x86_64|aarch64)", re.ASCII)
 
 
@@ -108,9 +120,11 @@ class WheelRecord:
         archs = data.get("archs") or []
         if not isinstance(archs, list) or not all(isinstance(a, str) and a.isdigit() for a in archs):
             raise UsageError(f'{where}: archs {archs!r} is not a list of arch numbers such as ["80", "90"]')
-        for key in ("flash_attn", "python", "torch", "cuda", "entry", "image", "sdist_sha256", "inputs"):
+        for key, grammar in RECORD_FIELDS.items():
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
+            if data.get(key) is not None and not grammar.fullmatch(data[key]):
+                raise UsageError(f"{where}: {key} {data[key][:80]!r} is not what fa-images records there")
         pushed = data.get("pushed")
         if pushed is not None and not (isinstance(pushed, str) and IMAGE_DIGEST.fullmatch(pushed)):
             raise UsageError(f"{where}: pushed {pushed!r} is not an image digest (sha256: and 64 hex digits)")
@@ -524,6 +538,10 @@ def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
     if actual != item.record.sha256:
         raise VerificationFailed(
             f"{item.path} has sha256 {actual[:16]}…, but {item.source} records {item.record.sha256[:16]}…"
+        )
+    if item.path.stat().st_size != item.record.size:  # the size goes into the index pages as it is
+        raise VerificationFailed(
+            f"{item.path} is {item.path.stat().st_size} bytes, but {item.source} records {item.record.size}"
         )
     report = inspect_wheel(
         item.path,

@@ -598,6 +598,20 @@ MANIFESTS = {
     "a size that is a float": {
         "wheels": {WHEEL: {"sha256": "0" * 64, "size": 1.5, "flash_attn": "2.8.3", "python": "3.11"}}
     },
+    # Text that reaches manifest.json, the index pages and reports as it is: each field its grammar.
+    **{
+        f"{key} {value!r}": {
+            "wheels": {WHEEL: {"sha256": "0" * 64, "size": 1, **{"flash_attn": "2.8.3", "python": "3.11", key: value}}}
+        }
+        for key, value in [
+            ("python", ""),  # an empty Python would skip the wheel's tag check
+            ("torch", "2.9\n\x1b[2J"),
+            ("cuda", "../../x"),
+            ("entry", "a b"),
+            ("image", "<script>"),
+            ("inputs", "not a digest"),
+        ]
+    },
 }
 RAW_MANIFESTS = {
     "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
@@ -616,6 +630,18 @@ def test_a_hostile_manifest_is_one_error_line(case: str, tmp_path: Path, capsys)
     (src / WHEEL).write_bytes(b"x")
     code, _out, err = fa_images(capsys, "dist", "merge", src, "--dist", tmp_path / "dist")
     assert_clear_error(code, err, 2)
+
+
+def test_a_record_whose_size_is_not_the_wheels_is_refused(tmp_path: Path, capsys) -> None:
+    """The recorded size goes into the index pages as it is: it must be the file's."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / WHEEL).write_bytes(b"x")
+    record = {"sha256": hashlib.sha256(b"x").hexdigest(), "size": 10**30, "flash_attn": "2.8.3", "python": "3.11"}
+    (src / "manifest.json").write_text(json.dumps({"wheels": {WHEEL: record}}))
+    code, _out, err = fa_images(capsys, "dist", "merge", src, "--dist", tmp_path / "dist")
+    assert_clear_error(code, err, 6, "is 1 bytes, but", f"records {10**30}")
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
 
 
 @pytest.mark.parametrize(
