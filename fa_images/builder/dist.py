@@ -46,7 +46,6 @@ IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # an image's digest as a regi
 PROJECT = "flash-attn"
 # What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
 _WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
-# The platforms a flash-attn wheel is built for; anything else in a tag is refused.
 # A record comes from whoever made the directory merged, and its text reaches manifest.json, the
 # index pages and reports: each field has the grammar of what `fa-images build` writes there.
 RECORD_FIELDS = {
@@ -59,6 +58,7 @@ RECORD_FIELDS = {
     "sdist_sha256": SHA256,
     "inputs": SHA256,
 }
+# The platforms a flash-attn wheel is built for; anything else in a tag is refused.
 KNOWN_PLATFORM = re.compile(r"(?:linux|manylinux(?:1|2010|2014|_2_\d{1,3}))_(?:x86_64|aarch64)", re.ASCII)
 
 

@@ -139,19 +139,17 @@ def index_url(value: str) -> str | None:
 
 def public_url(value: str) -> str | None:
     """An http(s) URL read or linked to without a login: a published index, where its wheels are."""
-    problem = index_url(value)
+    problem = url_without_login(value, why="a published index is read without one")
     if problem is None and urllib.parse.urlsplit(value).scheme.lower() not in ("http", "https"):
-        problem = f"{_redacted(value)!r} is not an http(s):// URL"
-    if problem is None and has_credentials(value):
-        problem = f"{without_credentials(value)!r} holds a login; a published index is read without one"
+        problem = f"{value!r} is not an http(s):// URL"
     return problem
 
 
-def url_without_login(value: str) -> str | None:
+def url_without_login(value: str, *, why: str = "a generated file never holds one") -> str | None:
     """An index URL that a generated file holds as it is (``bases.python_mirror``): no login."""
     problem = index_url(value)
     if problem is None and has_credentials(value):
-        problem = f"{without_credentials(value)!r} holds a login, and a generated file never holds one"
+        problem = f"{without_credentials(value)!r} holds a login; {why}"
     return problem
 
 
