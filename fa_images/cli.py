@@ -120,6 +120,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             say(f"not in the matrix: {shown(str(path))}")
         if result.stale or result.extra:
             again = f"fa-images render --matrix {args.matrix}" + (f" --builder {args.builder}" if args.builder else "")
+            again += f" --out {args.out}" if args.out != Path("dockerfiles") else ""
             say(f"{args.out} is out of date: run `{again}`", out=sys.stderr)
             return 1
         say(f"{args.out}: {counted(len(m.entries), 'Dockerfile')} up to date")

@@ -163,7 +163,11 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
     """Parses ``path``; a missing, empty, oversized or malformed file is a ConfigError with its position."""
     shown = str(path)
     if not path.is_file():
-        raise ConfigError([Problem(f"{what} not found", file=shown, hint=hint)])
+        try:  # a FIFO, a directory, a device: named, not "not found"
+            there = f"{what} is {untrusted.kind_of(path.stat().st_mode)}, not a file"
+        except OSError:
+            raise ConfigError([Problem(f"{what} not found", file=shown, hint=hint)]) from None
+        raise ConfigError([Problem(there, file=shown)])
     try:
         raw = untrusted.read_file(path, limit=MAX_BYTES + 1, what=what)  # a regular file only
     except untrusted.UntrustedInput as exc:

@@ -628,6 +628,19 @@ def test_a_newline_in_a_path_cannot_add_a_line_to_the_error(command: list[str], 
     assert [line for line in err.splitlines() if line.startswith("error:")] == [err.splitlines()[0]], err
 
 
+@pytest.mark.parametrize(("make", "kind"), [(os.mkfifo, "a FIFO"), (os.mkdir, "a directory")], ids=["fifo", "dir"])
+def test_a_matrix_path_of_the_wrong_kind_is_named_not_missing(make, kind: str, tmp_path: Path, capsys) -> None:
+    make(tmp_path / "m.yaml")
+    code, _out, err = fa_images(capsys, "plan", "--matrix", tmp_path / "m.yaml")
+    assert_clear_error(code, err, 2, f"matrix file is {kind}, not a file")
+
+
+def test_render_check_advises_the_command_that_renders_into_the_same_dir(tmp_path: Path, capsys) -> None:
+    path = matrix_file(tmp_path, f"image: reg.local/fa\nentries: [{ENTRY}]\n")
+    code, _out, err = fa_images(capsys, "render", "--matrix", path, "--out", tmp_path / "df", "--check")
+    assert code == 1 and f"--out {tmp_path / 'df'}`" in err, err
+
+
 def test_a_newline_in_a_matrix_value_cannot_add_a_line_to_the_error(tmp_path: Path, capsys) -> None:
     fake = "fa-images: all good"
     path = matrix_file(tmp_path, f'matrix: {{python: ["3.12\\n{fake}"], torch: ["2.9.1"], flash_attn: ["2.8.3"]}}\n')
