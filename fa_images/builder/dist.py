@@ -539,10 +539,9 @@ def verify_incoming(item: Incoming, log: Callable[[str], None]) -> None:
         raise VerificationFailed(
             f"{item.path} has sha256 {actual[:16]}…, but {item.source} records {item.record.sha256[:16]}…"
         )
-    if item.path.stat().st_size != item.record.size:  # the size goes into the index pages as it is
-        raise VerificationFailed(
-            f"{item.path} is {item.path.stat().st_size} bytes, but {item.source} records {item.record.size}"
-        )
+    size = item.path.stat().st_size
+    if size != item.record.size:  # the size goes into the index pages as it is
+        raise VerificationFailed(f"{item.path} is {size} bytes, but {item.source} records {item.record.size}")
     report = inspect_wheel(
         item.path,
         expect_python=item.record.python,

@@ -632,7 +632,7 @@ def test_a_newline_in_a_path_cannot_add_a_line_to_the_error(command: list[str], 
 def test_a_matrix_path_of_the_wrong_kind_is_named_not_missing(make, kind: str, tmp_path: Path, capsys) -> None:
     make(tmp_path / "m.yaml")
     code, _out, err = fa_images(capsys, "plan", "--matrix", tmp_path / "m.yaml")
-    assert_clear_error(code, err, 2, f"matrix file is {kind}, not a file")
+    assert_clear_error(code, err, 2, f"is not a regular file ({kind}); refusing to read it")
 
 
 def test_render_check_advises_the_command_that_renders_into_the_same_dir(tmp_path: Path, capsys) -> None:

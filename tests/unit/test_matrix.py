@@ -396,7 +396,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_a_directory_is_not_a_matrix_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="matrix file is a directory, not a file"):
+    with pytest.raises(ConfigError, match=r"is not a regular file \(a directory\); refusing to read it"):
         matrix_mod.load(tmp_path)
 
 
