@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import __version__
 from .builder import cli as builder_cli
@@ -20,12 +19,6 @@ from .config.grammar import BUILDER_CHOICES, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 from .run.logger import say
-
-if TYPE_CHECKING:
-    from .config import matrix
-    from .config.grammar import BuilderForm
-    from .run.current import Wheel
-    from .run.plan import EntryPlan
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -111,7 +104,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
 
     m = _load(args)
-    form: BuilderForm = args.builder or m.build.form
+    form = m.build.decide_builder(args.builder, host=None).form  # the files never depend on this host
     result = render.render_all(m, m.entries, args.out, check=args.check, builder=form)
     if args.check:  # the files found in --out are named escaped, newlines too: any name can be there
         for path in result.stale:
@@ -175,124 +168,45 @@ through a symlink; sources are fetched bounded and sha256-checked on the host.
 """
 
 
-def _default_compiler_cache() -> Path:
-    from .outputs import context, group_cache
-
-    return group_cache.default_root(context.cache_dir())
-
-
 def cmd_build(args: argparse.Namespace) -> int:
-    from .errors import EntriesFailed, UsageError
-    from .run import current
-    from .run import prebuilt as prebuilt_wheels
-    from .run.connect import connect
-    from .run.executor import Executor, Options
+    from .run import session
     from .run.logger import Console
-    from .run.report import print_summary, write_report
+    from .run.plan import to_json
 
     if args.json and not args.dry_run:
+        from .errors import UsageError
+
         raise UsageError("--json goes with --dry-run")
     m = _load(args)
-    if args.dry_run:
-        return _dry_run(args, m)
-    # From here every way out writes --report, the failure that ended the run recorded in it.
-    description: str | None = None
-    executor: Executor | None = None
-    planned: list[str] = []
-    failure: BaseException | None = None
-    console = Console()
-    try:
-        entries = m.select(args.only)
-        planned = [e.id for e in entries]
-        prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
-        gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
-        published = None
-        if args.published:
-            published, notes = current.published(args.published)
-            for note in notes:
-                console.line(note)
-        connection = connect(args.builder or m.build.builder, memory=m.build.memory_bytes)
-        engine = connection.engine
-        description = engine.describe()
-        console.line(f"engine: {description}")
-        console.line(f"builder: {connection.builder.describe()} ({connection.why})")
-        # A published wheel is final: an entry that has one is never compiled again.
-        final = {e.id: w for e in entries if published and (w := current.final(published, e.id))}
-        plans = _plans(args, m, entries, prebuilt, connection.builder.form, published=final)
-        options = Options(
-            dist=args.dist,
-            log_dir=args.log_dir,
-            fail_fast=args.fail_fast,
-            keep_container=args.keep_container,
-            keep_work=args.keep_work,
-            force=args.force,
-            gpus=gpus,
-            compiler_cache=None if args.no_compiler_cache else args.compiler_cache or _default_compiler_cache(),
-            pull=args.pull or m.build.pull,
-            published=published,
-        )
-        executor = Executor(engine, connection.builder, m, options, console)
-        try:
-            executor.run(plans)
-        except KeyboardInterrupt:
-            console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
-            raise
-        if any(r.status != "ok" for r in executor.results):
-            raise EntriesFailed("some entries failed; see the summary above")
-    except BaseException as exc:
-        failure = exc
-        raise
-    finally:
-        results = executor.results if executor else []
-        # The report first: it is the record a pipeline reads, and printing can fail (a closed pipe).
-        if args.report:
-            done = {r.id for r in results}
-            not_run = [i for i in planned if i not in done]
-            write_report(args.report, results, description, failure=failure, not_run=not_run)
-        if results:
-            print_summary(console, results)
-    return 0
-
-
-def _plans(
-    args: argparse.Namespace,
-    m: matrix.Matrix,
-    entries: tuple[matrix.Entry, ...],
-    prebuilt: dict[str, Path] | None,
-    form: BuilderForm,
-    *,
-    published: dict[str, Wheel] | None = None,
-) -> list[EntryPlan]:
-    """The plan of `build` and of `build --dry-run`, for the builder form that builds it."""
-    from .run import plan as plan_mod
-
-    return plan_mod.make_plan(
-        entries,
+    typed = session.BuildArgs(
+        only=tuple(args.only) if args.only else None,
+        wheels=tuple(args.wheels) if args.wheels else None,
+        published=args.published,
+        builder=args.builder,
         check=args.check,
         push=args.push,
         gpus=args.gpus,
-        prebuilt=prebuilt,
-        published=published,
-        python_from=m.bases.python,
-        form=form,
+        compiler_cache=args.compiler_cache,
+        no_compiler_cache=args.no_compiler_cache,
+        pull=args.pull,
+        dist=args.dist,
+        log_dir=args.log_dir,
+        fail_fast=args.fail_fast,
+        keep_container=args.keep_container,
+        keep_work=args.keep_work,
+        force=args.force,
+        report=args.report,
     )
-
-
-def _dry_run(args: argparse.Namespace, m: matrix.Matrix) -> int:
-    """`build --dry-run [--json]`: the plan, nothing run, nothing written."""
-    from .run import plan as plan_mod
-    from .run import prebuilt as prebuilt_wheels
-    from .run.connect import expected_form
-
-    entries = m.select(args.only)
-    prebuilt = prebuilt_wheels.find(entries, args.wheels) if args.wheels else None
-    form = expected_form(args.builder or m.build.builder, needs_sdk=m.build.needs_sdk)
-    plans = _plans(args, m, entries, prebuilt, form)
+    if not args.dry_run:
+        session.build(typed, m, Console())
+        return 0
+    decision, plans = session.dry_run(typed, m)  # nothing run, nothing written
     if args.json:
-        print(plan_mod.to_json(plans))
-    else:
-        for p in plans:
-            say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
+        print(to_json(plans))
+        return 0
+    say(f"builder: {decision.form} ({decision.why})")
+    for p in plans:
+        say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
     return 0
 
 
@@ -881,14 +795,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         return builder_cli.cmd_check(args)
     if args.import_only:
         raise UsageError("--import-only goes without IMAGE; an image's import is checked by its own CMD")
-    from .run import node_check
-    from .run.engine import DockerEngine
+    from .run import connect, node_check
     from .run.logger import Console
 
     refs = node_check.checked_refs(args.images)  # before any engine call
     access = resolve_gpus(args.gpus)
     console = Console()
-    engine = DockerEngine.from_env()
+    engine = connect.engine()
     description = engine.describe()
     results: list[node_check.ImageCheck] = []
     failure: BaseException | None = None

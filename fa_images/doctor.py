@@ -295,7 +295,7 @@ def probe_flash_attn(
     report.add("flash-attn", INFO, f"{version}, extension {so}")
     # The same checks as `inspect`, on the installed extension.
     try:
-        abi, why = verify._abi_from_symbols(elf.undefined_dynamic_symbols(Path(so)))
+        abi, why = verify.abi_from_symbols(elf.undefined_dynamic_symbols(Path(so)))
         cubins, ptx, how = verify.gpu_archs(Path(so))
     except (elf.ElfError, OSError, ValueError) as exc:
         report.add("flash-attn extension", FAIL, f"{so} is not a readable shared library: {exc}")
@@ -361,7 +361,7 @@ def _check_imports(report: Report, python: str, torch, version: str, table, arch
         message = str(ext.get("message"))
         if "undefined symbol" in message:
             symbol = message.rsplit("undefined symbol:", 1)[-1].strip()
-            old_abi = bool(verify._OLD_ABI_STRING.search(symbol))
+            old_abi = bool(verify.OLD_ABI_STRING.search(symbol))
             built = "the old C++ ABI (cxx11_abi=False)" if old_abi else "another torch or C++ ABI"
             torch_text = f"torch {torch.version} (cxx11_abi={torch.cxx11_abi})" if torch else "this torch"
             report.add(

@@ -10,9 +10,16 @@ import pytest
 
 from fa_images.builder import contract, verify
 from fa_images.builder.verify import WheelReport
+from fa_images.config.grammar import BuilderForm
 from fa_images.errors import StepFailed
 from fa_images.run.engine import ImageInfo, PullProgress, RunResult
-from fa_images.run.image_builder import BuildProgress, BuildRequest, BuildResult
+from fa_images.run.image_builder import (
+    BuildProgress,
+    BuildRequest,
+    BuildResult,
+    noting_a_miss,
+    refuse_unsupported,
+)
 
 WHEEL = "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp312-cp312-linux_x86_64.whl"
 
@@ -51,68 +58,16 @@ class FakeEngine:
         # What the registry serves (ref -> digest), as pushes left it; asking it can fail.
         self.registry: dict[str, str] = {}
         self.registry_down = False
+        self.product_name = "Docker Engine"  # what the engine says it is (Podman names itself)
 
     def describe(self) -> str:
         return "fake engine"
 
+    def product(self) -> str:
+        return self.product_name
+
     def has_gpu_runtime(self) -> bool:
         return self.gpu
-
-    @property
-    def form(self) -> str:
-        return "sdk"
-
-    def build(self, request: BuildRequest, *, on_line, on_progress) -> BuildResult:
-        """The image builder's side: one request, its stages tagged and its files written."""
-        context, target, tag = request.context, request.target, request.tag
-        assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
-        entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
-        self.calls.append(("build", target, tag))
-        self.memory_limits.append(request.memory)
-        self.labels[tag] = dict(request.labels)
-        on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
-        on_line("compiling")
-        if target == contract.RUNTIME_STAGE:
-            # A compile of 4 kernels: as many from the cache as the context's cache holds objects.
-            cache = context / contract.CACHE_CONTEXT_DIR
-            seen = {p.relative_to(cache).as_posix(): p.read_text() for p in cache.rglob("*") if p.is_file()}
-            self.cache_in_context[tag or ""] = seen
-            on_line(contract.cache_stats_line(min(len(seen), 4), 4))
-        if self.interrupt_on and self.interrupt_on in (tag or ""):
-            raise KeyboardInterrupt
-        if any(f in (tag or "") for f in self.fail_build):
-            raise StepFailed(
-                "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
-                lines=["x.cu:1:2: error: boom"],
-            )
-        # The one build makes every stage of the Dockerfile; the stream names each one's image.
-        names = [line.split()[3] for line in (context / "Dockerfile").read_text().splitlines() if " AS " in line]
-        stages = {stage: f"sha256:{entry}-{stage}" for stage in names}
-        for stage, ref in request.stage_tags.items():
-            self.tag(stages[stage], ref)
-        missed = {}
-        for stage, dest in request.files.items():
-            try:
-                self._files(stages[stage], stage, dest)
-            except StepFailed as exc:
-                if stage not in request.best_effort:
-                    raise
-                missed[stage] = str(exc)
-        return BuildResult(f"sha256:{entry}-{target}", stages, missed=missed)
-
-    def _files(self, image: str, stage: str, dest: Path) -> None:
-        if stage == contract.WHEEL_STAGE:
-            self.calls.append(("export", image))
-            (dest / WHEEL).write_bytes(b"not really a wheel")
-            (dest / "manifest.json").write_text("{}")
-            return
-        self.calls.append(("export_dir", image, contract.CACHE_EXPORT_DIR))
-        if self.fail_cache_export:
-            (dest / "half-written").write_text("")
-            raise StepFailed(f"exporting the files of {image} failed: connection reset")
-        cache = dest / contract.CACHE_EXPORT_DIR.lstrip("/")
-        (cache / "0").mkdir(parents=True)
-        (cache / "0" / "object").write_text(f"compiled in {image}")
 
     def tag(self, image: str, ref: str) -> None:
         self.calls.append(("tag", image, ref))
@@ -179,6 +134,84 @@ class FakeEngine:
         return f"fake-engine enter {container}"
 
 
+class FakeBuilder:
+    """The image builder's side of a fake run, held to ``ImageBuilder``'s contract: the contract
+    suite (tests/builder_contract.py) runs over it and, on the tests' engine, over both real
+    builders. It refuses what a builder of its form cannot do (``image_builder.unsupported``),
+    builds the stages of ``before`` first (a best-effort one's failure noted, not raised), tags,
+    and writes files. What it did goes into its engine's ``calls``; the faults it plays are the
+    engine's knobs (``fail_build``, ``interrupt_on``, ``fail_cache_export``)."""
+
+    def __init__(self, engine: FakeEngine, form: BuilderForm = "buildkit") -> None:
+        self.engine, self._form = engine, form
+        self.requests: list[BuildRequest] = []
+
+    @property
+    def form(self) -> BuilderForm:
+        return self._form
+
+    def describe(self) -> str:
+        return f"a fake builder of the {self._form} form"
+
+    def build(self, request: BuildRequest, *, on_line, on_progress) -> BuildResult:
+        """One request: its first stages, the target, its stages tagged and its files written."""
+        engine, context, target, tag = self.engine, request.context, request.target, request.tag
+        refuse_unsupported(self, request)
+        assert (context / "Dockerfile").is_file() and (context / "fa_images" / "builder" / "build.py").is_file()
+        self.requests.append(request)
+        entry = (tag or "").rsplit(":", 1)[-1] or "wheel"
+        names = [line.split()[3] for line in (context / "Dockerfile").read_text().splitlines() if " AS " in line]
+        missed: dict[str, str] = {}
+        for stage in request.before:
+            assert stage in names, f"no stage {stage} in the Dockerfile"
+            engine.calls.append(("before", stage, "anew" if stage in request.anew else "cached"))
+            with noting_a_miss(request, stage, missed):
+                if stage == contract.CACHE_IN_STAGE and engine.fail_cache_export:
+                    raise StepFailed(f"building {stage} failed: connection reset")
+        engine.calls.append(("build", target, tag))
+        engine.memory_limits.append(request.memory)
+        engine.labels[tag] = dict(request.labels)
+        on_progress(BuildProgress(9, 21, "RUN python -m fa_images.builder wheel", "builder"))
+        on_line("compiling")
+        if target == contract.RUNTIME_STAGE:
+            # A compile of 4 kernels: as many from the cache as the context's cache holds objects.
+            cache = context / contract.CACHE_CONTEXT_DIR
+            seen = {p.relative_to(cache).as_posix(): p.read_text() for p in cache.rglob("*") if p.is_file()}
+            engine.cache_in_context[tag or ""] = seen
+            on_line(contract.cache_stats_line(min(len(seen), 4), 4))
+        if engine.interrupt_on and engine.interrupt_on in (tag or ""):
+            raise KeyboardInterrupt
+        if any(f in (tag or "") for f in engine.fail_build):
+            raise StepFailed(
+                "step 9/21 (RUN python -m fa_images.builder …) exited with 5: error: boom",
+                lines=["x.cu:1:2: error: boom"],
+            )
+        # The one build makes every stage of the Dockerfile; the legacy builder's stream names each one's image.
+        stages = {stage: f"sha256:{entry}-{stage}" for stage in names}
+        for stage, ref in request.stage_tags.items():
+            engine.tag(stages[stage], ref)
+        for stage, dest in request.files.items():
+            with noting_a_miss(request, stage, missed):
+                self._files(stages[stage], stage, dest)
+        known = stages if self._form == "sdk" else {}  # BuildKit names no stage's image
+        return BuildResult(f"sha256:{entry}-{target}", known, missed=missed)
+
+    def _files(self, image: str, stage: str, dest: Path) -> None:
+        engine = self.engine
+        if stage == contract.WHEEL_STAGE:
+            engine.calls.append(("export", image))
+            (dest / WHEEL).write_bytes(b"not really a wheel")
+            (dest / "manifest.json").write_text("{}")
+            return
+        engine.calls.append(("export_dir", image, contract.CACHE_EXPORT_DIR))
+        if engine.fail_cache_export:
+            (dest / "half-written").write_text("")
+            raise StepFailed(f"exporting the files of {image} failed: connection reset")
+        cache = dest / contract.CACHE_EXPORT_DIR.lstrip("/")
+        (cache / "0").mkdir(parents=True)
+        (cache / "0" / "object").write_text(f"compiled in {image}")
+
+
 def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_inspect(path: Path, **_kw) -> WheelReport:
         report = WheelReport(wheel=path.name, sha256="ab" * 32)
@@ -188,10 +221,28 @@ def accept_every_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "inspect_wheel", fake_inspect)
 
 
-def use_engine(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> None:
-    """Every engine the CLI connects to is ``engine``, which is also the image builder."""
+def use_engine(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine, builder: type[FakeBuilder] = FakeBuilder) -> None:
+    """Every engine the CLI connects to is ``engine``, and its image builder a ``builder`` of the form
+    the run decided (the real decision, from the unit tier's docker CLI stub and ``engine.product``)."""
     from fa_images.run import connect
     from fa_images.run.engine import DockerEngine
 
     monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls: engine))
-    monkeypatch.setattr(connect, "connect", lambda *_a, **_k: connect.Connection(engine, engine, "a fake"))  # type: ignore[arg-type]
+    monkeypatch.setattr(connect, "builder_for", lambda decision, docker, cli: builder(docker, decision.form))
+
+
+def execute(matrix, engine: FakeEngine, options, console, *, entries=None, builder=None, **plan_kw):
+    """Plans ``entries`` (default: every entry) as `build` does, for the builder's form (a
+    ``FakeBuilder`` of BuildKit's, the default builder's, unless given) and with the compiler cache
+    where ``options`` keeps one; then runs that plan on the fake. (plans, results)."""
+    from fa_images.run import plan
+    from fa_images.run.executor import Executor
+
+    builder = builder or FakeBuilder(engine)
+    plans = plan.make_plan(
+        matrix.entries if entries is None else entries,
+        form=builder.form,
+        compiler_cache=options.compiler_cache is not None,
+        **{"python_from": matrix.bases.python, **plan_kw},
+    )
+    return plans, Executor(engine, builder, matrix, options, console).run(plans)

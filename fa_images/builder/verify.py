@@ -38,7 +38,7 @@ _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|
 # A Linux platform tag's architecture: linux_x86_64, manylinux2014_aarch64, manylinux_2_28_x86_64, musllinux_1_2_i686
 _LINUX_PLATFORM = re.compile(r"(?:linux|manylinux\d+|(?:many|musl)linux_\d+_\d+)_(?P<arch>.+)")
 # Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
-_OLD_ABI_STRING = re.compile(r"(?:RK|K|R|E|I|P|_)Ss|^_ZNSs|^_ZNKSs")
+OLD_ABI_STRING = re.compile(r"(?:RK|K|R|E|I|P|_)Ss|^_ZNSs|^_ZNKSs")
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,9 @@ class WheelReport:
         return json.dumps({**asdict(self), "ok": self.ok}, indent=2)
 
 
-def _abi_from_symbols(symbols: list[str]) -> tuple[bool | None, str]:
+def abi_from_symbols(symbols: list[str]) -> tuple[bool | None, str]:
     new = [s for s in symbols if "__cxx11" in s or "B5cxx11" in s]
-    old = [s for s in symbols if _OLD_ABI_STRING.search(s)]
+    old = [s for s in symbols if OLD_ABI_STRING.search(s)]
     if new and old:
         return None, f"mixed: {len(new)} new-ABI and {len(old)} old-ABI imports, e.g. {old[0]}"
     if new:
@@ -504,7 +504,7 @@ def _expected_abi(given: bool | None, torch_here: dict, label: re.Match[str] | N
 
 
 def _check_abi(report: WheelReport, so: Path, expected: bool | None, against: str = "torch") -> None:
-    abi, why = _abi_from_symbols(elf.undefined_dynamic_symbols(so))
+    abi, why = abi_from_symbols(elf.undefined_dynamic_symbols(so))
     report.cxx11_abi = abi
     if abi is None:
         report.add("C++ ABI", "fail" if why.startswith("mixed") else "skip", why)

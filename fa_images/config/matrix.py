@@ -146,7 +146,7 @@ def _one_wheel_per_name(builder: EntryResolver, made: list[tuple[Entry, Combo]])
                 reason = f"torch {newest.torch} is newer in the {series} series, and one wheel serves a series"
                 builder.left_out.append(LeftOut(combination=combo.label, reason=reason))
                 continue
-            builder._fail(
+            builder.fail(
                 combo,
                 "torch",
                 f"{entry.id} and {newest.id} would make the same wheel: flash-attn names a wheel by its torch "
@@ -226,7 +226,7 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         if entry is None:
             continue
         if entry.id in seen:
-            builder._fail(
+            builder.fail(
                 combo,
                 None,
                 f"expands to {entry.id}, which {seen[entry.id]} already builds",

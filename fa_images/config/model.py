@@ -12,7 +12,7 @@ from typing import Any
 from ..builder import contract
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
-from . import grammar
+from . import builders, grammar
 from .compat import Compat, did_you_mean
 
 DEFAULT_IMAGE = "fa-images/flash-attn"
@@ -60,17 +60,12 @@ class BuildOptions:
     def memory_bytes(self) -> int | None:
         return grammar.memory_bytes(self.memory) if self.memory else None
 
-    @property
-    def needs_sdk(self) -> bool:
-        """A memory limit on a build's containers is one only the legacy builder can set."""
-        return self.memory is not None
-
-    @property
-    def form(self) -> grammar.BuilderForm:
-        """The Dockerfile form these settings name, whatever the host has (what `render` writes):
-        the sdk's where they ask for it or need it, else BuildKit's, which auto takes on any Docker
-        Engine whose CLI has it."""
-        return "sdk" if self.builder == "sdk" or (self.builder == "auto" and self.needs_sdk) else "buildkit"
+    def decide_builder(
+        self, flag: grammar.BuilderChoice | None = None, *, host: builders.Host | None
+    ) -> builders.BuilderDecision:
+        """The builder of a run: ``--builder`` over ``build.builder``; ``host`` None gives the form
+        the settings name (what ``render`` and the exports write), whatever this host has."""
+        return builders.decide(flag or self.builder, memory_limit=self.memory is not None, host=host)
 
 
 @dataclass(frozen=True, kw_only=True)

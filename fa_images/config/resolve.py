@@ -68,17 +68,17 @@ class EntryResolver:
         self.build_opts, self.allow_unknown = build, allow_unknown
         self.left_out: list[LeftOut] = []
 
-    def _fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
+    def fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
         path = combo.key_origin.get(key or "", combo.origin + ((key,) if key else ()))
         self.problems.append(self.doc.problem(path, message, entry=combo.label, hint=hint))
 
     def _version(self, combo: Combo, key: str) -> str | None:
         value = combo.values.get(key)
         if value is None:
-            self._fail(combo, key, f"{key} is missing")
+            self.fail(combo, key, f"{key} is missing")
             return None
         if isinstance(value, dict) and key in RULE_EXAMPLES:
-            self._fail(
+            self.fail(
                 combo,
                 key,
                 f"{key} must be one quoted version here, not {kind(value)}",
@@ -90,11 +90,11 @@ class EntryResolver:
             hint = f'write {key}: "{written}"'
             if isinstance(value, float) and written != str(value):
                 hint += f"; YAML reads an unquoted {written} as the number {value}"
-            self._fail(combo, key, f"{key} {written} must be a quoted string", hint=hint)
+            self.fail(combo, key, f"{key} {written} must be a quoted string", hint=hint)
             return None
         problem = VERSION_GRAMMAR[key](value)
         if problem:
-            self._fail(combo, key, f"{key} {problem}")
+            self.fail(combo, key, f"{key} {problem}")
             return None
         return value
 
@@ -103,7 +103,7 @@ class EntryResolver:
             return True
         if self.allow_unknown:
             return True
-        self._fail(
+        self.fail(
             combo,
             key,
             f"{what} {value} is not in the compat table",
@@ -115,7 +115,7 @@ class EntryResolver:
     def archs_for(self, combo: Combo, ptx: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         """(archs, GPU names) from `archs`, from `target` names, or both when they agree."""
         if "archs" not in combo.values and "target" not in combo.values:
-            self._fail(
+            self.fail(
                 combo,
                 None,
                 "no target and no archs: name the GPUs it is for",
@@ -132,13 +132,13 @@ class EntryResolver:
             text = ",".join(map(str, as_list(combo.values["archs"])))
             archs = parse_archs(text, known=self.compat.arch_codes)
         except ValueError as exc:
-            self._fail(combo, "archs", str(exc))
+            self.fail(combo, "archs", str(exc))
             return None
         missed = [(gpu, cc, arch) for gpu, cc, arch in gpus if not arch_runs_on(archs, cc, ptx=ptx)]
         if missed:  # both given and they disagree: refuse, never drop the target
             shown = ", ".join(f"{gpu} (sm_{cc.replace('.', '')})" for gpu, cc, _ in missed)
             wanted = sorted({arch for _, _, arch in missed}, key=int)
-            self._fail(
+            self.fail(
                 combo,
                 "archs",
                 f"archs [{', '.join(archs)}] do not cover target {shown}",
@@ -152,7 +152,7 @@ class EntryResolver:
         gpus: list[str] = []
         for name in as_list(combo.values["target"]):
             if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
-                self._fail(combo, "target", f"target {name!r} must be a name or a compute capability")
+                self.fail(combo, "target", f"target {name!r} must be a name or a compute capability")
                 return None
             name = as_written(name)
             gpus += self.targets.get(name) or list(self.compat.targets.get(name, [name]))
@@ -161,7 +161,7 @@ class EntryResolver:
             cc = self.compat.capability_of(gpu)
             if cc is None:
                 known = list(self.targets) + sorted(self.compat.targets) + sorted(self.compat.gpus)
-                self._fail(
+                self.fail(
                     combo,
                     "target",
                     f"unknown GPU or target {gpu!r}",
@@ -170,7 +170,7 @@ class EntryResolver:
                 return None
             arch = self.compat.arch_for_capability(cc)
             if arch is None or Version(cc) < Version("8.0"):
-                self._fail(
+                self.fail(
                     combo,
                     "target",
                     f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
@@ -185,13 +185,13 @@ class EntryResolver:
         before = len(self.problems)
         for key in combo.values:
             if key not in AXES:
-                self._fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
+                self.fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
         if python is not None and python not in self.compat.pythons:
-            self._fail(
+            self.fail(
                 combo,
                 "python",
                 f"Python {python} is not supported",
@@ -207,7 +207,7 @@ class EntryResolver:
         self._flash_attn(combo, fa)
         self._archs(combo, archs, cuda)
         if not isinstance(ptx, bool):
-            self._fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
+            self.fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
         if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):
             return None
         variant = release.variant(cuda) if release else None
@@ -216,7 +216,7 @@ class EntryResolver:
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": contract.cuda_tag(cuda)}
         bad_tag = grammar.image_tag(tag)
         if bad_tag:  # Docker refuses it at tag time, after the compile: refuse it now
-            self._fail(combo, None, f"the image tag {bad_tag}")
+            self.fail(combo, None, f"the image tag {bad_tag}")
             return None
         return Entry(
             id=tag,
@@ -271,12 +271,12 @@ class EntryResolver:
         release = self.compat.torch.get(torch_v) if torch_v else None
         if torch_v and release is None:
             if self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
-                self._fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
+                self.fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
             return None, cuda
         if release is None:
             return None, cuda
         if python and python not in release.pythons and not self.allow_unknown:
-            self._fail(
+            self.fail(
                 combo,
                 "python",
                 f"torch {torch_v} has no wheels for Python {python}",
@@ -285,7 +285,7 @@ class EntryResolver:
         if "cuda" not in combo.values:
             cuda = release.default_cuda
         if cuda and release.variant(cuda) is None:
-            self._fail(
+            self.fail(
                 combo,
                 "cuda",
                 f"torch {torch_v} has no CUDA {cuda} build",
@@ -299,10 +299,10 @@ class EntryResolver:
             return None
         cuda_ver = Version(cuda)
         if torch_v and cuda_ver.major >= 13 and Version(torch_v) < Version(self.compat.cuda13_min_torch):
-            self._fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
+            self.fail(combo, "cuda", f"CUDA {cuda} needs torch >= {self.compat.cuda13_min_torch}, not {torch_v}")
         cuda_rel = self.compat.cuda.get(cuda)
         if cuda_rel is None:
-            self._fail(
+            self.fail(
                 combo,
                 "cuda",
                 f"CUDA {cuda} is not in the compat table",
@@ -314,7 +314,7 @@ class EntryResolver:
         if fa is None:
             return
         if Version(fa) not in self.compat.flash_attn_range:
-            self._fail(
+            self.fail(
                 combo,
                 "flash_attn",
                 f"flash-attn {fa} cannot be built by fa-images",
@@ -328,10 +328,8 @@ class EntryResolver:
         key = "archs" if "archs" in combo.values else "target"
         for arch in archs:
             if arch not in self.compat.archs:
-                self._fail(
+                self.fail(
                     combo, key, f"arch {arch} is not in the compat table", hint=f"known: {', '.join(self.compat.archs)}"
                 )
             elif cuda and Version(cuda) < Version(self.compat.archs[arch][0]):
-                self._fail(
-                    combo, key, f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}"
-                )
+                self.fail(combo, key, f"arch {arch} needs CUDA >= {self.compat.archs[arch][0]}, this entry uses {cuda}")

@@ -104,9 +104,9 @@ def assemble(
     source_file: Path,
     dest: Path,
     *,
+    form: BuilderForm,
     compiler_cache: Path | None = None,
     prebuilt: bool = False,
-    form: BuilderForm = "sdk",
 ) -> Path:
     """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small. The
     sdist and the compile group's cache from under ``compiler_cache`` (None: an empty one); or,

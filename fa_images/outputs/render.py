@@ -78,7 +78,7 @@ def cache_mount_id(entry: Entry) -> str:
     return "fa-images-compiler-cache-" + hashlib.sha256(entry.compile_group.encode()).hexdigest()[:16]
 
 
-def render_entry(matrix: Matrix, entry: Entry, *, prebuilt: bool = False, builder: BuilderForm = "sdk") -> str:
+def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt: bool = False) -> str:
     """The entry's Dockerfile for ``builder``; ``prebuilt``: the runtime image around a wheel the
     context carries (``inputs/prebuilt/``), with no compile."""
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
@@ -149,7 +149,7 @@ class RenderResult:
 
 
 def render_all(
-    matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, check: bool = False, builder: BuilderForm = "sdk"
+    matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, *, builder: BuilderForm, check: bool = False
 ) -> RenderResult:
     """Writes (or with ``check``, compares) one Dockerfile per entry in ``out_dir``, through
     safe_io: a symlink planted as ``<id>.Dockerfile`` (or as the folder) is refused, never

@@ -23,8 +23,16 @@ from pathlib import Path
 from ..builder import contract, untrusted
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
-from .engine import _short
-from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine, noting_a_miss
+from .engine import short
+from .image_builder import (
+    BuildProgress,
+    BuildRequest,
+    BuildResult,
+    OnLine,
+    noting_a_miss,
+    refuse_unsupported,
+    step_failure,
+)
 
 # "#7 [builder 2/5] RUN pip install …", "#7 0.062 output", "#7 CACHED", "#7 DONE 92.3s",
 # "#7 ERROR: … exit code: 3"
@@ -120,6 +128,7 @@ class BuildKitBuilder:
     def build(
         self, request: BuildRequest, *, on_line: OnLine, on_progress: Callable[[BuildProgress], None]
     ) -> BuildResult:
+        refuse_unsupported(self, request)
         quiet: OnLine = lambda _: None  # noqa: E731 - a short build apart, or one answered from the cache
         missed: dict[str, str] = {}
 
@@ -141,7 +150,7 @@ class BuildKitBuilder:
                 # The torch stage from the registry's build cache where it is there, as the target's
                 # build would take it: the image then has the layers another host pushed.
                 imported = [] if stage in request.anew else cache_from
-                side_build(stage, ["--iidfile", str(iidfile), *imported], shown=stage not in request.best_effort)
+                side_build(stage, ["--iidfile", str(iidfile), *imported], shown=not request.is_best_effort(stage))
                 self._forget_untagged(iidfile)
             inline = list(self.cli.inline_cache) if request.inline_cache else []
             iidfile = Path(tmp) / "iid"
@@ -229,7 +238,7 @@ def _read(line: str, stream: _Stream, on_line: OnLine, on_progress: Callable[[Bu
             stage, step, total = stage_step.group(1), int(stage_step.group(2)), int(stage_step.group(3))
             progress = stream.steps[number] = BuildProgress(step, total, instruction, stage)
             on_progress(progress)
-        stream.names[number] = f"[{where}]" if stage_step else f"[{where}] {_short(instruction)}"
+        stream.names[number] = f"[{where}]" if stage_step else f"[{where}] {short(instruction)}"
         on_line(line)
     elif output := _OUTPUT.match(line):
         number, text = output.groups()
@@ -259,17 +268,9 @@ def _failure(stream: _Stream, code: int) -> StepFailed:
             lines=stream.tail[-12:],
         )
     number, message = stream.failed
-    step = stream.steps.get(number)
     exit_code = _EXIT_CODE.search(message)
-    what = f"exited with {exit_code.group(1)}" if exit_code else f"failed: {message[:300]}"
-    where = f"{step.stage} step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
-    errors = stream.output.get(number, [])
-    cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
-    return StepFailed(
-        f"{where} {what}{cause}",
-        step=step.instruction if step else None,
-        lines=list(dict.fromkeys(errors[-6:] + stream.tail[-6:])),
-    )
+    step_code = exit_code.group(1) if exit_code else None
+    return step_failure(stream.steps.get(number), step_code, message, stream.output.get(number, []), stream.tail)
 
 
 def _keep_files_and_dirs(dest: Path) -> None:

@@ -1,58 +1,56 @@
-"""The engine and the image builder a run uses, chosen once: the factory in place of a hard-coded
-``DockerEngine.from_env()``.
+"""The engine and the image builder a run uses: the factory every command that talks to an engine
+goes through (``build``, ``check``), in place of a hard-coded ``DockerEngine.from_env()``.
 
-``auto`` takes BuildKit where the docker CLI has it and the engine is Docker's (Podman's Docker API
-has no BuildKit), and the legacy builder of the docker SDK otherwise; the reason is said either way.
-``buildkit`` and ``sdk`` are taken as asked, or refused with why.
+The builder is the one ``BuildOptions.decide_builder`` decides (``config/builders.py``) from what
+this host said: whether its docker CLI has BuildKit, and, for a build, which engine answers.
+``build --dry-run`` asks the CLI only, as no engine is needed to print a plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.grammar import BuilderChoice, BuilderForm
-from ..errors import UsageError
+from ..config.builders import BuilderDecision, Host
+from ..config.grammar import BuilderChoice
+from ..config.model import BuildOptions
 from . import buildkit
-from .engine import DockerEngine
+from .engine import DockerEngine, Engine
 from .image_builder import ImageBuilder
 from .sdk_builder import SdkBuilder
 
 
 @dataclass(frozen=True)
 class Connection:
-    engine: DockerEngine
+    engine: Engine
     builder: ImageBuilder
-    why: str  # why this builder, for the run's first lines
+    decision: BuilderDecision
 
 
-def connect(choice: BuilderChoice, *, memory: int | None = None) -> Connection:
-    engine = DockerEngine.from_env()
-    if choice == "sdk":
-        return Connection(engine, SdkBuilder(engine), "asked for")
-    refusal = _why_not_buildkit(engine, memory)
-    cli = buildkit.find_cli() if refusal is None else refusal
-    if isinstance(cli, buildkit.Cli):
-        return Connection(engine, buildkit.BuildKitBuilder(cli), "asked for" if choice == "buildkit" else "auto")
-    if choice == "buildkit":
-        raise UsageError(
-            f"--builder buildkit: {cli}",
-            hint="install docker's buildx plugin, or use --builder sdk (the docker SDK's legacy builder)",
-        )
-    return Connection(engine, SdkBuilder(engine), f"auto: {cli}")
+def engine() -> DockerEngine:
+    """The engine of a command that builds nothing (``check``)."""
+    return DockerEngine.from_env()
 
 
-def expected_form(choice: BuilderChoice, *, needs_sdk: bool = False) -> BuilderForm:
-    """The Dockerfile form ``connect`` would choose here, without asking an engine (a plan printed
-    before any build): Podman, which only the engine can say it is, aside."""
-    if choice == "sdk" or (choice == "auto" and needs_sdk):
-        return "sdk"
-    return "buildkit" if choice == "buildkit" or isinstance(buildkit.find_cli(), buildkit.Cli) else "sdk"
+def connect(settings: BuildOptions, flag: BuilderChoice | None) -> Connection:
+    """The engine, then the builder the decision gives for it."""
+    docker = DockerEngine.from_env()
+    cli = buildkit.find_cli()
+    decision = settings.decide_builder(flag, host=_host(cli, engine=docker.product()))
+    return Connection(docker, builder_for(decision, docker, cli), decision)
 
 
-def _why_not_buildkit(engine: DockerEngine, memory: int | None) -> str | None:
-    product = engine.product()
-    if product != "Docker Engine":
-        return f"{product} has no BuildKit behind its Docker API"
-    if memory is not None:  # BuildOptions.needs_sdk
-        return "build.memory is a limit only the legacy builder can set on a build's containers"
-    return None
+def builder_for(decision: BuilderDecision, docker: DockerEngine, cli: buildkit.Cli | str) -> ImageBuilder:
+    if decision.form == "buildkit":
+        assert isinstance(cli, buildkit.Cli)  # the decision takes BuildKit only where the CLI has it
+        return buildkit.BuildKitBuilder(cli)
+    return SdkBuilder(docker)
+
+
+def planned(settings: BuildOptions, flag: BuilderChoice | None) -> BuilderDecision:
+    """The decision ``connect`` makes here, before any engine is asked (``build --dry-run``): the
+    engine's own answer (Podman has no BuildKit behind its API) aside."""
+    return settings.decide_builder(flag, host=_host(buildkit.find_cli(), engine=None))
+
+
+def _host(cli: buildkit.Cli | str, *, engine: str | None) -> Host:
+    return Host(no_buildkit=None if isinstance(cli, buildkit.Cli) else cli, engine=engine)

@@ -29,7 +29,7 @@ OnLine = Callable[[str], None]
 CONTAINER_LABEL = "fa-images"
 
 
-def _short(instruction: str, width: int = 60) -> str:
+def short(instruction: str, width: int = 60) -> str:
     text = " ".join(instruction.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -185,7 +185,7 @@ def _login_hint(ref: str, message: str) -> str:
 _Call = TypeVar("_Call", bound=Callable[..., Any])
 
 
-def _engine_call(what: str) -> Callable[[_Call], _Call]:
+def engine_call(what: str) -> Callable[[_Call], _Call]:
     """An engine's refusal (an API error, a dropped connection) becomes one StepFailed line, not
     a traceback: e.g. a runtime that cannot set a container's limits, or a daemon that went away."""
 
@@ -249,13 +249,13 @@ class DockerEngine:
         info = self.client.info()
         return "nvidia" in (info.get("Runtimes") or {}) or info.get("DefaultRuntime") == "nvidia"
 
-    @_engine_call("tagging")
+    @engine_call("tagging")
     def tag(self, image: str, ref: str) -> None:
         repository, tag = ref.rsplit(":", 1)
         if not self.api.tag(image, repository, tag=tag, force=True):
             raise StepFailed(f"tagging {image} as {ref}: the engine refused")
 
-    @_engine_call("looking up")
+    @engine_call("looking up")
     def image_info(self, ref: str) -> ImageInfo | None:
         import docker.errors
 
@@ -265,7 +265,7 @@ class DockerEngine:
             return None
         return ImageInfo(labels=dict(image.labels or {}), size=int(image.attrs.get("Size") or 0), id=image.id)
 
-    @_engine_call("looking up base images")
+    @engine_call("looking up base images")
     def missing_images(self, refs: list[str]) -> list[str]:
         """The refs the engine does not hold. The legacy builder pulls a missing FROM image even
         with pull=False, so this is asked before any build: nothing is pulled behind the user's back."""
@@ -305,7 +305,7 @@ class DockerEngine:
             raise StepFailed(f"pull of {ref} ended, but the engine holds no image by that name")
         return info
 
-    @_engine_call("asking the registry for")
+    @engine_call("asking the registry for")
     def registry_digest(self, ref: str) -> str | None:
         import docker.errors
 
@@ -335,7 +335,19 @@ class DockerEngine:
             if not state["keep"]:
                 container.remove(force=True)
 
-    @_engine_call("running a container of")
+    def legacy_build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """The legacy builder's decoded stream (the SDK's ``APIClient.build``), for ``SdkBuilder``."""
+        return cast(Iterator[dict[str, Any]], self.api.build(**kwargs))
+
+    @contextmanager
+    def files_of(self, image: str) -> Iterator[Iterator[bytes]]:
+        """The tar stream of an image's files, read from a container that is created, never
+        started (a FROM-scratch stage has no command), and removed however the block ends."""
+        with self._container(image, ["/fa-images-never-started"]) as (container, _):
+            chunks, _stat = container.get_archive("/")
+            yield chunks
+
+    @engine_call("running a container of")
     def run(
         self, image: str, command: list[str] | None, *, gpu: bool | HostGpus, keep: bool, on_line: OnLine
     ) -> RunResult:
@@ -361,7 +373,7 @@ class DockerEngine:
             state["keep"] = keep and code != 0  # a failed check, kept for debug_command
         return RunResult(code, output, kept_container=container.name if state["keep"] else None)
 
-    @_engine_call("pushing")
+    @engine_call("pushing")
     def push(self, ref: str, on_line: OnLine) -> str:
         repository, tag = ref.rsplit(":", 1)
         digest = ""

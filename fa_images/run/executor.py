@@ -30,7 +30,7 @@ from . import bases
 from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
-from .image_builder import BuildProgress, BuildRequest, BuildResult, ImageBuilder
+from .image_builder import BuildProgress, BuildRequest, BuildResult, ImageBuilder, Output
 from .logger import Console, EntryLog, duration
 from .plan import CheckCommand, EntryPlan, StepName
 
@@ -138,6 +138,9 @@ class Executor:
         self.results: list[EntryResult] = []
 
     def run(self, plans: list[EntryPlan]) -> list[EntryResult]:
+        other = sorted({p.form for p in plans} - {self.builder.form})
+        if other:  # one decision makes the plan and the builder: two forms is a bug, not bad input
+            raise ValueError(f"a plan for the {other[0]} form, given to a builder of the {self.builder.form} form")
         self.prepare_bases(plans)
         self.results = results = [EntryResult(id=p.entry.id, image=p.entry.image) for p in plans]
         for index, (plan, result) in enumerate(zip(plans, results), start=1):
@@ -316,9 +319,9 @@ class Executor:
                 run.entry,
                 run.source,
                 tmp,
-                compiler_cache=None if prebuilt else self.options.compiler_cache,
+                compiler_cache=self.options.compiler_cache if contract.CACHE_STAGE in run.plan.files else None,
                 prebuilt=prebuilt,
-                form=self.builder.form,
+                form=run.plan.form,
             )
             request = self._request(run, ctx)
             try:
@@ -345,29 +348,29 @@ class Executor:
         return StepOutcome(note=f"{run.entry.image} ({run.result.image_id[:19]}{size}){cached}")
 
     def _request(self, run: _EntryRun, ctx: Path) -> BuildRequest:
-        """What the build must produce: the image, the stages the plan tags, and the files of the
-        stages it reads (the wheel into dist/, the compiler cache beside the host's copy)."""
+        """The plan's build as a request: the image, the stages it tags, the files of the stages it
+        reads (the wheel into dist/, the compiler cache beside the host's copy)."""
+        plan = run.plan
         self.options.dist.mkdir(parents=True, exist_ok=True)
         run.wheel_dir = Path(tempfile.mkdtemp(prefix=f".{run.entry.id}-", dir=self.options.dist))
-        files = {contract.WHEEL_STAGE: run.wheel_dir}
-        root = self.options.compiler_cache
-        if root is not None and any(t.stage == contract.CACHE_STAGE for t in run.plan.from_stages):
-            files[contract.CACHE_STAGE] = group_cache.incoming(root, run.entry.compile_group)
-        # The compiler cache's way in is the host's copy: none without one.
-        before = [t for t in run.plan.before if contract.CACHE_STAGE in files or t.stage != contract.CACHE_IN_STAGE]
+        where = {contract.WHEEL_STAGE: run.wheel_dir}
+        if contract.CACHE_STAGE in plan.files:
+            assert self.options.compiler_cache is not None  # planned only where the host keeps one
+            where[contract.CACHE_STAGE] = group_cache.incoming(self.options.compiler_cache, run.entry.compile_group)
+        outputs = tuple(
+            Output(stage=t.stage, tag=t.tag, dest=None if t.tag else where[t.stage], best_effort=t.best_effort)
+            for t in plan.from_stages
+        )
         return BuildRequest(
             context=ctx,
-            target=run.plan.build.stage,
-            tag=run.plan.build.tag or run.entry.image,
-            stage_tags={t.stage: t.tag for t in run.plan.from_stages if t.tag},
-            before=tuple(t.stage for t in before),
-            files=files,
-            # The compiler cache's way in and out: an accelerator, whose loss costs a compile, not the entry.
-            best_effort=frozenset({contract.CACHE_STAGE, contract.CACHE_IN_STAGE}),
-            anew=frozenset(t.stage for t in before if t.anew)
-            | {t.stage for t in run.plan.from_stages if t.anew and t.stage in files},
-            cache_from=run.plan.cache_from,
-            inline_cache=bool(run.plan.cache_from),
+            target=plan.build.stage,
+            tag=plan.build.tag or run.entry.image,
+            outputs=outputs,
+            before=tuple(t.stage for t in plan.before),
+            best_effort=frozenset(t.stage for t in plan.before if t.best_effort),
+            anew=plan.anew,
+            cache_from=plan.cache_from,
+            inline_cache=bool(plan.cache_from),
             network=self.matrix.build.network,
             memory=self.matrix.build.memory_bytes,
             labels={INPUTS_LABEL: run.inputs} if run.inputs else {},

@@ -66,9 +66,18 @@ class BuildTarget:
     # Built anew in a build of its own, never answered by the build cache: its files come from a
     # cache mount, whose content no cache key covers.
     anew: bool = False
+    # A help, not a result (the compiler cache's way in and out): when it cannot be made, the
+    # entry still succeeds and its report says why.
+    best_effort: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "tag": self.tag, "purpose": self.purpose, "anew": self.anew}
+        return {
+            "stage": self.stage,
+            "tag": self.tag,
+            "purpose": self.purpose,
+            "anew": self.anew,
+            "best_effort": self.best_effort,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +119,7 @@ class EntryPlan:
     # Or the wheel a published index serves for the entry (final: never compiled again), fetched
     # and verified only if the image must be built.
     published: Wheel | None = None
-    form: BuilderForm = "sdk"  # the Dockerfile form of the builder that builds it
+    form: BuilderForm  # the Dockerfile form of the builder that builds it
 
     @property
     def around_wheel(self) -> bool:
@@ -128,6 +137,19 @@ class EntryPlan:
     @property
     def tags(self) -> tuple[str, ...]:
         return tuple(t.tag for t in (self.build, *self.from_stages) if t.tag)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The stages whose files the executor takes (the wheel, the compiler cache)."""
+        return tuple(t.stage for t in self.from_stages if t.tag is None)
+
+    @property
+    def best_effort(self) -> frozenset[str]:
+        return frozenset(t.stage for t in (*self.before, *self.from_stages) if t.best_effort)
+
+    @property
+    def anew(self) -> frozenset[str]:
+        return frozenset(t.stage for t in (*self.before, *self.from_stages) if t.anew)
 
     def check(self, step: StepName) -> CheckCommand | None:
         """The command of check step ``step``; None where it runs none (the GPU check with --gpus none)."""
@@ -160,11 +182,11 @@ class EntryPlan:
             lines.append(f"  wheel      {self.published.location}  (published: made around it, no compile)")
         width = max(len(t.stage) for t in (*self.before, self.build, *self.from_stages))
         for t in self.before:
-            lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}" + (" (built anew)" if t.anew else ""))
+            lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}{_notes(t)}")
         build = f"--target {self.build.stage:<{width}}"
         lines.append(f"  build      {build}  {self.build.tag}  (every stage, in one build)")
         for t in self.from_stages:
-            what = "tagged " + t.tag if t.tag else t.purpose + (" (built anew)" if t.anew else "")
+            what = "tagged " + t.tag if t.tag else t.purpose + _notes(t)
             lines.append(f"  stage      {t.stage:<{width + 9}}  {what}")
         for c in self.checks:
             note = _GPU_NOTES[c.gpus] if c.gpus else ""
@@ -178,13 +200,20 @@ class EntryPlan:
         return lines
 
 
+def _notes(target: BuildTarget) -> str:
+    said = (("built anew", target.anew), ("best effort", target.best_effort))
+    notes = [note for note, holds in said if holds]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def runtime_build(entry: Entry) -> BuildTarget:
     """The one build: the legacy builder makes every stage on its way to the runtime image."""
     return BuildTarget(stage=contract.RUNTIME_STAGE, tag=entry.image, purpose="the image users pull")
 
 
-def from_stages(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
-    """What the executor takes from the stages the build made: tagged, or their files read."""
+def from_stages(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_cache: bool) -> tuple[BuildTarget, ...]:
+    """What the executor takes from the stages the build made: tagged, or their files read (the
+    compiler cache only where the host keeps one)."""
     wheel = BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel, exported and verified into dist")
     if prebuilt:
         return (wheel,)
@@ -198,11 +227,12 @@ def from_stages(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sd
         tag=None,
         purpose="the compiler cache, kept on the host for the next Python of the group",
         anew=form == "buildkit",  # read from the group's cache mount
+        best_effort=True,
     )
-    return (builder, wheel, cache)
+    return (builder, wheel, cache) if compiler_cache else (builder, wheel)
 
 
-def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "sdk") -> tuple[BuildTarget, ...]:
+def before_build(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_cache: bool) -> tuple[BuildTarget, ...]:
     """Stages BuildKit's form builds first, each in a build of its own (the legacy form has neither
     a cache mount nor a mount of another stage):
 
@@ -213,8 +243,8 @@ def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "s
       entry on that torch would hash its 7 GB again (about 20 s on 16 cores). Its result is one
       empty file: the torch layer's export (another pass over the 7 GB) waits for the runtime
       image's, after the compile.
-    - compiler-cache-in, anew: the compile takes the host's compiler cache from the group's cache
-      mount, put there first so the compile step's cache key never depends on it.
+    - compiler-cache-in, anew, where the host keeps a compiler cache: the compile takes it from the
+      group's cache mount, put there first so the compile step's cache key never depends on it.
     """
     if prebuilt or form != "buildkit":
         return ()
@@ -228,8 +258,9 @@ def before_build(entry: Entry, *, prebuilt: bool = False, form: BuilderForm = "s
         tag=None,
         purpose="the host's compiler cache of the group, into its cache mount",
         anew=True,
+        best_effort=True,
     )
-    return (fill,) if entry.same_base else (torch, fill)
+    return (() if entry.same_base else (torch,)) + ((fill,) if compiler_cache else ())
 
 
 _GPU_NOTES = {
@@ -254,17 +285,20 @@ def checks(gpus: str) -> tuple[CheckCommand, ...]:
 
 
 def make_plan(
-    entries: tuple[Entry, ...],
+    entries: tuple[Entry, ...] | list[Entry],
     *,
+    form: BuilderForm,
+    compiler_cache: bool,
     check: bool = True,
     push: bool = False,
     gpus: str = "runtime",
     prebuilt: dict[str, Path] | None = None,
     published: dict[str, Wheel] | None = None,
     python_from: str = "system",
-    form: BuilderForm = "sdk",
 ) -> list[EntryPlan]:
-    """``prebuilt``: entry id -> a verified wheel to make that entry's image around; ``published``:
+    """``form``: the builder's (``BuilderDecision.form``); ``compiler_cache``: whether the host keeps
+    each group's compiler cache (its way in and out is planned, or none is).
+    ``prebuilt``: entry id -> a verified wheel to make that entry's image around; ``published``:
     entry id -> the wheel a published index serves for it, to the same end.
     ``python_from``: the matrix's ``bases.python``; uv makes the Python on the devel base."""
     prebuilt = prebuilt or {}
@@ -289,8 +323,8 @@ def make_plan(
             entry=e,
             steps=steps,
             build=runtime_build(e),
-            before=before_build(e, prebuilt=e.id in around, form=form),
-            from_stages=from_stages(e, prebuilt=e.id in around, form=form),
+            before=before_build(e, prebuilt=e.id in around, form=form, compiler_cache=compiler_cache),
+            from_stages=from_stages(e, prebuilt=e.id in around, form=form, compiler_cache=compiler_cache),
             checks=tuple(c for c in checks(gpus) if c.step in steps),
             push=pushed(e),
             cache_from=pushed(e) if form == "buildkit" else (),

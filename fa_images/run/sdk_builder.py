@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import re
 import tarfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any, Protocol
 
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
-from .engine import DockerEngine, _engine_call, _short
-from .image_builder import BuildProgress, BuildRequest, BuildResult, OnLine, noting_a_miss
+from .engine import engine_call
+from .image_builder import (
+    BuildProgress,
+    BuildRequest,
+    BuildResult,
+    OnLine,
+    noting_a_miss,
+    refuse_unsupported,
+    step_failure,
+)
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 # The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
@@ -27,12 +37,18 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ENGINE_MADE = frozenset({".dockerenv", "dev", "proc", "sys", "etc"})
 
 
-def _dedupe(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
+class LegacyEngine(Protocol):
+    """What the legacy builder needs of its engine (``engine.DockerEngine`` answers it)."""
+
+    def legacy_build(self, **kwargs: Any) -> Iterator[dict[str, Any]]: ...
+
+    def files_of(self, image: str) -> AbstractContextManager[Iterator[bytes]]: ...
+
+    def tag(self, image: str, ref: str) -> None: ...
 
 
 class SdkBuilder:
-    def __init__(self, engine: DockerEngine) -> None:
+    def __init__(self, engine: LegacyEngine) -> None:
         self.engine = engine
 
     @property
@@ -57,8 +73,7 @@ class SdkBuilder:
                 on_progress=on_progress if live else lambda _: None,
             )
 
-        if request.before:  # the legacy form's compile has no cache mount to fill
-            raise StepFailed(f"the legacy builder's Dockerfile has no stage {request.before[0]} to build first")
+        refuse_unsupported(self, request)
         image_id, stages = build(request.target, request.tag, live=True)
         # The one build made every stage; an engine whose output names no stage ids gets one more
         # build per stage, from its layer cache.
@@ -73,7 +88,7 @@ class SdkBuilder:
                 self._export_tree(stages[stage], dest)
         return BuildResult(image_id, stages, missed=missed)
 
-    @_engine_call("building")
+    @engine_call("building")
     def _build_stage(
         self,
         *,
@@ -89,7 +104,7 @@ class SdkBuilder:
         # The limit holds for every RUN container; the builder reads it from its cgroup and
         # sizes its jobs by it. Swap is no way out: memswap equal to memory means none.
         limits = {"memory": memory, "memswap": memory} if memory else None
-        stream = self.engine.api.build(
+        stream = self.engine.legacy_build(
             path=str(context),
             dockerfile="Dockerfile",
             target=target,
@@ -110,17 +125,9 @@ class SdkBuilder:
         errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
-                message = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
+                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "build failed"))
                 code = re.search(r"returned a non-zero code: (\d+)", message)
-                what = f"exited with {code.group(1)}" if code else f"failed: {message.strip()}"
-                where = f"step {step.step}/{step.total} ({_short(step.instruction)})" if step else "the build"
-                # The step's last error line: the builder ends with a one-line summary of the cause.
-                cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
-                raise StepFailed(
-                    f"{where} {what}{cause}",
-                    step=step.instruction if step else None,
-                    lines=_dedupe(errors[-6:] + tail[-6:]),
-                )
+                raise step_failure(step, code.group(1) if code else None, message, errors, tail)
             if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
@@ -149,19 +156,16 @@ class SdkBuilder:
             raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
         return image_id, stages
 
-    @_engine_call("exporting the files of")
+    @engine_call("exporting the files of")
     def _export_tree(self, image: str, dest: Path) -> None:
         """Copies the files of a FROM-scratch stage into ``dest``, streamed through a file beside it
         (a compiler cache runs to gigabytes) and extracted by tarfile's "data" filter: regular
         files and directories only."""
         spool = dest.with_name(dest.name + ".tar")
         try:
-            # A scratch image has no command; the container is created, never started.
-            with self.engine._container(image, ["/fa-images-never-started"]) as (container, _):
-                chunks, _stat = container.get_archive("/")
-                with spool.open("wb") as out:
-                    for chunk in chunks:
-                        out.write(chunk)
+            with self.engine.files_of(image) as chunks, spool.open("wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
             with tarfile.open(spool) as tar:
                 for member in tar:
                     name = member.name.removeprefix("./").lstrip("/")

@@ -487,7 +487,7 @@ def test_abi_symbols_are_read_as_nm_reads_them(cpu_extension_wheels, this_torch,
             so = Path(zf.extract(so_name, tmp_path / str(abi)))
         symbols = elf.undefined_dynamic_symbols(so)
         assert set(symbols) == nm_undefined(so)
-        assert verify._abi_from_symbols(symbols)[0] is abi
+        assert verify.abi_from_symbols(symbols)[0] is abi
 
 
 # --- the glibc floor: symbol versions read from .gnu.version_r, as objdump reads them -------

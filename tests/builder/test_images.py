@@ -103,7 +103,7 @@ def test_builder_stage_has_what_every_setup_py_calls(setup_pys, tmp_path, python
             f"bases: {{python: {python_from}}}\n"
             f'entries:\n  - {{python: "{python}", torch: "{torch}", flash_attn: "{version}", archs: [80]}}\n',
         )
-        text = render.render_entry(m, m.entries[0])
+        text = render.render_entry(m, m.entries[0], builder="sdk")
         builder = stage(text, "builder")
         tools_line = next(line for line in builder.splitlines() if "--target /opt/build-tools" in line)
         installed = {p.partition("==")[0] for p in tools_line.split() if "==" in p}
@@ -122,7 +122,7 @@ def test_builder_stage_has_what_every_setup_py_calls(setup_pys, tmp_path, python
 
 def test_python_39_gets_a_setuptools_that_supports_it(tmp_path) -> None:
     m = load(tmp_path, 'entries:\n  - {python: "3.9", torch: "2.8.0", flash_attn: "2.8.3", archs: [80]}\n')
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert " setuptools==82.0.1 " in text and "setuptools==84" not in text
 
 
@@ -187,7 +187,7 @@ def test_python_mirror_reaches_uv_quoted(tmp_path) -> None:
         'bases: {python_mirror: "https://mirror.local/python-build-standalone/releases/download"}\n'
         'entries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}\n',
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert (
         " && UV_PYTHON_INSTALL_MIRROR=https://mirror.local/python-build-standalone/releases/download "
         "uv python install 3.12 \\\n" in text
@@ -216,7 +216,7 @@ def test_no_index_does_not_break_the_uv_install(tmp_path) -> None:
         "packages: {index: null, torch_index: null, find_links: [/wheels]}\n"
         'entries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}\n',
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert "--seed" not in text
     assert " && uv venv --python 3.12 /opt/venv \\\n && /opt/venv/bin/python -m ensurepip --upgrade\n" in text
     assert "python3 -m pip install --no-index --find-links /wheels uv==" in text
@@ -229,7 +229,7 @@ def test_system_python_needs_no_apt_when_the_base_has_git(tmp_path) -> None:
         tmp_path,
         'bases: {python: system}\nentries:\n  - {python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", archs: [80]}\n',
     )
-    builder = stage(render.render_entry(m, m.entries[0]), "builder")
+    builder = stage(render.render_entry(m, m.entries[0], builder="sdk"), "builder")
     assert "RUN if ! command -v git >/dev/null; then \\\n" in builder
     assert builder.count("apt-get update") == 1
 

@@ -303,7 +303,7 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
                 sha256=entry.sdist_sha256,
             )
             (scratch / "contexts" / entry.flash_attn).mkdir(parents=True)
-            ctx = context.assemble(m, entry, sdist, scratch / "contexts" / entry.flash_attn)
+            ctx = context.assemble(m, entry, sdist, scratch / "contexts" / entry.flash_attn, form="sdk")
             steps = instructions(builder_stage((ctx / "Dockerfile").read_text()))
             first_copy = next(i for i, (keyword, _) in enumerate(steps) if keyword == "COPY")
             compile_at = next(i for i, (_, args) in enumerate(steps) if COMPILE_COMMAND in args)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import pytest
 
 from fa_images.builder import environment
+from fa_images.run import buildkit
 
 _probe_torch_once = functools.cache(environment.probe_torch)
 
@@ -23,3 +25,31 @@ def _torch_probed_once_per_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real torch probe imports torch in a child (~1.5 s); its answer for one interpreter
     cannot change within a run, so the unit tier asks each interpreter once."""
     monkeypatch.setattr(environment, "probe_torch", lambda python=sys.executable: _probe_torch_once(python))
+
+
+# The docker CLI the unit tier says the host has: one with buildx, as most users' have. No unit test
+# asks the host's own CLI (it has buildx, or not, or is absent); a test of another host says so.
+STUB_CLI = buildkit.Cli(("docker", "buildx", "build"), {}, "`docker buildx build` (the unit tier's stub)", loads=True)
+
+
+# The same for a command run as a child: the first `docker` on its PATH answers `buildx version`
+# and nothing else (a unit test that reached an engine through it would fail loudly).
+STUB_DOCKER = r"""#!/bin/sh
+[ "$1" = buildx ] && [ "$2" = version ] && echo "github.com/docker/buildx v0.20.0 (the unit tier's stub)" && exit 0
+echo "the unit tier's docker stub answers \`docker buildx version\` only, not: docker $*" >&2
+exit 64
+"""
+
+
+@pytest.fixture(scope="session")
+def _stub_docker_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    where = tmp_path_factory.mktemp("docker-stub")
+    (where / "docker").write_text(STUB_DOCKER)
+    (where / "docker").chmod(0o755)
+    return str(where)
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_of_the_hosts_docker_cli(monkeypatch: pytest.MonkeyPatch, _stub_docker_dir: str) -> None:
+    monkeypatch.setattr(buildkit, "find_cli", lambda docker=None: STUB_CLI)
+    monkeypatch.setenv("PATH", f"{_stub_docker_dir}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -69,7 +69,7 @@ def test_pull_never_refuses_in_an_instant_with_both_ways(tiny_matrix, monkeypatc
     assert run_build(monkeypatch, engine, "--pull", "never") == 3
     assert time.monotonic() - started < 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines[:2] == ["engine: fake engine", "builder: fake engine (a fake)"]
+    assert lines[:2] == ["engine: fake engine", "builder: a fake builder of the buildkit form (auto)"]
     assert lines[2] == f"error: 2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
     hint = lines[3]
     assert f"docker pull {RUNTIME} && docker pull {DEVEL}" in hint  # every image, not only the first

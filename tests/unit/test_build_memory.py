@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 
 from fa_images.config import grammar
@@ -75,15 +76,21 @@ def test_every_build_call_carries_the_limit(tiny_matrix, tmp_path: Path, monkeyp
 
     from fakes import FakeEngine, accept_every_wheel
 
-    from fa_images.run import plan
-    from fa_images.run.executor import Executor, Options
+    from fa_images.run.executor import Options
     from fa_images.run.logger import Console
 
     accept_every_wheel(monkeypatch)
     limited = replace(tiny_matrix, build=replace(tiny_matrix.build, memory="12g"))
     engine = FakeEngine()
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    Executor(engine, engine, limited, options, Console(io.StringIO())).run(
-        plan.make_plan(limited.entries[:1], push=False)
+    # build.memory: only the legacy builder can set it, so the decision gives that one.
+    form = limited.build.decide_builder(host=None).form
+    fakes.execute(
+        limited,
+        engine,
+        options,
+        Console(io.StringIO()),
+        entries=limited.entries[:1],
+        builder=fakes.FakeBuilder(engine, form),
     )
     assert engine.memory_limits and set(engine.memory_limits) == {12 * GIB}

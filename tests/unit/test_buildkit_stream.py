@@ -12,7 +12,7 @@ import pytest
 
 from fa_images.errors import StepFailed
 from fa_images.run import buildkit
-from fa_images.run.image_builder import BuildProgress
+from fa_images.run.image_builder import BuildProgress, Output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "buildkit"
 
@@ -95,6 +95,14 @@ def _script(path: Path, body: str) -> str:
     return str(path)
 
 
+_REAL_FIND_CLI = buildkit.find_cli  # this module tests the finder the rest of the unit tier stubs
+
+
+@pytest.fixture(autouse=True)
+def _the_real_finder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(buildkit, "find_cli", _REAL_FIND_CLI)
+
+
 @pytest.mark.parametrize(
     ("version", "found"),
     [("28.2.2", "has no buildx plugin, which its BuildKit needs"), ("nonsense", "does not answer `docker version`")],
@@ -106,11 +114,25 @@ def test_a_cli_without_buildkit_says_why(tmp_path: Path, version: str, found: st
     assert isinstance(said, str) and found in said
 
 
-def test_the_20_10_cli_has_buildkit_built_in() -> None:
-    """Debian's docker.io CLI, which .ci/setup installs."""
-    cli = buildkit.find_cli("/usr/bin/docker")
+def test_a_cli_before_23_has_buildkit_built_in(tmp_path: Path) -> None:
+    """Debian's docker.io 20.10 CLI, as it answers (the real one is the engine tier's)."""
+    docker = _script(tmp_path / "docker", '[ "$1" = buildx ] && exit 1\necho 20.10.24+dfsg1\n')
+    cli = buildkit.find_cli(docker)
     assert isinstance(cli, buildkit.Cli), cli
-    assert cli.argv == ("/usr/bin/docker", "build") and cli.env == {"DOCKER_BUILDKIT": "1"}
+    assert cli.argv == (docker, "build") and cli.env == {"DOCKER_BUILDKIT": "1"}
+
+
+def test_a_cli_with_buildx_builds_through_it(tmp_path: Path) -> None:
+    docker = _script(
+        tmp_path / "docker", '[ "$1" = buildx ] && echo "github.com/docker/buildx v0.20.0" && exit 0\nexit 1\n'
+    )
+    cli = buildkit.find_cli(docker)
+    assert isinstance(cli, buildkit.Cli) and cli.argv == (docker, "buildx", "build") and cli.loads
+
+
+def test_no_cli_on_path_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert buildkit.find_cli() == "there is no docker CLI on PATH"
 
 
 # A stand-in CLI for the order and the arguments of a request's builds: it logs its arguments,
@@ -150,10 +172,13 @@ def _recorded_build(
         context=tmp_path / "ctx",
         target="runtime",
         tag="reg.example:5000/fa:1",
-        stage_tags={"builder": "reg.example:5000/fa:1-builder"},
+        outputs=(
+            Output(stage="builder", tag="reg.example:5000/fa:1-builder"),
+            Output(stage="wheel", dest=tmp_path / "wheel"),
+            Output(stage="compiler-cache", dest=tmp_path / "cache", best_effort=True),
+        ),
         before=("torch", "compiler-cache-in"),
-        files={"wheel": tmp_path / "wheel", "compiler-cache": tmp_path / "cache"},
-        best_effort=frozenset({"compiler-cache-in", "compiler-cache"}),
+        best_effort=frozenset({"compiler-cache-in"}),
         anew=frozenset({"compiler-cache-in", "compiler-cache"}),
         cache_from=("reg.example:5000/fa:1", "reg.example:5000/fa:1-builder"),
         inline_cache=True,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import WHEEL, FakeEngine, accept_every_wheel
 
@@ -31,8 +32,7 @@ def execute(
 ) -> list[executor_mod.EntryResult]:
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    plans = plan.make_plan(m.entries, push=push, gpus=opts.gpus.mode)
-    return Executor(engine, engine, m, opts, Console(out)).run(plans)
+    return fakes.execute(m, engine, opts, Console(out), push=push, gpus=opts.gpus.mode)[1]
 
 
 def test_one_failure_does_not_stop_the_others(tiny_matrix, tmp_path, monkeypatch) -> None:
@@ -131,15 +131,12 @@ def test_a_wrong_arch_gpu_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_p
 def test_ctrl_c_marks_the_entry_and_propagates(tiny_matrix, tmp_path, monkeypatch) -> None:
     accept_every_wheel(monkeypatch)
     engine = FakeEngine(interrupt_on="py3.12")
+    builder = fakes.FakeBuilder(engine)
     ex = Executor(
-        engine,
-        engine,
-        tiny_matrix,
-        Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs"),
-        Console(io.StringIO()),
+        engine, builder, tiny_matrix, Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs"), Console(io.StringIO())
     )
     with pytest.raises(KeyboardInterrupt):
-        ex.run(plan.make_plan(tiny_matrix.entries))
+        ex.run(plan.make_plan(tiny_matrix.entries, form=builder.form, compiler_cache=False))
     assert [r.status for r in ex.results] == ["ok", "interrupted"]
     assert [p.name for p in (tmp_path / "dist").iterdir()] and not any(
         p.name.startswith(".") for p in (tmp_path / "dist").iterdir()

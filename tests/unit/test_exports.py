@@ -27,7 +27,7 @@ import yaml
 
 from fa_images.config import matrix
 from fa_images.outputs import render
-from fa_images.outputs.exports import bake, github
+from fa_images.outputs.exports import bake, github, github_steps
 
 REPO = Path(__file__).resolve().parents[2]
 BAKE_TARGET_KEYS = {"context", "dockerfile", "target", "tags", "labels", "output", "cache-from", "cache-to"}
@@ -302,7 +302,7 @@ def test_every_exported_workflow_passes_actionlint_and_shellcheck(every_workflow
     assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
     jobs = [job for path in every_workflow for job in yaml.safe_load(path.read_text())["jobs"].values()]
     uses = {step["uses"] for job in jobs for step in job["steps"] if "uses" in step}
-    assert uses == set(github.ACTIONS), "every action of the table is linted, and no other is used"
+    assert uses == set(github_steps.ACTIONS), "every action of the table is linted, and no other is used"
 
 
 def test_every_exported_workflow_passes_the_schema(every_workflow: list[Path]) -> None:
@@ -453,7 +453,7 @@ def test_shard_jobs_install_what_the_dockerfile_installs(small_matrix: Path) -> 
     ]
     for entry in m.entries:
         setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
-        dockerfile = render.render_entry(m, entry)
+        dockerfile = render.render_entry(m, entry, builder="sdk")
         for line in setup.splitlines():
             if "pip install" in line and "--no-deps --target /opt/fa-images" not in line:
                 assert line.split("pip install", 1)[1].strip().removeprefix("--target /opt/build-tools ") in dockerfile

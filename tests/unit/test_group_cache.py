@@ -7,20 +7,20 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 
 from fa_images import cli
 from fa_images.outputs import group_cache
-from fa_images.run import plan
-from fa_images.run.executor import Executor, Options
+from fa_images.run.executor import Options
 from fa_images.run.logger import Console
 
 
 def build(matrix, engine: FakeEngine, tmp_path: Path, **options) -> tuple[list, str]:
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    results = Executor(engine, engine, matrix, opts, Console(out)).run(plan.make_plan(matrix.entries))
+    _, results = fakes.execute(matrix, engine, opts, Console(out))
     return results, out.getvalue()
 
 

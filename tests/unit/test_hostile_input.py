@@ -534,7 +534,7 @@ def _plan_or_refuse(text: str) -> None:
             assert str(exc)
         else:
             for entry in m.entries:
-                render.render_entry(m, entry)
+                render.render_entry(m, entry, builder="sdk")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -711,15 +711,14 @@ def test_build_prints_engine_output_and_names_escaped(tiny_matrix, tmp_path: Pat
     place.mkdir()
     _wheel(place / FITS, _elf_header())  # a wheel pip would read: --wheels opens it first
     engine = FakeEngine()
-    real_build = engine.build
     hostile = "nvcc: \x1b[31mred\x1b[0m \x1b]0;title\x07 \rover\x08written \x9b2J"
 
-    def build(request, **kwargs):
-        kwargs["on_line"](hostile)  # a line of the compile's own output: the live line
-        return real_build(request, **kwargs)
+    class Saying(fakes.FakeBuilder):
+        def build(self, request, **kwargs):
+            kwargs["on_line"](hostile)  # a line of the compile's own output: the live line
+            return super().build(request, **kwargs)
 
-    engine.build = build  # type: ignore[method-assign]
-    fakes.use_engine(monkeypatch, engine)
+    fakes.use_engine(monkeypatch, engine, Saying)
     entry = tiny_matrix.entries[0].id
     code, out, err = fa_images(capsys, "build", "--gpus", "none", "--wheels", place, "--only", entry)
     assert code == 0, err

@@ -1427,15 +1427,15 @@ def test_what_a_rule_renders_changes_only_with_the_table(tmp_path: Path) -> None
     text = 'matrix:\n  python: ["3.13"]\n  torch: {newest: 1}\n  flash_attn: ["2.8.3"]\n  target: [H100]\n'
     out = tmp_path / "dockerfiles"
     before = load(tmp_path, text)
-    assert [p.name for p in render.render_all(before, before.entries, out).written] == [
+    assert [p.name for p in render.render_all(before, before.entries, out, builder="sdk").written] == [
         f"{before.entries[0].id}.Dockerfile"
     ]
     again = load(tmp_path, text)
-    assert render.render_all(again, again.entries, out, check=True) == render.RenderResult(
+    assert render.render_all(again, again.entries, out, check=True, builder="sdk") == render.RenderResult(
         written=(), stale=(), extra=()
     )
     grown = load(tmp_path, text, compat_override=override)
-    result = render.render_all(grown, grown.entries, out, check=True)
+    result = render.render_all(grown, grown.entries, out, check=True, builder="sdk")
     assert [p.name for p in result.stale] == ["fa2.8.3-py3.13-torch9.1.0-cu130.Dockerfile"]
     assert [p.name for p in result.extra] == [f"{before.entries[0].id}.Dockerfile"]
 
@@ -1457,7 +1457,7 @@ def test_bases_devel_points_at_a_registry_mirror(tmp_path: Path) -> None:
     (e,) = m.entries
     assert e.devel_image == "mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04"
     assert e.runtime_image == "mirror.local/nvidia/cuda:12.8-base"
-    text = render.render_entry(m, e)
+    text = render.render_entry(m, e, builder="sdk")
     assert "FROM mirror.local/nvidia/cuda:12.8.1-devel-ubuntu22.04 AS builder\n" in text
     assert "FROM mirror.local/nvidia/cuda:12.8-base AS python\n" in text
 
@@ -1477,7 +1477,7 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
     (e,) = m.entries
     assert e.torch_index is None
     assert m.packages.find_links == ("/wheels", "http://127.0.0.1:8000/links/")
-    text = render.render_entry(m, e)
+    text = render.render_entry(m, e, builder="sdk")
     source = "--no-index --find-links /wheels --find-links http://127.0.0.1:8000/links/ "
     assert f"python3 -m pip install {source}uv==" in text
     assert f"RUN pip install {source}torch==2.9.1\n" in text
@@ -1489,7 +1489,7 @@ def test_offline_packages_render_no_index_and_find_links(tmp_path: Path) -> None
 
 def test_torch_index_null_takes_torch_from_the_main_index(tmp_path: Path) -> None:
     m = load(tmp_path, f'packages:\n  index: "http://pypi.mirror/simple"\n  torch_index: null\nentries:\n  - {ENTRY}\n')
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert "RUN pip install --index-url http://pypi.mirror/simple --trusted-host pypi.mirror torch==2.9.1\n" in text
 
 
@@ -1509,7 +1509,7 @@ def test_torch_index_template_is_filled_per_entry(tmp_path: Path) -> None:
 def test_find_links_as_a_single_string(tmp_path: Path) -> None:
     m = load(tmp_path, f"packages:\n  index: null\n  find_links: /wheels\nentries:\n  - {ENTRY}\n")
     assert m.packages.find_links == ("/wheels",)
-    assert "--find-links w " not in render.render_entry(m, m.entries[0])
+    assert "--find-links w " not in render.render_entry(m, m.entries[0], builder="sdk")
 
 
 COMPAT_2_10 = """

@@ -60,7 +60,7 @@ def test_the_dockerfile_runs_the_same_command_over_several_lines(tmp_path: Path)
         'entries: [{python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", archs: ["90"]}]\n'
     )
     m = load(tmp_path / "matrix.yaml")
-    text = render.render_entry(m, m.entries[0]).replace(" \\\n", " ")
+    text = render.render_entry(m, m.entries[0], builder="sdk").replace(" \\\n", " ")
     squeezed = " ".join(text.split())
     git = os_packages.install_command(os_packages.GIT)
     assert f"RUN if ! command -v git >/dev/null; then {git}; fi && pip install --target" in squeezed

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 
@@ -23,7 +24,7 @@ from fa_images.builder import contract
 from fa_images.config import matrix
 from fa_images.outputs import render
 from fa_images.run import executor, plan
-from fa_images.run.executor import Executor, Options
+from fa_images.run.executor import Options
 from fa_images.run.logger import Console
 from fa_images.run.report import write_report
 
@@ -43,16 +44,17 @@ GPU_CHECK = ["python", "-m", "fa_images.builder", "check"]
     ids=["default", "push", "no-check", "no-check-push"],
 )
 def test_make_plan_steps_checks_and_pushes(tiny_matrix, check, push, steps, checks) -> None:
-    plans = plan.make_plan(tiny_matrix.entries, check=check, push=push)
+    plans = plan.make_plan(tiny_matrix.entries, form="buildkit", compiler_cache=True, check=check, push=push)
     assert [p.entry for p in plans] == list(tiny_matrix.entries)
     for p in plans:
         assert list(p.steps) == steps
         assert [c.step for c in p.checks] == checks
-        assert p.push == ((p.entry.image,) if push else ())
+        # BuildKit's builder image carries the compile's build cache inline: pushed beside the image.
+        assert p.push == ((p.entry.image, p.entry.builder_image) if push else ())
 
 
 def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_matrix) -> None:
-    (p, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python)
+    (p, _) = plan.make_plan(tiny_matrix.entries, form="sdk", compiler_cache=True, python_from=tiny_matrix.bases.python)
     assert (p.build.stage, p.build.tag) == ("runtime", p.entry.image)
     assert [(t.stage, t.tag) for t in p.from_stages] == [
         ("builder", p.entry.image + "-builder"),
@@ -62,7 +64,7 @@ def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_
     assert p.tags == (p.entry.image, p.entry.image + "-builder")
     # Every stage named is a stage of the rendered Dockerfile, in its order (uv makes the Python
     # on the devel base first), and the runtime image is the last: one build makes them all.
-    rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry), flags=re.M)
+    rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, p.entry, builder="sdk"), flags=re.M)
     assert rendered == ["uv-python", *p.stages]
     assert list(p.stages) == [
         contract.PYTHON_STAGE,
@@ -78,7 +80,9 @@ def test_one_build_makes_every_stage_and_the_rest_is_taken_from_its_stages(tiny_
 
 
 def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_its_cache(tiny_matrix) -> None:
-    (p, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="buildkit")
+    (p, _) = plan.make_plan(
+        tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="buildkit", compiler_cache=True
+    )
     image, builder = p.entry.image, p.entry.image + "-builder"
     # The torch stage first, from the cache, and committed by a step on it before the compile mounts
     # (and so hashes) its venv; that build's target is one empty file, not an image of torch.
@@ -99,44 +103,69 @@ def test_buildkit_plans_the_cache_in_and_out_anew_and_pushes_the_builder_with_it
     assert {t.stage for t in (*p.before, *p.from_stages)} <= set(rendered)
     text = "\n".join(p.describe())
     assert f"  before     --target {contract.TORCH_COMMIT_STAGE} " in text and f"  push       {builder}" in text
-    assert re.search(rf"  before     --target {contract.CACHE_IN_STAGE} .* \(built anew\)$", text, flags=re.M)
+    assert re.search(
+        rf"  before     --target {contract.CACHE_IN_STAGE} .* \(built anew; best effort\)$", text, flags=re.M
+    )
     assert f"  cache      from {image}, {builder}" in text
     # The legacy builder: its builder image holds a copy of torch and no build cache, and is not pushed.
-    (legacy, _) = plan.make_plan(tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python)
+    (legacy, _) = plan.make_plan(
+        tiny_matrix.entries, push=True, python_from=tiny_matrix.bases.python, form="sdk", compiler_cache=True
+    )
     assert (legacy.before, legacy.push, legacy.cache_from) == ((), (image,), ())
     # One base: the compile runs on the torch stage itself, which nothing mounts.
     one = dataclasses.replace(p.entry, devel_image=p.entry.runtime_image)
-    (same,) = plan.make_plan([one], python_from=tiny_matrix.bases.python, form="buildkit")
+    (same,) = plan.make_plan([one], python_from=tiny_matrix.bases.python, form="buildkit", compiler_cache=True)
     assert [t.stage for t in same.before] == [contract.CACHE_IN_STAGE]
     rendered = re.findall(r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, one, builder="buildkit"), flags=re.M)
     assert rendered == ["uv-python", *same.stages] and contract.TORCH_COMMIT_STAGE not in rendered
     # Without a push there is no registry to take a build cache from.
-    (local, _) = plan.make_plan(tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit")
+    (local, _) = plan.make_plan(
+        tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit", compiler_cache=True
+    )
     assert local.push == local.cache_from == ()
+    # Where the host keeps no compiler cache, neither its way in nor its way out is planned.
+    (none, _) = plan.make_plan(
+        tiny_matrix.entries, python_from=tiny_matrix.bases.python, form="buildkit", compiler_cache=False
+    )
+    assert [t.stage for t in none.before] == [contract.TORCH_COMMIT_STAGE]
+    assert [t.stage for t in none.from_stages] == ["builder", "wheel"] and none.best_effort == frozenset()
+    text = "\n".join(none.describe())
+    assert contract.CACHE_IN_STAGE not in text and "compiler-cache " not in text
 
 
 def test_a_prebuilt_wheel_plans_no_compile(tiny_matrix, tmp_path) -> None:
     wheel = tmp_path / "flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp311-cp311-linux_x86_64.whl"
     first, second = plan.make_plan(
-        tiny_matrix.entries, prebuilt={tiny_matrix.entries[0].id: wheel}, python_from=tiny_matrix.bases.python
+        tiny_matrix.entries,
+        form="sdk",
+        compiler_cache=True,
+        prebuilt={tiny_matrix.entries[0].id: wheel},
+        python_from=tiny_matrix.bases.python,
     )
     assert first.prebuilt == wheel and second.prebuilt is None
     assert [(t.stage, t.tag) for t in first.from_stages] == [("wheel", None)]
     assert first.tags == (first.entry.image,)
     rendered = re.findall(
-        r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, first.entry, prebuilt=True), flags=re.M
+        r"^FROM \S+ AS (\S+)$", render.render_entry(tiny_matrix, first.entry, prebuilt=True, builder="sdk"), flags=re.M
     )
     assert rendered == ["uv-python", *first.stages] and "builder" not in rendered
     assert f"  wheel      {wheel}  (made around it: no compile)" in first.describe()
     # The devel base still makes uv's Python; with the system Python only the runtime base is used.
     assert first.bases == (first.entry.devel_image, first.entry.runtime_image)
-    (system,) = plan.make_plan(tiny_matrix.entries[:1], prebuilt={first.entry.id: wheel}, python_from="system")
+    (system,) = plan.make_plan(
+        tiny_matrix.entries[:1],
+        form="buildkit",
+        compiler_cache=True,
+        prebuilt={first.entry.id: wheel},
+        python_from="system",
+    )
+    assert system.before == () and system.push == ()  # made around a wheel: no compile, nothing built first
     assert system.bases == (system.entry.runtime_image,)
 
 
 def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
-    (p, _) = plan.make_plan(tiny_matrix.entries)
-    text = render.render_entry(tiny_matrix, p.entry)
+    (p, _) = plan.make_plan(tiny_matrix.entries, form="sdk", compiler_cache=True)
+    text = render.render_entry(tiny_matrix, p.entry, builder="sdk")
     check, gpu_check = p.check("check"), p.check("gpu-check")
     assert check is not None and gpu_check is not None
     assert (list(check.command), check.gpus, check.no_gpu_exit) == (IMPORT_CHECK, None, None)
@@ -156,7 +185,7 @@ def test_check_commands_are_what_the_image_runs(tiny_matrix) -> None:
     ],
 )
 def test_the_gpu_check_follows_the_gpus_flag(tiny_matrix, gpus, gpu_check) -> None:
-    (p, _) = plan.make_plan(tiny_matrix.entries, gpus=gpus)
+    (p, _) = plan.make_plan(tiny_matrix.entries, form="buildkit", compiler_cache=True, gpus=gpus)
     assert "gpu-check" in p.steps
     found = p.check("gpu-check")
     assert (found and (list(found.command), found.gpus, found.no_gpu_exit)) == gpu_check
@@ -186,9 +215,11 @@ def test_every_step_has_one_method() -> None:
 def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch, push, gpu, gpu_exit, gpu_check):
     accept_every_wheel(monkeypatch)
     engine = FakeEngine(gpu=gpu, gpu_exit=gpu_exit)
-    plans = plan.make_plan(tiny_matrix.entries[:1], push=push)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    ((p, r),) = zip(plans, Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans))
+    plans, results = fakes.execute(
+        tiny_matrix, engine, options, Console(io.StringIO()), entries=tiny_matrix.entries[:1], push=push
+    )
+    ((p, r),) = zip(plans, results)
     assert [(c[1], c[2]) for c in engine.calls if c[0] == "build"] == [(p.build.stage, p.build.tag)]
     assert [c[1:] for c in engine.calls if c[0] == "tag"] == [
         (f"sha256:{p.entry.id}-{t.stage}", t.tag) for t in p.from_stages if t.tag
@@ -202,10 +233,9 @@ def test_the_executor_does_what_the_plan_says(tiny_matrix, tmp_path, monkeypatch
 def test_report_keeps_its_fields(tiny_matrix, tmp_path, monkeypatch) -> None:
     """report.json is read by pipelines: the fields they read stay, with the same values."""
     accept_every_wheel(monkeypatch)
-    plans = plan.make_plan(tiny_matrix.entries)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
     engine = FakeEngine(fail_build={"py3.11"})
-    results = Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans)
+    plans, results = fakes.execute(tiny_matrix, engine, options, Console(io.StringIO()))
     write_report(tmp_path / "report.json", results, "fake engine")
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["engine"], report["ok"]) == ("fake engine", False)
@@ -228,7 +258,8 @@ def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
     assert [p["id"] for p in plan_json] == [e["id"] for e in matrix_entries]
     for p, e in zip(plan_json, matrix_entries):
         assert {k: p[k] for k in e} == e  # the entry's own facts, as `plan --json` prints them
-        assert p["stages"] == ["python", "torch", "builder", "wheel", "compiler-cache", "install", "runtime"]
+        # The default builder here (the unit tier's docker CLI has buildx): BuildKit, two bases.
+        assert p["builder"] == "buildkit" and p["stages"] == list(plan.BUILDKIT_TWO_BASE_STAGES)
         assert (p["build"]["stage"], p["build"]["tag"]) == ("runtime", e["image"])
         assert [(t["stage"], t["tag"]) for t in p["from_stages"]] == [
             ("builder", e["image"] + "-builder"),
@@ -237,6 +268,10 @@ def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
         ]
         assert p["prebuilt"] is None and p["bases"] == [e["devel_image"], e["runtime_image"]]
         assert p["tags"] == [e["image"], e["image"] + "-builder"]
+        assert [(t["stage"], t["anew"], t["best_effort"]) for t in p["before"]] == [
+            ("torch-commit", False, False),
+            ("compiler-cache-in", True, True),
+        ]
 
 
 @pytest.mark.parametrize(
@@ -262,7 +297,7 @@ def test_dry_run_json_of_the_repository_matrix(flags, steps, checks, pushed) -> 
     for p in plans:
         assert p["steps"] == steps
         assert [c["command"] for c in p["checks"]] == checks
-        assert p["push"] == ([p["image"]] if pushed else [])
+        assert p["push"] == ([p["image"], p["image"] + "-builder"] if pushed else [])
 
 
 def test_dry_run_json_of_the_tiny_matrix(tiny_matrix, capsys) -> None:
@@ -289,10 +324,14 @@ def test_dry_run_text_names_targets_tags_and_commands(tiny_matrix, capsys) -> No
     for e in tiny_matrix.entries:
         block = out[out.index(f"{e.id}: ") :].split("\n\n")[0]
         assert f"{e.id}: source -> build -> export -> check -> gpu-check -> push" in block
-        assert f"  build      --target runtime         {e.image}  (every stage, in one build)\n" in block
-        assert f"  stage      builder                  tagged {e.image}-builder\n" in block
-        assert "  stage      wheel                    the wheel, exported and verified into dist\n" in block
-        assert "  stage      compiler-cache           the compiler cache, kept on the host" in block
+        assert re.search(r"^  before     --target torch-commit +the torch stage, committed", block, re.M)
+        assert re.search(r"^  before     --target compiler-cache-in +the host's compiler cache", block, re.M)
+        assert re.search(
+            rf"^  build      --target runtime +{re.escape(e.image)}  \(every stage, in one build\)$", block, re.M
+        )
+        assert re.search(rf"^  stage      builder +tagged {re.escape(e.image)}-builder$", block, re.M)
+        assert re.search(r"^  stage      wheel +the wheel, exported and verified into dist$", block, re.M)
+        assert re.search(r"^  stage      compiler-cache +the compiler cache, kept on the host", block, re.M)
         assert f"  check      {' '.join(IMPORT_CHECK)}\n" in block
         assert f"  gpu-check  {' '.join(GPU_CHECK)}  (GPUs from the engine's NVIDIA runtime;" in block
         assert f"  push       {e.image}\n" in block

@@ -11,14 +11,15 @@ import os
 import zipfile
 from pathlib import Path
 
+import fakes
 import pytest
 from fakes import FakeEngine, accept_every_wheel
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from fa_images import cli
 from fa_images.errors import UsageError
-from fa_images.run import plan, prebuilt
-from fa_images.run.executor import Executor, Options
+from fa_images.run import prebuilt
+from fa_images.run.executor import Options
 from fa_images.run.logger import Console
 
 LABEL = "cu128torch2.9cxx11abitrue"
@@ -126,17 +127,23 @@ def test_the_build_around_a_wheel_compiles_nothing(tiny_matrix, tmp_path, monkey
     given = wheel(tmp_path / "elsewhere", f"flash_attn-2.8.3+{LABEL}-cp311-cp311-linux_x86_64.whl")
     engine = FakeEngine()
     dockerfiles: list[str] = []
-    real_build = engine.build
 
-    def build(request, **kwargs):
-        dockerfiles.append((request.context / "Dockerfile").read_text())
-        assert sorted(p.name for p in (request.context / "inputs" / "prebuilt").iterdir()) == [given.name]
-        return real_build(request, **kwargs)
+    class Builder(fakes.FakeBuilder):
+        def build(self, request, **kwargs):
+            dockerfiles.append((request.context / "Dockerfile").read_text())
+            assert sorted(p.name for p in (request.context / "inputs" / "prebuilt").iterdir()) == [given.name]
+            return super().build(request, **kwargs)
 
-    engine.build = build  # type: ignore[method-assign]
-    plans = plan.make_plan((entry,), prebuilt={entry.id: given.resolve()}, python_from=tiny_matrix.bases.python)
     options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
-    (result,) = Executor(engine, engine, tiny_matrix, options, Console(io.StringIO())).run(plans)
+    _, (result,) = fakes.execute(
+        tiny_matrix,
+        engine,
+        options,
+        Console(io.StringIO()),
+        entries=(entry,),
+        builder=Builder(engine),
+        prebuilt={entry.id: given.resolve()},
+    )
     assert (result.status, result.prebuilt, result.check) == ("ok", True, "passed")
     (dockerfile,) = dockerfiles
     assert " AS builder" not in dockerfile and "COPY inputs/prebuilt/ /" in dockerfile

@@ -19,14 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import fakes
 import pytest
-from test_up_to_date import FakeEngine, _wheels_accepted, builds, holding_the_bases  # noqa: F401 (autouse)
+from test_up_to_date import FakeEngine, OnePerPython, _wheels_accepted, builds, holding_the_bases  # noqa: F401 (autouse)
 
 from fa_images.builder import dist as dist_dir
 from fa_images.cli import main
 from fa_images.errors import SourceError, UsageError
 from fa_images.run import current, plan
-from fa_images.run.executor import Executor, Options
+from fa_images.run.executor import Options
 from fa_images.run.logger import Console
 
 
@@ -61,8 +62,10 @@ def run(matrix, engine, tmp_path: Path, dist: str, *, push: bool = True, publish
     out = io.StringIO()
     opts = Options(dist=tmp_path / dist, log_dir=tmp_path / "logs", published=published)
     final = {e.id: w for e in matrix.entries if published and (w := current.final(published, e.id))}
-    plans = plan.make_plan(matrix.entries, push=push, python_from=matrix.bases.python, published=final)
-    return Executor(engine, engine, matrix, opts, Console(out)).run(plans), out.getvalue()
+    _, results = fakes.execute(
+        matrix, engine, opts, Console(out), builder=Remembering(engine), push=push, published=final
+    )
+    return results, out.getvalue()
 
 
 class Runner(FakeEngine):
@@ -72,9 +75,14 @@ class Runner(FakeEngine):
         super().__init__()
         self.around: dict[str, dict[str, bytes]] = {}
 
+
+class Remembering(OnePerPython):
+    """Builds on a ``Runner``, recording in it the wheels each build's context carried."""
+
     def build(self, request, **kwargs):
         carried = request.context / "inputs" / "prebuilt"
-        self.around[request.tag] = {p.name: p.read_bytes() for p in carried.glob("*.whl")}
+        if isinstance(self.engine, Runner):
+            self.engine.around[request.tag] = {p.name: p.read_bytes() for p in carried.glob("*.whl")}
         return super().build(request, **kwargs)
 
 
@@ -305,7 +313,9 @@ def test_a_published_wheel_that_is_not_the_recorded_one_fails_its_entry(
 def test_the_plan_names_the_published_wheel_it_makes_the_image_around(published_once, tiny_matrix, tmp_path) -> None:
     index = current.DistDir(tmp_path / "dist")
     final = {e.id: w for e in tiny_matrix.entries if (w := current.final(index, e.id))}
-    (made,) = plan.make_plan(tiny_matrix.entries[:1], push=True, python_from="system", published=final)
+    (made,) = plan.make_plan(
+        tiny_matrix.entries[:1], form="buildkit", compiler_cache=True, push=True, python_from="system", published=final
+    )
     assert made.stages == plan.PREBUILT_STAGES and made.bases == (tiny_matrix.entries[0].runtime_image,)
     assert made.to_dict()["published"] == final[tiny_matrix.entries[0].id].location
     assert "(published: made around it, no compile)" in "\n".join(made.describe())

@@ -84,7 +84,7 @@ def test_golden_matrix_has_the_golden_entries(golden_matrix: Matrix) -> None:
 @pytest.mark.parametrize("entry_id", GOLDEN_IDS)
 def test_golden_dockerfile(golden_matrix: Matrix, entry_id: str) -> None:
     (entry,) = golden_matrix.select([entry_id])
-    got = render.render_entry(golden_matrix, entry)
+    got = render.render_entry(golden_matrix, entry, builder="sdk")
     path = GOLDEN / render.dockerfile_name(entry)
     if UPDATE_GOLDEN:
         path.write_text(got)
@@ -96,7 +96,7 @@ def test_golden_dockerfile(golden_matrix: Matrix, entry_id: str) -> None:
 
 
 def test_golden_dir_has_no_stray_dockerfiles(golden_matrix: Matrix) -> None:
-    result = render.render_all(golden_matrix, golden_matrix.entries, GOLDEN, check=True)
+    result = render.render_all(golden_matrix, golden_matrix.entries, GOLDEN, check=True, builder="sdk")
     assert result.extra == ()
     assert result.stale == () or UPDATE_GOLDEN
 
@@ -236,7 +236,7 @@ def test_unknown_abi_renders_no_abi_expectation(tmp_path: Path) -> None:
         'allow_unknown: true\nentries:\n  - {python: "3.12", torch: "2.99.0", cuda: "12.8", '
         'flash_attn: "2.8.0", archs: [90]}\n',
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert "--expect-cxx11-abi" not in text
     assert "--sha256" not in text  # the table has no sha256 for 2.8.0
     assert 'fa-images.cxx11-abi="unknown"' in text
@@ -245,7 +245,7 @@ def test_unknown_abi_renders_no_abi_expectation(tmp_path: Path) -> None:
 
 def test_ptx_is_passed_to_the_builder(tmp_path: Path) -> None:
     m = load_text(tmp_path, f"build: {{ptx: true}}\nentries:\n  - {ENTRY}\n")
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert "      --archs 80 \\\n      --ptx \\\n" in text
 
 
@@ -260,7 +260,7 @@ entries:
   - {ENTRY}
 """,
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     assert "RUN python3.12 -m venv /opt/venv \\\n" in text
     assert "uv python install" not in text
     assert "/opt/python" not in text
@@ -287,7 +287,7 @@ entries:
   - {ENTRY}
 """,
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     # Plain http off loopback: pip would ignore the index unless told to trust its host.
     index = "--index-url http://pypi.local/simple --trusted-host pypi.local"
     assert f"python3 -m pip install {index} uv==0.8.0 \\\n" in text
@@ -326,7 +326,7 @@ def test_the_runtime_image_gets_the_numpy_of_its_python(tmp_path: Path, python: 
     m = load_text(
         tmp_path, f'entries:\n  - {{python: "{python}", torch: "{torch}", flash_attn: "2.8.3", archs: [80]}}\n'
     )
-    text = render.render_entry(m, m.entries[0])
+    text = render.render_entry(m, m.entries[0], builder="sdk")
     (line,) = [line for line in text.splitlines() if "--root /opt/fa-layer --index-url" in line]
     assert line.endswith(f" einops==0.8.2 numpy=={numpy} packaging==26.3 \\")
     assert text.count("numpy==") == 1  # in the runtime install only: the builder stage needs none
@@ -337,10 +337,12 @@ def test_the_runtime_image_gets_the_numpy_of_its_python(tmp_path: Path, python: 
 
 def test_rendering_twice_gives_identical_bytes(golden_matrix: Matrix) -> None:
     for entry in golden_matrix.entries:
-        assert render.render_entry(golden_matrix, entry) == render.render_entry(golden_matrix, entry)
+        assert render.render_entry(golden_matrix, entry, builder="sdk") == render.render_entry(
+            golden_matrix, entry, builder="sdk"
+        )
     again = matrix_mod.load(GOLDEN / "matrix.yaml")
-    assert [render.render_entry(again, e) for e in again.entries] == [
-        render.render_entry(golden_matrix, e) for e in golden_matrix.entries
+    assert [render.render_entry(again, e, builder="sdk") for e in again.entries] == [
+        render.render_entry(golden_matrix, e, builder="sdk") for e in golden_matrix.entries
     ]
 
 
@@ -436,9 +438,9 @@ def test_check_of_a_missing_directory(repo_copy: Path) -> None:
 
 
 def test_render_all_rewrites_only_stale_files(tmp_path: Path, golden_matrix: Matrix) -> None:
-    first = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out")
+    first = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out", builder="sdk")
     assert [p.name for p in first.written] == [f"{i}.Dockerfile" for i in GOLDEN_IDS]
-    second = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out")
+    second = render.render_all(golden_matrix, golden_matrix.entries, tmp_path / "out", builder="sdk")
     assert second.written == () and second.stale == () and second.extra == ()
 
 

@@ -22,13 +22,14 @@ from fa_images.builder.source import sha256_of
 from fa_images.builder.verify import WheelReport
 from fa_images.config.matrix import load as load_matrix
 from fa_images.outputs import context
-from fa_images.run import plan
-from fa_images.run.executor import INPUTS_LABEL, Executor, Options
+from fa_images.run.executor import INPUTS_LABEL, Options
 from fa_images.run.logger import Console
 
+FakeEngine = fakes.FakeEngine
 
-class FakeEngine(fakes.FakeEngine):
-    """The fake engine, exporting one wheel per Python (the shared fake exports one name for all)."""
+
+class OnePerPython(fakes.FakeBuilder):
+    """The fake builder, exporting one wheel per Python (the shared fake exports one name for all)."""
 
     python = ""
 
@@ -40,7 +41,7 @@ class FakeEngine(fakes.FakeEngine):
     def _files(self, image, stage, dest):
         if stage != "wheel":
             return super()._files(image, stage, dest)
-        self.calls.append(("export", image))
+        self.engine.calls.append(("export", image))
         wheel = dest / f"flash_attn-2.8.3+cu128torch2.9cxx11abitrue-cp{self.python}-cp{self.python}-linux_x86_64.whl"
         wheel.write_bytes(f"a wheel for cp{self.python}".encode())
 
@@ -57,11 +58,10 @@ def _wheels_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "inspect_wheel", inspect)
 
 
-def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, **options):
+def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, form: str = "buildkit", **options):
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
-    plans = plan.make_plan(matrix.entries, check=check, python_from=matrix.bases.python, form=engine.form)
-    results = Executor(engine, engine, matrix, opts, Console(out)).run(plans)
+    _, results = fakes.execute(matrix, engine, opts, Console(out), builder=OnePerPython(engine, form), check=check)
     return results, out.getvalue()
 
 
@@ -201,23 +201,17 @@ def test_a_run_without_checks_does_not_make_an_entry_current(tiny_matrix, tmp_pa
     assert all(len(r["inputs"]) == 64 for r in recorded.values())
 
 
-class BuildKitFake(FakeEngine):
-    @property
-    def form(self) -> str:
-        return "buildkit"
-
-
 def test_the_builder_that_built_an_entry_is_no_input(tiny_matrix, tmp_path: Path) -> None:
     """`auto` takes BuildKit where the docker CLI has it and the SDK's builder elsewhere: a host of
     each kind, sharing the registry's images, must agree on what is current, not rebuild each
     other's entries (the two Dockerfile forms differ in how files reach the compile, not in what
     is built)."""
     engine = holding_the_bases(tiny_matrix)
-    first, _ = build(tiny_matrix, engine, tmp_path)
+    first, _ = build(tiny_matrix, engine, tmp_path, form="sdk")
     assert [r.status for r in first] == ["ok", "ok"] and not any(r.up_to_date for r in first)
-    other = BuildKitFake()
+    other = FakeEngine()
     other.held, other.labels = engine.held, engine.labels
-    second, out = build(tiny_matrix, other, tmp_path)
+    second, out = build(tiny_matrix, other, tmp_path, form="buildkit")
     assert [r.status for r in second] == ["ok", "ok"] and all(r.up_to_date for r in second), out
     assert builds(other) == []
 

@@ -24,31 +24,22 @@ an option.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import yaml
 
-from ...builder.shards import MAX_SHARDS
-from ...config import grammar
 from ...config.matrix import Entry, Matrix
-from ...errors import UsageError
 from . import builder_env, sharding, slug
+from .github_steps import (
+    ARTIFACT_PREFIX,
+    CHECKOUT,
+    DOWNLOAD,
+    UPLOAD,
+    GithubOptions,
+    install_steps,
+    login_steps,
+    secret,
+)
 
-ARTIFACT_PREFIX = "fa-images-"
-# The actions the workflow uses, each at the newest major whose action.yml declares
-# `runs: using: node24`: GitHub's runners made Node 24 the default in June 2026 and removed Node 20
-# in September 2026. Beside each, the release whose action.yml was read. Node 24 actions need
-# runner 2.327.1 or later, on self-hosted runners too.
-CHECKOUT = "actions/checkout@v7"  # v7.0.1 (v4: node20)
-SETUP_PYTHON = "actions/setup-python@v7"  # v7.0.0 (v5: node20)
-UPLOAD = "actions/upload-artifact@v7"  # v7.0.0 (v5: node20)
-DOWNLOAD = "actions/download-artifact@v8"  # v8.0.1 (v6: node20; v8 fails a download whose digest differs)
-LOGIN = "docker/login-action@v4"  # v4.1.0 (v3: node20)
-ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, DOWNLOAD, LOGIN)  # every `uses:` the workflow may hold
-
-# GitHub runs at most 256 jobs of one matrix; a group's shards are one matrix.
-MAX_MATRIX_JOBS = 256
 # In a shard job, what its artifact holds; in a link job, where every shard's artifact lands.
 SHARD_DIR = "fa-shard"
 SHARD_CACHE = f"{SHARD_DIR}/cache"
@@ -61,119 +52,14 @@ SHARD_INDEX = "${{ matrix.shard }}"
 NOT_CANCELLED = "${{ !cancelled() }}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class GithubOptions:
-    matrix_file: str
-    runs_on: tuple[str, ...] = ("ubuntu-latest",)
-    merge_runs_on: tuple[str, ...] = ("ubuntu-latest",)
-    timeout_minutes: int = 360
-    python: str = "3.11"
-    install: str = "."  # what `pip install` gets to provide the fa-images command
-    push: bool = False
-    registry_username_secret: str = "REGISTRY_USERNAME"
-    registry_password_secret: str = "REGISTRY_TOKEN"
-    release: str | None = None  # a GitHub release tag the merged wheels are uploaded to
-    shards: int = 1  # 1: each entry compiles in its own build job, no split
-    # --schedule CRON: refresh the table, build what is not current at `published`, publish (schedule.py)
-    schedule: str | None = None
-    published: str | None = None  # the index's URL (GitHub Pages), where the workflow publishes it
-    table: str = "compat.yaml"  # the repository's compat table, which the scheduled run refreshes
-
-    def check(self) -> None:
-        """Every flag and path that reaches the workflow, against its own grammar (config/grammar.py)."""
-        limit = min(MAX_SHARDS, MAX_MATRIX_JOBS)
-        sharding.check_count(
-            self.shards, most=limit, why=f" (GitHub runs at most {MAX_MATRIX_JOBS} jobs of one matrix)"
-        )
-        for flag, labels in (("--runs-on", self.runs_on), ("--merge-runs-on", self.merge_runs_on)):
-            if not labels:
-                raise UsageError(f"{flag} needs at least one runner label")
-            _refuse(flag, labels, grammar.runner_label)
-        _refuse("--registry-username-secret", [self.registry_username_secret], grammar.secret_name)
-        _refuse("--registry-password-secret", [self.registry_password_secret], grammar.secret_name)
-        _refuse("--matrix", [self.matrix_file], grammar.repo_path)
-        _refuse("--python", [self.python], grammar.setup_python)
-        _refuse("--install", [self.install], grammar.install_spec)
-        if self.release is not None:
-            _refuse("--release", [self.release], grammar.git_tag)
-        if self.schedule is not None:
-            self._check_schedule()
-        elif self.published is not None:
-            raise UsageError("--published goes with --schedule (a plain export's jobs build every entry)")
-        if not 1 <= self.timeout_minutes <= 43200:
-            raise UsageError(f"--timeout-minutes {self.timeout_minutes} must be between 1 and 43200 (30 days)")
-
-    def _check_schedule(self) -> None:
-        _refuse("--schedule", [self.schedule or ""], grammar.cron)
-        if self.shards > 1:
-            raise UsageError(
-                "--schedule takes no --shards: a scheduled run learns its entries when it runs, "
-                "and shards are planned at export"
-            )
-        if self.published is None:
-            raise UsageError("--schedule needs --published URL: where the index is published (GitHub Pages)")
-        if not self.push:
-            raise UsageError(
-                "--schedule needs --push: a runner starts with an empty engine, and an image that is not in "
-                "the registry is built again on every run"
-            )
-        _refuse("--published", [self.published], grammar.public_url)
-        _refuse("--table", [self.table], grammar.repo_path)
-        if self.table.startswith("/") or ".." in self.table.split("/"):
-            raise UsageError(f"--table {self.table!r} must be a path inside the repository, such as compat.yaml")
-
-
-def _refuse(flag: str, values: Iterable[str], check: Callable[[str], str | None]) -> None:
-    for value in values:
-        problem = check(value) or grammar.generated_value(value)
-        if problem:
-            raise UsageError(f"{flag} {problem}")
-
-
 def job_entries(entries: tuple[Entry, ...]) -> list[tuple[str, tuple[Entry, ...]]]:
     """(job id, its entries): one entry per job for now."""
     return [("build-" + slug(e.id), (e,)) for e in entries]
 
 
-def registry_of(image: str) -> str:
-    """The registry host of an image reference, as `docker login` wants it."""
-    first = image.split("/", 1)[0]
-    if "/" in image and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
-def _secret(name: str) -> str:
-    return "${{ secrets." + name + " }}"
-
-
-def _install_steps(opts: GithubOptions) -> list[dict]:
-    return [
-        {"uses": CHECKOUT},
-        {"uses": SETUP_PYTHON, "with": {"python-version": opts.python}},
-        {"name": "Install fa-images", "run": f"python -m pip install {shlex.quote(opts.install)}"},
-    ]
-
-
-def _login_steps(images: list[str], opts: GithubOptions) -> list[dict]:
-    """A login to each registry the images are pushed to, with the two secrets."""
-    return [
-        {
-            "name": f"Log in to {registry}",
-            "uses": LOGIN,
-            "with": {
-                "registry": registry,
-                "username": _secret(opts.registry_username_secret),
-                "password": _secret(opts.registry_password_secret),
-            },
-        }
-        for registry in sorted({registry_of(image) for image in images})
-    ]
-
-
 def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, linked: bool = False) -> dict:
     """``fa-images build`` of ``entries``; ``linked``: around the wheels their link jobs made."""
-    steps = _install_steps(opts) + (_login_steps([e.image for e in entries], opts) if opts.push else [])
+    steps = install_steps(opts) + (login_steps([e.image for e in entries], opts) if opts.push else [])
     command = ["fa-images", "build", "--matrix", opts.matrix_file, "--only", *(e.id for e in entries)]
     if linked:
         steps += [_download_wheel(e) for e in entries]
@@ -347,7 +233,7 @@ def _sharded_jobs(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOption
 
 
 def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
-    steps = _install_steps(opts)
+    steps = install_steps(opts)
     steps += [
         {
             "name": "Download the wheels of every build job",
@@ -375,7 +261,7 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
         steps.append(
             {
                 "name": f"Upload the wheels to release {opts.release}",
-                "env": {"GH_TOKEN": _secret("GITHUB_TOKEN")},
+                "env": {"GH_TOKEN": secret("GITHUB_TOKEN")},
                 # No --clobber: a published wheel is never replaced under the same name.
                 "run": f'gh release view {tag} >/dev/null 2>&1 || gh release create {tag} --title {tag} --notes ""\n'
                 f"gh release upload {tag} dist/*.whl\n",

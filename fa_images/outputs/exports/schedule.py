@@ -21,14 +21,14 @@ from __future__ import annotations
 import shlex
 
 from ...config.matrix import Matrix
-from .github import (
+from .github_steps import (
     ARTIFACT_PREFIX,
     DOWNLOAD,
     UPLOAD,
     GithubOptions,
-    _install_steps,
-    _login_steps,
-    _secret,
+    install_steps,
+    login_steps,
+    secret,
 )
 
 DEFAULT_RELEASE = "wheels"  # the release whose assets are the published wheels
@@ -68,7 +68,7 @@ def _refresh_and_plan(matrix: Matrix, opts: GithubOptions) -> dict:
         "timeout-minutes": 30,
         "outputs": {"entries": "${{ steps.plan.outputs.entries }}"},
         "steps": [
-            *_install_steps(opts),
+            *install_steps(opts),
             {"name": "Refresh the compat table from the indexes", "run": refresh},
             {"name": "The matrix's entries on the refreshed table", "id": "plan", "run": plan},
             {
@@ -88,9 +88,9 @@ def _build(matrix: Matrix, opts: GithubOptions) -> dict:
     ]  # fmt: skip
     command += ["--push"] if opts.push else []
     steps = [
-        *_install_steps(opts),
+        *install_steps(opts),
         {"name": "Download the refreshed table", "uses": DOWNLOAD, "with": {"name": TABLE_ARTIFACT}},
-        *(_login_steps([matrix.image], opts) if opts.push else []),
+        *(login_steps([matrix.image], opts) if opts.push else []),
         {
             "name": "Build what the published index and the registry do not hold, check, push",
             # The entry reaches the command through the environment, not as an expression in it.
@@ -176,7 +176,7 @@ def _publish(opts: GithubOptions) -> dict:
         "fi\n"
     )
     steps = [
-        *_install_steps(opts),
+        *install_steps(opts),
         {"name": "Download the refreshed table", "uses": DOWNLOAD, "with": {"name": TABLE_ARTIFACT}},
         {
             "name": "Download the wheels of every build job",
@@ -185,12 +185,12 @@ def _publish(opts: GithubOptions) -> dict:
         },
         {
             "name": f"Publish: the new wheels to release {release}, the index to {PAGES_BRANCH}",
-            "env": {"GH_TOKEN": _secret("GITHUB_TOKEN")},
+            "env": {"GH_TOKEN": secret("GITHUB_TOKEN")},
             "run": wheels,
         },
         {
             "name": "A pull request with the refreshed table",
-            "env": {"GH_TOKEN": _secret("GITHUB_TOKEN")},
+            "env": {"GH_TOKEN": secret("GITHUB_TOKEN")},
             "run": pull_request,
         },
     ]

@@ -1,0 +1,147 @@
+"""A ``build`` session, from typed arguments: the published lookup, the builder decision, the plan,
+and then either the plan printed (``--dry-run``) or the executor, with the report written on every
+way out. ``--dry-run`` and the run make the plan in one function, from the same inputs, so what is
+printed is what runs. Each setting is resolved here once: flag > matrix > default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config.builders import BuilderDecision
+from ..config.grammar import BuilderChoice, BuilderForm, PullPolicy
+from ..config.matrix import Entry, Matrix
+from ..errors import EntriesFailed
+from ..outputs import context, group_cache
+from . import connect, current, prebuilt
+from .executor import EntryResult, Executor, Options
+from .gpus import resolve as resolve_gpus
+from .logger import Console
+from .plan import EntryPlan, make_plan
+from .report import print_summary, write_report
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildArgs:
+    """``build``'s command line, typed; None where a flag was not given."""
+
+    only: tuple[str, ...] | None = None
+    wheels: tuple[Path, ...] | None = None
+    published: str | None = None
+    builder: BuilderChoice | None = None
+    check: bool = True
+    push: bool = False
+    gpus: str = "runtime"
+    compiler_cache: Path | None = None
+    no_compiler_cache: bool = False
+    pull: PullPolicy | None = None
+    dist: Path = Path("dist")
+    log_dir: Path = Path("logs")
+    fail_fast: bool = False
+    keep_container: bool = False
+    keep_work: bool = False
+    force: bool = False
+    report: Path | None = None
+
+    def compiler_cache_root(self) -> Path | None:
+        """Where each compile group's compiler cache is kept; None: nowhere (--no-compiler-cache)."""
+        if self.no_compiler_cache:
+            return None
+        return self.compiler_cache or group_cache.default_root(context.cache_dir())
+
+
+@dataclass(frozen=True)
+class Found:
+    """The wheels that exist for the entries: given (``--wheels``) and published (final: an entry
+    that has one is never compiled again)."""
+
+    given: dict[str, Path] | None
+    published: current.Results | None  # the --published place, read
+    final: dict[str, current.Wheel]
+    notes: tuple[str, ...]  # what reading it said
+
+
+def find_wheels(args: BuildArgs, entries: tuple[Entry, ...]) -> Found:
+    given = prebuilt.find(entries, list(args.wheels)) if args.wheels else None
+    published, notes = current.published(args.published) if args.published else (None, [])
+    final = {e.id: w for e in entries if published and (w := current.final(published, e.id))}
+    return Found(given, published, final, tuple(notes))
+
+
+def make(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...], found: Found, form: BuilderForm) -> list[EntryPlan]:
+    """The plan of the run and of its dry run, from the same inputs."""
+    return make_plan(
+        entries,
+        form=form,
+        compiler_cache=args.compiler_cache_root() is not None,
+        check=args.check,
+        push=args.push,
+        gpus=args.gpus,
+        prebuilt=found.given,
+        published=found.final,
+        python_from=m.bases.python,
+    )
+
+
+def dry_run(args: BuildArgs, m: Matrix) -> tuple[BuilderDecision, list[EntryPlan]]:
+    """What ``build`` would do here, nothing run and nothing written: the builder as this host's
+    docker CLI allows (no engine is asked)."""
+    entries = m.select(list(args.only) if args.only else None)
+    found = find_wheels(args, entries)
+    decision = connect.planned(m.build, args.builder)
+    return decision, make(args, m, entries, found, decision.form)
+
+
+def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
+    """Builds every selected entry. The report (``args.report``) is written on every way out,
+    with the failure that ended the run, before the summary (printing can fail: a closed pipe).
+    Raises ``EntriesFailed`` when an entry failed."""
+    executor: Executor | None = None
+    engine: str | None = None
+    planned: list[str] = []
+    failure: BaseException | None = None
+    try:
+        entries = m.select(list(args.only) if args.only else None)
+        planned = [e.id for e in entries]
+        found = find_wheels(args, entries)
+        gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
+        for note in found.notes:
+            console.line(note)
+        connection = connect.connect(m.build, args.builder)
+        engine = connection.engine.describe()
+        console.line(f"engine: {engine}")
+        console.line(f"builder: {connection.builder.describe()} ({connection.decision.why})")
+        plans = make(args, m, entries, found, connection.decision.form)
+        options = Options(
+            dist=args.dist,
+            log_dir=args.log_dir,
+            fail_fast=args.fail_fast,
+            keep_container=args.keep_container,
+            keep_work=args.keep_work,
+            force=args.force,
+            gpus=gpus,
+            compiler_cache=args.compiler_cache_root(),
+            pull=args.pull or m.build.pull,
+            published=found.published,
+        )
+        executor = Executor(connection.engine, connection.builder, m, options, console)
+        try:
+            executor.run(plans)
+        except KeyboardInterrupt:
+            console.line("interrupted: finished wheels are in place; rerun with --only for the rest")
+            raise
+        if any(r.status != "ok" for r in executor.results):
+            raise EntriesFailed("some entries failed; see the summary above")
+        return executor.results
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        results = executor.results if executor else []
+        if args.report:
+            done = {r.id for r in results}
+            not_run = [i for i in planned if i not in done]
+            write_report(args.report, results, engine, failure=failure, not_run=not_run)
+        if results:
+            print_summary(console, results)
