@@ -53,6 +53,7 @@ class FakeEngine:
         # Per build of a runtime image: the files of the compiler cache its context carried.
         self.cache_in_context: dict[str, dict[str, str]] = {}
         self.fail_cache_export = False
+        self.fail_cache_in = False  # BuildKit's form: the build of compiler-cache-in fails
         # Images the engine holds that no build made (the bases): ref -> image id.
         self.held: dict[str, str] = {}
         # What the registry serves (ref -> digest), as pushes left it; asking it can fail.
@@ -166,7 +167,7 @@ class FakeBuilder:
             assert stage in names, f"no stage {stage} in the Dockerfile"
             engine.calls.append(("before", stage, "anew" if stage in request.anew else "cached"))
             with noting_a_miss(request, stage, missed):
-                if stage == contract.CACHE_IN_STAGE and engine.fail_cache_export:
+                if stage == contract.CACHE_IN_STAGE and engine.fail_cache_in:
                     raise StepFailed(f"building {stage} failed: connection reset")
         engine.calls.append(("build", target, tag))
         engine.memory_limits.append(request.memory)

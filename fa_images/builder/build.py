@@ -15,16 +15,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import dist as dist_dir
 from . import environment, manylinux, source
-from .compiler_cache import CompilerCache
+from .compiler_cache import CacheStats, CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE, parse_phase_mark
-from .errors import BuildFailed, UsageError
+from .errors import BuildFailed
 from .settings import BuildSettings, local_version_label
-from .shards import Shard, check_shards_done, write_record
+from .shards import Shard, check_shards_done, require_compiler_cache, write_record
 from .timeline import Timeline
 from .verify import accept_wheel
 
@@ -159,19 +161,58 @@ def compile_wheel(
     The log's last lines say how long each phase took (timeline.py), the compile and all else.
     """
     timeline = timeline or Timeline()
-    if (shard or after_shards) and cache_dir is None:
-        raise UsageError("--shard and --after-shards need --compiler-cache: the kernels travel through it")
+    settings, shard_count = _check_shards(settings, cache_dir=cache_dir, shard=shard, after_shards=after_shards)
+    torch, nvcc = _probe_toolchain(python, torch, timeline)
+    src = Path(settings.source_dir)
+    dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
+    cmd = _setup_command(python, src, dist)
+    env = _setup_environment(settings, nvcc)
+    log(
+        f"{MILESTONE}compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
+        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}: {settings.parallelism}"
+    )
+    started = time.monotonic()
+    cache = CompilerCache(cache_dir, basedirs=(torch.site_packages,)) if cache_dir else None
+    output, stats = _run_setup(cmd, src, env, cache, nvcc, log=log, timeline=timeline)
+    timeline.mark("compiler cache stats and stop")
+    _log_cache_stats(stats, shard_count, log)
+    if output.returncode != 0:
+        raise BuildFailed(_diagnose(output))
+    elapsed = time.monotonic() - started
+    if shard is not None:
+        _finish_shard(settings, out_dir, dist, shard, output.shard_lines, elapsed, log=log, timeline=timeline)
+        return None
+    return _finish_wheel(settings, out_dir, dist, elapsed, python=python, log=log, timeline=timeline)
+
+
+def _check_shards(
+    settings: BuildSettings, *, cache_dir: Path | None, shard: Shard | None, after_shards: Path | None
+) -> tuple[BuildSettings, int | None]:
+    """The settings a shard compiles with, and the number of shards a final run links (None: not one).
+
+    Refused before any probe: a split without its cache, or a link before every shard finished."""
+    require_compiler_cache(shard, after_shards, cache_dir)
     shard_count = check_shards_done(after_shards, settings) if after_shards else None
     if shard is not None:
         settings = dataclasses.replace(settings, shard=shard.index, shards=shard.count)
         settings.write()  # the shim reads the shard from the settings file
+    return settings, shard_count
+
+
+def _probe_toolchain(
+    python: str, torch: environment.TorchInfo | None, timeline: Timeline
+) -> tuple[environment.TorchInfo, environment.NvccInfo]:
+    """The torch and nvcc this build compiles with, checked against each other."""
     torch = torch or environment.probe_torch(python)
     nvcc = environment.probe_nvcc()
     environment.check_toolchain(torch, nvcc)
     timeline.mark("toolchain probe")
-    src = Path(settings.source_dir)
-    dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
-    cmd = [
+    return torch, nvcc
+
+
+def _setup_command(python: str, src: Path, dist: Path) -> list[str]:
+    """setup.py through the shim, which reads its settings file and puts the wheel into ``dist``."""
+    return [
         python,
         "-m",
         "fa_images.builder.setup_shim",
@@ -180,63 +221,123 @@ def compile_wheel(
         "--dist-dir",
         str(dist),
     ]
+
+
+def _setup_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
     env = build_environment(settings, nvcc)
     # The shim is imported from this package wherever it lives (site-packages or a build context).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
-    log(
-        f"{MILESTONE}compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
-        f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}: {settings.parallelism}"
-    )
-    started = time.monotonic()
-    tail: list[str] = []
-    compiler_errors: list[str] = []
-    shard_lines: list[str] = []
-    cache = CompilerCache(cache_dir, basedirs=(torch.site_packages,)) if cache_dir else None
+    return env
+
+
+@dataclass
+class _SetupOutput:
+    """What the build keeps of setup.py's output, beyond echoing it: enough to say why it failed."""
+
+    tail: list[str] = field(default_factory=list)  # the last 30 lines
+    compiler_errors: list[str] = field(default_factory=list)  # the first 3 distinct gcc/nvcc errors
+    shard_lines: list[str] = field(default_factory=list)  # the shim's shard milestones
+    returncode: int = 0
+
+    def add(self, line: str) -> None:
+        self.tail = (self.tail + [line.rstrip()])[-30:]
+        if line.startswith(f"{MILESTONE}shard "):
+            self.shard_lines.append(line.rstrip())
+        if len(self.compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in self.compiler_errors:
+            self.compiler_errors.append(line.strip())
+
+
+def _run_setup(
+    cmd: list[str],
+    src: Path,
+    env: dict[str, str],
+    cache: CompilerCache | None,
+    nvcc: environment.NvccInfo,
+    *,
+    log: Callable[[str], None],
+    timeline: Timeline,
+) -> tuple[_SetupOutput, CacheStats | None]:
+    """Runs setup.py (through the compiler cache, if any) and echoes its output; the cache's stats
+    are read before the cache stops."""
     running: AbstractContextManager[dict[str, str]] = cache.running(nvcc.path, log=log) if cache else nullcontext({})
     with running as cache_env:
         env.update(cache_env)
         timeline.mark("compiler cache start")
-        with subprocess.Popen(
-            cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                phase = parse_phase_mark(line)
-                if phase is not None:  # the shim's own timing, folded into this build's
-                    timeline.mark(*phase)
-                    continue
-                sys.stdout.write(line)
-                tail = (tail + [line.rstrip()])[-30:]
-                if line.startswith(f"{MILESTONE}shard "):
-                    shard_lines.append(line.rstrip())
-                if len(compiler_errors) < 3 and COMPILER_ERROR.search(line) and line.strip() not in compiler_errors:
-                    compiler_errors.append(line.strip())
+        output = _stream_setup(cmd, src, env, timeline)
         timeline.mark("setup.py exit")
         stats = cache.stats(cache_env) if cache else None
-    timeline.mark("compiler cache stats and stop")
-    if stats is not None:
-        log(stats.line())
-        if shard_count and stats.misses:
-            log(
-                f"{MILESTONE}warning: {stats.misses} kernels were not in the cache after {shard_count} shards: "
-                "the shards ran with other paths or flags (same --work-dir and --compiler-cache?)"
-            )
-    if proc.returncode != 0:
-        why = next((t for t in reversed(tail) if f"{MILESTONE}error" in t), None)
-        if why is None and compiler_errors:
-            why = "compilation failed: " + " | ".join(compiler_errors) + " (full log above)"
-        raise BuildFailed(
-            why or f"setup.py bdist_wheel exited with {proc.returncode}; last lines:\n  " + "\n  ".join(tail[-12:])
+    return output, stats
+
+
+def _stream_setup(cmd: list[str], src: Path, env: dict[str, str], timeline: Timeline) -> _SetupOutput:
+    output = _SetupOutput()
+    with subprocess.Popen(
+        cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            phase = parse_phase_mark(line)
+            if phase is not None:  # the shim's own timing, folded into this build's
+                timeline.mark(*phase)
+                continue
+            sys.stdout.write(line)
+            output.add(line)
+    output.returncode = proc.returncode
+    return output
+
+
+def _log_cache_stats(stats: CacheStats | None, shard_count: int | None, log: Callable[[str], None]) -> None:
+    if stats is None:
+        return
+    log(stats.line())
+    if shard_count and stats.misses:
+        log(
+            f"{MILESTONE}warning: {stats.misses} kernels were not in the cache after {shard_count} shards: "
+            "the shards ran with other paths or flags (same --work-dir and --compiler-cache?)"
         )
-    elapsed = time.monotonic() - started
-    if shard is not None:
-        kernels = shard_kernels(shard_lines)
-        done = write_record(out_dir, shard, kernels, settings)
-        timeline.mark("dist")
-        log(timeline.line())
-        log(f"{MILESTONE}shard {shard}: {len(kernels)} kernels in the cache in {elapsed:.0f} s; no wheel ({done})")
-        shutil.rmtree(dist, ignore_errors=True)
-        return None
+
+
+def _diagnose(output: _SetupOutput) -> str:
+    """Why setup.py failed: the shim's own error line, else the compiler's first errors, else its last lines."""
+    why = next((t for t in reversed(output.tail) if f"{MILESTONE}error" in t), None)
+    if why is None and output.compiler_errors:
+        why = "compilation failed: " + " | ".join(output.compiler_errors) + " (full log above)"
+    if why:
+        return why
+    return f"setup.py bdist_wheel exited with {output.returncode}; last lines:\n  " + "\n  ".join(output.tail[-12:])
+
+
+def _finish_shard(
+    settings: BuildSettings,
+    out_dir: Path,
+    dist: Path,
+    shard: Shard,
+    shard_lines: list[str],
+    elapsed: float,
+    *,
+    log: Callable[[str], None],
+    timeline: Timeline,
+) -> None:
+    """A shard's ending: its record in ``out_dir``, and no wheel."""
+    kernels = shard_kernels(shard_lines)
+    done = write_record(out_dir, shard, kernels, settings)
+    timeline.mark("dist")
+    log(timeline.line())
+    log(f"{MILESTONE}shard {shard}: {len(kernels)} kernels in the cache in {elapsed:.0f} s; no wheel ({done})")
+    shutil.rmtree(dist, ignore_errors=True)
+
+
+def _finish_wheel(
+    settings: BuildSettings,
+    out_dir: Path,
+    dist: Path,
+    elapsed: float,
+    *,
+    python: str,
+    log: Callable[[str], None],
+    timeline: Timeline,
+) -> Path:
+    """A wheel's ending: tagged, verified, and moved into ``out_dir`` with its record."""
     wheels = sorted(dist.glob("*.whl"))
     # Tagged before it is verified: the verifier checks the manylinux tag against the extension.
     wheels = [manylinux.tag_wheel(wheels[0], log)] if len(wheels) == 1 else wheels

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import build, compiler_cache, environment, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
-from .shards import Shard, parse_shard
+from .shards import Shard, parse_shard, require_compiler_cache
 from .timeline import Timeline
 from .untrusted import shown
 from .verify import inspect_wheel
@@ -229,9 +229,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             "--prepare-only keeps its work dir, and with --compiler-cache that dir has the one name every build uses",
             hint="give it a --work-dir of its own, or prepare without --compiler-cache",
         )
-    if (args.shard or args.after_shards) and not args.compiler_cache:
-        flag = "--shard" if args.shard else "--after-shards"
-        raise UsageError(f"{flag} needs --compiler-cache: the kernels reach the final run through it")
+    require_compiler_cache(args.shard, args.after_shards, args.compiler_cache)
     if args.work_dir is not None:
         try:
             args.work_dir.mkdir(parents=True, exist_ok=True)

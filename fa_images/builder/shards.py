@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import safe_io, untrusted
-from .errors import BuildFailed
+from .errors import BuildFailed, UsageError
 from .settings import BuildSettings
 
 MAX_SHARDS = 1000  # far above any cluster's use; bounds the records the final run reads
@@ -58,6 +58,14 @@ def parse_shard(text: str) -> Shard:
     if index > count:
         raise ValueError(f"--shard {text!r}: shard {index} of {count} does not exist (I must be 1 to N)")
     return Shard(index, count)
+
+
+def require_compiler_cache(shard: Shard | None, after_shards: Path | None, cache_dir: Path | None) -> None:
+    """A shard's kernels reach the final run only through the shared compiler cache: the one place
+    ``--shard`` and ``--after-shards`` are refused without ``--compiler-cache`` (the CLI and compile_wheel)."""
+    if (shard or after_shards) and not cache_dir:
+        flag = "--shard" if shard else "--after-shards"
+        raise UsageError(f"{flag} needs --compiler-cache: the kernels reach the final run through it")
 
 
 def partition(sources: Sequence[str], count: int, cost) -> list[list[str]]:

@@ -76,12 +76,39 @@ def expand(
     ``ruled``: the axes named by a rule, and the versions it resolved to (None: the rule was
     refused, its problem recorded)."""
     ruled = ruled or {}
+    raw = _matrix_section(doc, problems)
+    axes = _axes(doc, problems, raw, ruled)
+    written = list(axes)
+    axes, combos, broken = _combinations(doc, problems, axes, ruled)
+    combos = _exclude(doc, problems, raw.get("exclude"), combos, written)
+    by_rule = frozenset(k for k in axes if k in ruled)
+    product = [
+        Combo(
+            c,
+            ("matrix",),
+            "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]",
+            ruled=by_rule,
+        )
+        for c in combos
+    ]
+    return _include(doc, problems, raw.get("include"), product, axes, broken) + _entries(doc, problems)
+
+
+def _matrix_section(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict:
+    """The ``matrix:`` mapping; empty where there is none, or it is no mapping (reported)."""
     raw = doc.data.get("matrix")
     if raw is None:
-        raw = {}
-    elif not isinstance(raw, dict):
+        return {}
+    if not isinstance(raw, dict):
         problems.append(doc.problem(("matrix",), f"matrix must be a mapping of axes, not {kind(raw)}"))
-        raw = {}
+        return {}
+    return raw
+
+
+def _axes(
+    doc: yamlfile.YamlDoc, problems: list[Problem], raw: dict, ruled: Mapping[str, tuple[str, ...] | None]
+) -> dict:
+    """Every axis as written (a rule's: the versions it resolved to); an unknown or empty one is reported."""
     axes = {k: (list(ruled[k] or ()) if k in ruled else v) for k, v in raw.items() if k not in MATRIX_RULES}
     for key, values in axes.items():
         if key in ruled:
@@ -97,7 +124,14 @@ def expand(
                     hint=f"e.g. {key}: [{AXIS_EXAMPLES.get(key, '...')}]{rule}",
                 )
             )
-    written = list(axes)
+    return axes
+
+
+def _combinations(
+    doc: yamlfile.YamlDoc, problems: list[Problem], axes: dict, ruled: Mapping[str, tuple[str, ...] | None]
+) -> tuple[dict, list[dict], bool]:
+    """The usable axes, every combination of them, and whether the product was given up (broken:
+    an include rule then adds no combination of its own)."""
     # A refused rule has said what is wrong with its axis: the product of the others is no
     # combination anyone wrote, and would only add "torch is missing" to each.
     broken = any(k in ruled and not v for k, v in axes.items())
@@ -109,10 +143,16 @@ def expand(
                 ("matrix",), f"the axes expand to {size} combinations; fa-images builds at most {MAX_COMBINATIONS}"
             )
         )
-        axes, size, broken = {}, 0, True
+        axes, broken = {}, True
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
+    return axes, combos, broken
 
-    for i, rule in enumerate(as_list(raw.get("exclude") or [])):
+
+def _exclude(
+    doc: yamlfile.YamlDoc, problems: list[Problem], rules: Any, combos: list[dict], written: list
+) -> list[dict]:
+    """The combinations no exclude rule matches; a rule that names no written axis is reported, not applied."""
+    for i, rule in enumerate(as_list(rules or [])):
         if not isinstance(rule, dict):
             problems.append(doc.problem(("matrix", "exclude", i), "each exclude rule must be a mapping"))
             continue
@@ -127,23 +167,21 @@ def expand(
             )
             continue
         combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
+    return combos
 
-    by_rule = frozenset(k for k in axes if k in ruled)
-    out = [
-        Combo(
-            c,
-            ("matrix",),
-            "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]",
-            ruled=by_rule,
-        )
-        for c in combos
-    ]
-    for i, rule in enumerate(as_list(raw.get("include") or [])):
+
+def _include(
+    doc: yamlfile.YamlDoc, problems: list[Problem], rules: Any, product: list[Combo], axes: dict, broken: bool
+) -> list[Combo]:
+    """``product`` with each include rule merged into every combination it does not contradict,
+    and a rule that fits none added as a combination of its own (GitHub Actions' semantics)."""
+    out = list(product)
+    for i, rule in enumerate(as_list(rules or [])):
         if not isinstance(rule, dict):
             problems.append(doc.problem(("matrix", "include", i), "each include rule must be a mapping"))
             continue
         merged = False
-        for combo in out[: len(combos)]:
+        for combo in product:
             # Added only where it overwrites none of the combination's original axis values.
             if all(combo.values.get(k) == v for k, v in rule.items() if k in axes):
                 for k, v in rule.items():
@@ -153,13 +191,18 @@ def expand(
                 merged = True
         if not merged and not broken:
             out.append(Combo(dict(rule), ("matrix", "include", i), f"matrix.include[{i}]"))
+    return out
 
+
+def _entries(doc: yamlfile.YamlDoc, problems: list[Problem]) -> list[Combo]:
+    """The one-off ``entries:``, each a combination as written; one that is no mapping is reported."""
     entries = doc.data.get("entries")
     if entries is None:
         entries = []
     elif not isinstance(entries, list):
         problems.append(doc.problem(("entries",), f"entries must be a list of mappings, not {kind(entries)}"))
         entries = []
+    out: list[Combo] = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             problems.append(doc.problem(("entries", i), "each entry must be a mapping"))

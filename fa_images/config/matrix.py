@@ -23,7 +23,7 @@ from . import compat as compat_mod
 from . import grammar, rules, yamlfile
 from .compat import did_you_mean
 from .expand import AXES, MAX_COMBINATIONS, Combo, as_list, expand, kind
-from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, LeftOut, Matrix, Packages
+from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, LeftOut, Matrix, Packages, ResolvedRule
 from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
@@ -160,15 +160,50 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
     """Parses and validates ``path``; ``compat_override`` is merged after the matrix's own ``compat:``."""
     doc = yamlfile.load(path, what="matrix file", hint=_missing_hint(path))
     problems: list[Problem] = []
+    _check_top_keys(doc, problems)
+    compat = _compat_table(doc, path, compat_override, problems)
+    image = _image(doc, problems)
+    targets = _targets(doc, problems)
+    allow_unknown = _allow_unknown(doc, problems)
+    builder = EntryResolver(
+        doc,
+        compat,
+        problems,
+        targets=targets,
+        image=image,
+        bases=_section(doc, "bases", Bases, problems),
+        packages=_section(doc, "packages", Packages, problems),
+        build=_section(doc, "build", BuildOptions, problems),
+        allow_unknown=allow_unknown,
+    )
+    resolved = rules.resolve_axes(doc, compat, problems)
+    combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
+    entries = _entries(doc, builder, combos, problems)
+    if problems:
+        raise ConfigError(dedupe(problems))
+    return _matrix(path, image, entries, builder, compat, resolved)
+
+
+def _check_top_keys(doc: yamlfile.YamlDoc, problems: list[Problem]) -> None:
     for key in doc.data:
         if key not in TOP_KEYS:
             problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
+
+
+def _compat_table(
+    doc: yamlfile.YamlDoc, path: Path, compat_override: Path | None, problems: list[Problem]
+) -> compat_mod.Compat:
+    """The built-in table, then the matrix's own ``compat:`` file (beside the matrix), then the override."""
     compat_file = doc.data.get("compat")
     if compat_file is not None and not (isinstance(compat_file, str) and compat_file):
         problems.append(doc.problem(("compat",), f"compat must be a file path, not {kind(compat_file)}"))
         compat_file = None
     overrides = [(path.parent / compat_file).resolve()] if compat_file else []
-    compat = compat_mod.load(*overrides, *([compat_override] if compat_override else []))
+    return compat_mod.load(*overrides, *([compat_override] if compat_override else []))
+
+
+def _image(doc: yamlfile.YamlDoc, problems: list[Problem]) -> str:
+    """The image repository the entries are tagged into; the default where it is bad (reported)."""
     image = doc.data.get("image", DEFAULT_IMAGE)
     bad_image = grammar.repository(image) if isinstance(image, str) else f"must be a string, not {kind(image)}"
     if bad_image:
@@ -179,7 +214,12 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
                 hint="e.g. ghcr.io/acme/flash-attn (lower case, no tag: tags come from the entries)",
             )
         )
-        image = DEFAULT_IMAGE
+        return DEFAULT_IMAGE
+    return image
+
+
+def _targets(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict[str, list[str]]:
+    """Each named GPU target and its GPUs; a target that is no list of names is reported and dropped."""
     targets = doc.data.get("targets")
     if targets is None:
         targets = {}
@@ -198,27 +238,41 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
                 )
             )
             del targets[name]
+    return {str(k): list(v) for k, v in targets.items()}
+
+
+def _allow_unknown(doc: yamlfile.YamlDoc, problems: list[Problem]) -> bool:
     allow_unknown = doc.data.get("allow_unknown", False)
     if not isinstance(allow_unknown, bool):
         problems.append(
             doc.problem(("allow_unknown",), f"allow_unknown must be true or false, not {kind(allow_unknown)}")
         )
-        allow_unknown = False
-    builder = EntryResolver(
-        doc,
-        compat,
-        problems,
-        targets={str(k): list(v) for k, v in targets.items()},
-        image=image,
-        bases=_section(doc, "bases", Bases, problems),
-        packages=_section(doc, "packages", Packages, problems),
-        build=_section(doc, "build", BuildOptions, problems),
-        allow_unknown=allow_unknown,
-    )
-    resolved = rules.resolve_axes(doc, compat, problems)
-    combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
+        return False
+    return allow_unknown
+
+
+def _entries(
+    doc: yamlfile.YamlDoc, builder: EntryResolver, combos: list[Combo], problems: list[Problem]
+) -> list[Entry]:
+    """The entries the combinations make, each once and one per wheel name; none at all is a problem."""
     if not combos and not problems:
         problems.append(doc.problem(("matrix",), "the matrix expands to no entries"))
+    entries = _one_wheel_per_name(builder, _distinct_entries(builder, combos))
+    if not entries and builder.left_out and not problems:
+        first, more = builder.left_out[0], len(builder.left_out) - 1
+        problems.append(
+            doc.problem(
+                ("matrix",),
+                f"the matrix expands to no entries: the compat table has no build of its "
+                f"{counted(len(builder.left_out), 'combination')}",
+                hint=f"{first.combination}: {first.reason}" + (f", and {more} more" if more else ""),
+            )
+        )
+    return entries
+
+
+def _distinct_entries(builder: EntryResolver, combos: list[Combo]) -> list[tuple[Entry, Combo]]:
+    """Each combination's entry, with the combination it came from; a second one of an id is refused."""
     made: list[tuple[Entry, Combo]] = []
     seen: dict[str, str] = {}
     for combo in combos:
@@ -235,19 +289,18 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
             continue
         seen[entry.id] = combo.label
         made.append((entry, combo))
-    entries = _one_wheel_per_name(builder, made)
-    if not entries and builder.left_out and not problems:
-        first, more = builder.left_out[0], len(builder.left_out) - 1
-        problems.append(
-            doc.problem(
-                ("matrix",),
-                f"the matrix expands to no entries: the compat table has no build of its "
-                f"{counted(len(builder.left_out), 'combination')}",
-                hint=f"{first.combination}: {first.reason}" + (f", and {more} more" if more else ""),
-            )
-        )
-    if problems:
-        raise ConfigError(dedupe(problems))
+    return made
+
+
+def _matrix(
+    path: Path,
+    image: str,
+    entries: list[Entry],
+    builder: EntryResolver,
+    compat: compat_mod.Compat,
+    resolved: dict[str, ResolvedRule | None],
+) -> Matrix:
+    """The validated matrix; its ``sdists`` dir is resolved beside the matrix file."""
     packages = builder.packages
     if packages.sdists:
         packages = replace(packages, sdists=str((path.parent / packages.sdists).resolve()))
