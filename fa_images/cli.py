@@ -71,6 +71,29 @@ def _matrix_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _pull_arg(parser: argparse.ArgumentParser, *, default: str | None, when: str, note: str, never: str) -> None:
+    """``--pull``, as ``build`` and ``check`` take it: when the images they start from are pulled."""
+    parser.add_argument(
+        "--pull",
+        choices=PULL_POLICIES,
+        default=default,
+        help=f"when to pull the images, {when}: missing = those the engine lacks {note}, always = every one "
+        f"(refreshes a moving tag), never = refuse a missing one (exit 3{'; ' + never if never else ''})",
+    )
+
+
+def _gpus_arg(parser: argparse.ArgumentParser, *, runtime: str, none: str) -> None:
+    """``--gpus``, as ``build`` and ``check`` take it: how the GPU check's container gets the GPUs."""
+    parser.add_argument(
+        "--gpus",
+        choices=GPU_MODES,
+        default="runtime",
+        help=f"how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
+        f"{runtime}, devices = pass /dev/nvidia* and the host's driver libraries explicitly (no toolkit "
+        f"needed; exit 3 if the host has none), none = {none}",
+    )
+
+
 def _load(args: argparse.Namespace):
     from .config import matrix
 
@@ -99,6 +122,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    plan = sub.add_parser(
+        "plan", help="show the entries the matrix expands to", epilog=PLAN_EXAMPLES, formatter_class=fmt
+    )
+    _matrix_args(plan)
+    plan.add_argument("--json", action="store_true", help="print a JSON array")
+    plan.set_defaults(func=cmd_plan)
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from .builder.untrusted import shown
     from .outputs import render
@@ -124,6 +157,25 @@ def cmd_render(args: argparse.Namespace) -> int:
         say(f"note: {shown(str(path))} is not rendered by this matrix; delete it if it is no longer wanted")
     say(f"{counted(len(m.entries), 'Dockerfile')} in {args.out} ({len(result.written)} changed)")
     return 0
+
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    render = sub.add_parser(
+        "render", help="write one Dockerfile per entry", epilog=RENDER_EXAMPLES, formatter_class=fmt
+    )
+    _matrix_args(render)
+    render.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR", help="default: dockerfiles/")
+    render.add_argument("--check", action="store_true", help="write nothing; exit 1 if DIR is stale")
+    render.add_argument(
+        "--builder",
+        choices=("buildkit", "sdk"),
+        help="the form to write: buildkit (RUN --mount: the torch venv mounted, not copied; a cache mount for "
+        "the compiler cache) or sdk (no BuildKit syntax; the legacy builder builds it). Default: the form of the "
+        "matrix's build.builder: sdk for sdk (and for auto with build.memory, which needs it), else buildkit, "
+        "which auto takes on any Docker Engine whose CLI has it; the files never depend on this host",
+    )
+    render.set_defaults(func=cmd_render)
 
 
 BUILD_EXAMPLES = """\
@@ -208,6 +260,103 @@ def cmd_build(args: argparse.Namespace) -> int:
     for p in plans:
         say("\n".join(p.describe()))  # escaped: it quotes --wheels paths
     return 0
+
+
+def _add_build(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    build = sub.add_parser(
+        "build",
+        help="build, check, export and push the images (needs a container engine)",
+        epilog=BUILD_EXAMPLES,
+        formatter_class=fmt,
+    )
+    _matrix_args(build)
+    build.add_argument("--only", nargs="+", metavar="ID", help="build just these entries (ids from `fa-images plan`)")
+    build.add_argument(
+        "--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)"
+    )
+    build.add_argument(
+        "--log-dir",
+        type=Path,
+        default=Path("logs"),
+        metavar="DIR",
+        help="full build log of each entry (default: logs/)",
+    )
+    build.add_argument("--push", action="store_true", help="push each image after its checks pass")
+    build.add_argument(
+        "--wheels",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="make each image around a wheel that exists instead of compiling: wheel files, or directories "
+        "of them such as dist/; each entry takes the one wheel for its version, Python, torch, CUDA and ABI, "
+        "verified as a compiled one would be (exit 2 when an entry has none)",
+    )
+    build.add_argument(
+        "--published",
+        metavar="URL|DIR",
+        help="where earlier runs published their results: a dist/ served over http(s) (its manifest.json and "
+        "simple/ index), or a dist/ directory. An entry recorded there with the same inputs, whose wheel the "
+        "index serves with the recorded sha256 and whose image the registry holds at the recorded digest "
+        "(asked without pulling it; with --push), is up to date: not built, pulled or pushed again (the base "
+        "images are pulled first, as for any build: the inputs digest holds their ids). A wheel published "
+        "there for an entry is final: an entry not up to date has its image made around it, no compile",
+    )
+    build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
+    build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
+    build.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild entries that are up to date (image and wheel built and checked from the same inputs)",
+    )
+    build.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write the results as JSON, on every exit: the entries, the exit code and the error that ended the run",
+    )
+    build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
+    build.add_argument(
+        "--keep-work", action="store_true", help="keep each entry's build context for debugging (its path is logged)"
+    )
+    cache = build.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--compiler-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep each compile group's compiler cache under DIR: entries that differ only in Python "
+        "compile their kernels once (default: ~/.cache/fa-images/compiler-cache, or under $XDG_CACHE_HOME)",
+    )
+    cache.add_argument(
+        "--no-compiler-cache",
+        action="store_true",
+        help="keep no compiler cache between builds: every entry compiles all its kernels",
+    )
+    _gpus_arg(build, runtime="(default; skipped without it)", none="skip the GPU check")
+    _pull_arg(
+        build,
+        default=None,
+        when="before any build",
+        note="(default, or build.pull in the matrix)",
+        never="for bases from `docker load` or a local tag. Pulls log in as pushes do",
+    )
+    build.add_argument(
+        "--builder",
+        choices=BUILDER_CHOICES,
+        help="which builder makes the images: buildkit = BuildKit through the docker CLI (`docker buildx build`, "
+        "or `DOCKER_BUILDKIT=1 docker build` where the CLI has it built in): the torch venv mounted, not "
+        "copied, and the compiler cache a cache mount; sdk = the docker SDK's legacy builder (Podman, and "
+        "build.memory); auto = BuildKit where the CLI has it and the engine is Docker's, else sdk (default, "
+        "or build.builder in the matrix). The CLI and the SDK use one daemon: DOCKER_HOST, else the active context",
+    )
+    build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
+    build.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dry-run: the plan as JSON (per entry: steps, stages, the build, what is taken from its "
+        "stages, tags, check commands, push)",
+    )
+    build.set_defaults(func=cmd_build)
 
 
 DIST_EXAMPLES = """\
@@ -379,13 +528,19 @@ def cmd_export_slurm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
+def _add_dist(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     dist = sub.add_parser(
         "dist", help="manage dist/: merge wheels built elsewhere", epilog=DIST_EXAMPLES, formatter_class=fmt
     )
     dist_sub = dist.add_subparsers(dest="dist_command", required=True, metavar="COMMAND")
-    merge = dist_sub.add_parser(
+    _add_dist_merge(dist_sub)
+    _add_dist_site(dist_sub)
+
+
+def _add_dist_merge(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    merge = sub.add_parser(
         "merge",
         help="verify wheels with their manifests and merge them into dist/",
         epilog=DIST_EXAMPLES,
@@ -394,7 +549,11 @@ def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("sources", nargs="+", type=Path, metavar="DIR", help="folders holding wheels and manifest.json")
     merge.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="the dist/ to merge into")
     merge.set_defaults(func=cmd_dist_merge)
-    site = dist_sub.add_parser(
+
+
+def _add_dist_site(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    site = sub.add_parser(
         "site",
         help="the published index with dist/'s wheels added, its links pointing where the wheels are uploaded",
         epilog=DIST_EXAMPLES,
@@ -417,7 +576,7 @@ def _add_dist_commands(sub: argparse._SubParsersAction) -> None:
     site.set_defaults(func=cmd_dist_site)
 
 
-def _add_export_commands(sub: argparse._SubParsersAction) -> None:
+def _add_export(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     export = sub.add_parser(
         "export",
@@ -426,7 +585,13 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
         formatter_class=fmt,
     )
     export_sub = export.add_subparsers(dest="export_command", required=True, metavar="FORMAT")
-    gh = export_sub.add_parser(
+    for add in (_add_export_github, _add_export_slurm, _add_export_bake):
+        add(export_sub)
+
+
+def _add_export_github(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    gh = sub.add_parser(
         "github",
         help="a GitHub Actions workflow: one build job per entry (or, with --shards, shard, link and image "
         "jobs), then a merge job",
@@ -497,7 +662,10 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     )
     gh.set_defaults(func=cmd_export_github)
 
-    sl = export_sub.add_parser(
+
+def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    sl = sub.add_parser(
         "slurm",
         help="Slurm batch scripts: an array job per entry or per shard, then a job that links and merges",
         epilog=SLURM_EXAMPLES,
@@ -562,7 +730,10 @@ def _add_export_commands(sub: argparse._SubParsersAction) -> None:
     )
     sl.set_defaults(func=cmd_export_slurm)
 
-    bk = export_sub.add_parser(
+
+def _add_export_bake(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    bk = sub.add_parser(
         "bake", help="a docker-bake.json with each entry's build context", epilog=EXPORT_EXAMPLES, formatter_class=fmt
     )
     _matrix_args(bk)
@@ -678,7 +849,7 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
     return status
 
 
-def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     doctor = sub.add_parser(
         "doctor",
@@ -689,6 +860,10 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python to examine")
     doctor.add_argument("--json", action="store_true", help="one JSON object")
     doctor.set_defaults(func=cmd_doctor)
+
+
+def _add_init(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     init = sub.add_parser(
         "init",
         help="write a commented starter matrix.yaml for this machine, or for a target",
@@ -704,6 +879,10 @@ def _add_doctor_commands(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
     init.set_defaults(func=cmd_init)
+
+
+def _add_compat(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     from .errors import EXIT_TABLE_CHANGED
 
     compat_examples = COMPAT_EXAMPLES.format(changed=EXIT_TABLE_CHANGED)
@@ -757,7 +936,7 @@ labels and output come from the image and are bounded and escaped before they ar
 """
 
 
-def _add_check_command(sub: argparse._SubParsersAction) -> None:
+def _add_check(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "check",
         help="run an image's GPU check on this node's GPU (pulls it first); no IMAGE: the check here",
@@ -765,21 +944,8 @@ def _add_check_command(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("images", nargs="*", metavar="IMAGE", help="image references, e.g. ghcr.io/acme/flash-attn:TAG")
-    check.add_argument(
-        "--pull",
-        choices=PULL_POLICIES,
-        default="missing",
-        help="missing = pull the images the engine lacks (default), always = pull every one (a moving tag), "
-        "never = refuse a missing one (exit 3)",
-    )
-    check.add_argument(
-        "--gpus",
-        choices=GPU_MODES,
-        default="runtime",
-        help="how the check's container gets the GPUs: runtime = the NVIDIA Container Toolkit (default), "
-        "devices = /dev/nvidia* and the host's driver libraries (no toolkit), none = no GPU (the import "
-        "only; the verdict is no GPU)",
-    )
+    _pull_arg(check, default="missing", when="before the check", note="(default)", never="")
+    _gpus_arg(check, runtime="(default)", none="no GPU (the import only; the verdict is no GPU)")
     check.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
     check.add_argument("--report", type=Path, metavar="FILE", help="also write that JSON object to FILE")
     check.add_argument("--import-only", action="store_true", help="without IMAGE: only the import check (no GPU)")
@@ -827,136 +993,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fa-images {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    fmt = argparse.RawDescriptionHelpFormatter
-    plan = sub.add_parser(
-        "plan", help="show the entries the matrix expands to", epilog=PLAN_EXAMPLES, formatter_class=fmt
-    )
-    _matrix_args(plan)
-    plan.add_argument("--json", action="store_true", help="print a JSON array")
-    plan.set_defaults(func=cmd_plan)
-
-    render = sub.add_parser(
-        "render", help="write one Dockerfile per entry", epilog=RENDER_EXAMPLES, formatter_class=fmt
-    )
-    _matrix_args(render)
-    render.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR", help="default: dockerfiles/")
-    render.add_argument("--check", action="store_true", help="write nothing; exit 1 if DIR is stale")
-    render.add_argument(
-        "--builder",
-        choices=("buildkit", "sdk"),
-        help="the form to write: buildkit (RUN --mount: the torch venv mounted, not copied; a cache mount for "
-        "the compiler cache) or sdk (no BuildKit syntax; the legacy builder builds it). Default: the form of the "
-        "matrix's build.builder: sdk for sdk (and for auto with build.memory, which needs it), else buildkit, "
-        "which auto takes on any Docker Engine whose CLI has it; the files never depend on this host",
-    )
-    render.set_defaults(func=cmd_render)
-
-    build = sub.add_parser(
-        "build",
-        help="build, check, export and push the images (needs a container engine)",
-        epilog=BUILD_EXAMPLES,
-        formatter_class=fmt,
-    )
-    _matrix_args(build)
-    build.add_argument("--only", nargs="+", metavar="ID", help="build just these entries (ids from `fa-images plan`)")
-    build.add_argument(
-        "--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)"
-    )
-    build.add_argument(
-        "--log-dir",
-        type=Path,
-        default=Path("logs"),
-        metavar="DIR",
-        help="full build log of each entry (default: logs/)",
-    )
-    build.add_argument("--push", action="store_true", help="push each image after its checks pass")
-    build.add_argument(
-        "--wheels",
-        nargs="+",
-        type=Path,
-        metavar="PATH",
-        help="make each image around a wheel that exists instead of compiling: wheel files, or directories "
-        "of them such as dist/; each entry takes the one wheel for its version, Python, torch, CUDA and ABI, "
-        "verified as a compiled one would be (exit 2 when an entry has none)",
-    )
-    build.add_argument(
-        "--published",
-        metavar="URL|DIR",
-        help="where earlier runs published their results: a dist/ served over http(s) (its manifest.json and "
-        "simple/ index), or a dist/ directory. An entry recorded there with the same inputs, whose wheel the "
-        "index serves with the recorded sha256 and whose image the registry holds at the recorded digest "
-        "(asked without pulling it; with --push), is up to date: not built, pulled or pushed again (the base "
-        "images are pulled first, as for any build: the inputs digest holds their ids). A wheel published "
-        "there for an entry is final: an entry not up to date has its image made around it, no compile",
-    )
-    build.add_argument("--no-check", dest="check", action="store_false", help="skip the container checks")
-    build.add_argument("--fail-fast", action="store_true", help="stop at the first failed entry")
-    build.add_argument(
-        "--force",
-        action="store_true",
-        help="rebuild entries that are up to date (image and wheel built and checked from the same inputs)",
-    )
-    build.add_argument(
-        "--report",
-        type=Path,
-        metavar="FILE",
-        help="write the results as JSON, on every exit: the entries, the exit code and the error that ended the run",
-    )
-    build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
-    build.add_argument(
-        "--keep-work", action="store_true", help="keep each entry's build context for debugging (its path is logged)"
-    )
-    cache = build.add_mutually_exclusive_group()
-    cache.add_argument(
-        "--compiler-cache",
-        type=Path,
-        metavar="DIR",
-        help="keep each compile group's compiler cache under DIR: entries that differ only in Python "
-        "compile their kernels once (default: ~/.cache/fa-images/compiler-cache, or under $XDG_CACHE_HOME)",
-    )
-    cache.add_argument(
-        "--no-compiler-cache",
-        action="store_true",
-        help="keep no compiler cache between builds: every entry compiles all its kernels",
-    )
-    build.add_argument(
-        "--gpus",
-        choices=GPU_MODES,
-        default="runtime",
-        help="how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
-        "(default; skipped without it), devices = pass /dev/nvidia* and the host's driver libraries "
-        "explicitly (no toolkit needed; exit 3 if the host has none), none = skip the GPU check",
-    )
-    build.add_argument(
-        "--pull",
-        choices=PULL_POLICIES,
-        help="when to pull the base images, before any build: missing = those the engine lacks (default, "
-        "or build.pull in the matrix), always = every one (refreshes a moving tag), never = refuse a missing "
-        "one (exit 3; for bases from `docker load` or a local tag). Pulls log in as pushes do",
-    )
-    build.add_argument(
-        "--builder",
-        choices=BUILDER_CHOICES,
-        help="which builder makes the images: buildkit = BuildKit through the docker CLI (`docker buildx build`, "
-        "or `DOCKER_BUILDKIT=1 docker build` where the CLI has it built in): the torch venv mounted, not "
-        "copied, and the compiler cache a cache mount; sdk = the docker SDK's legacy builder (Podman, and "
-        "build.memory); auto = BuildKit where the CLI has it and the engine is Docker's, else sdk (default, "
-        "or build.builder in the matrix). The CLI and the SDK use one daemon: DOCKER_HOST, else the active context",
-    )
-    build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
-    build.add_argument(
-        "--json",
-        action="store_true",
-        help="with --dry-run: the plan as JSON (per entry: steps, stages, the build, what is taken from its "
-        "stages, tags, check commands, push)",
-    )
-    build.set_defaults(func=cmd_build)
-
-    _add_dist_commands(sub)
-    _add_export_commands(sub)
-    _add_doctor_commands(sub)
+    for add in (_add_plan, _add_render, _add_build, _add_dist, _add_export, _add_doctor, _add_init, _add_compat):
+        add(sub)
     builder_cli.add_commands(sub, check=False)
-    _add_check_command(sub)
+    _add_check(sub)
     return parser
 
 

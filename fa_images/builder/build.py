@@ -371,16 +371,6 @@ def shard_kernels(lines: list[str]) -> list[str]:
 
 def wheel_record(settings: BuildSettings, wheel: Path, sha256: str, seconds: float) -> dist_dir.WheelRecord:
     """What the wheel is, what it was built against, and its sha256, for dist/manifest.json."""
-    return dist_dir.WheelRecord(
-        sha256=sha256,
-        size=wheel.stat().st_size,
-        flash_attn=settings.flash_attn,
-        python=settings.python,
-        torch=settings.torch,
-        cuda=settings.cuda,
-        cxx11_abi=settings.cxx11_abi,
-        archs=tuple(settings.archs),
-        ptx=settings.ptx,
-        sdist_sha256=settings.sha256,
-        build_seconds=round(seconds, 1),
+    return dist_dir.WheelRecord.of(
+        wheel, sha256, settings, sdist_sha256=settings.sha256, build_seconds=round(seconds, 1)
     )

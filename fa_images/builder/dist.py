@@ -26,9 +26,10 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -66,6 +67,26 @@ class WheelConflict(VerificationFailed):
     """A wheel's sha256 differs from the one dist/ holds under the same file name (exit 6)."""
 
 
+class BuiltFor(Protocol):
+    """What a wheel was built for, as both a build's settings (the builder's) and a matrix entry
+    (the host's) say it: the record of either is made by ``WheelRecord.of``."""
+
+    @property
+    def flash_attn(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def torch(self) -> str | None: ...
+    @property
+    def cuda(self) -> str | None: ...
+    @property
+    def cxx11_abi(self) -> bool | None: ...
+    @property
+    def archs(self) -> Sequence[str]: ...
+    @property
+    def ptx(self) -> bool | None: ...
+
+
 @dataclass(frozen=True)
 class WheelRecord:
     """One wheel in dist/manifest.json: what it is and what it was built for."""
@@ -88,6 +109,23 @@ class WheelRecord:
     inputs: str | None = None
     # The image's digest as the registry took it, when that run pushed: where its image is current.
     pushed: str | None = None
+
+    @classmethod
+    def of(cls, wheel: Path, sha256: str, built_for: BuiltFor, **more: Any) -> WheelRecord:
+        """The record of ``wheel`` (its size read here), built for ``built_for``; ``more``: the
+        fields only its maker knows (the entry and image, the sdist, the build's time)."""
+        return cls(
+            sha256=sha256,
+            size=wheel.stat().st_size,
+            flash_attn=built_for.flash_attn,
+            python=built_for.python,
+            torch=built_for.torch,
+            cuda=built_for.cuda,
+            cxx11_abi=built_for.cxx11_abi,
+            archs=tuple(built_for.archs),
+            ptx=built_for.ptx,
+            **more,
+        )
 
     def to_dict(self) -> dict:
         data = asdict(self)

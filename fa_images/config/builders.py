@@ -2,10 +2,16 @@
 ``build.builder`` > ``auto``), then what the settings and the host allow.
 
 BuildKit (``RUN --mount``: the torch venv mounted, not copied; the compiler cache in a cache mount)
-is taken wherever it can be. The docker SDK's legacy builder stays for what BuildKit cannot serve:
-an engine whose Docker API has no BuildKit (Podman's), a docker CLI without it (23 and later
-without the buildx plugin), and ``build.memory``, a limit only the legacy builder sets on a build's
-containers. ``render`` and the exports decide with no host (``host=None``): the form the settings
+is taken wherever it can be. The docker SDK's legacy builder stays for what BuildKit cannot serve,
+and only there:
+
+- an engine whose Docker API has no BuildKit: Podman's compatible API lacks BuildKit's endpoints
+  (podman issue 17836, open; its maintainers name ``DOCKER_BUILDKIT=0`` the way until they exist,
+  issue 13889), and the engine tier's Podman module builds through it;
+- a docker CLI without BuildKit: from 23 on, the CLI builds with BuildKit only through the buildx
+  plugin, which plain installs of the CLI lack;
+- ``build.memory``, a limit only the legacy builder sets on a build's containers (the compile
+  sizes its jobs by it). ``render`` and the exports decide with no host (``host=None``): the form the settings
 name. ``build`` and its ``--dry-run`` decide with what the host said.
 """
 

@@ -81,16 +81,7 @@ def expand(
     written = list(axes)
     axes, combos, broken = _combinations(doc, problems, axes, ruled)
     combos = _exclude(doc, problems, raw.get("exclude"), combos, written)
-    by_rule = frozenset(k for k in axes if k in ruled)
-    product = [
-        Combo(
-            c,
-            ("matrix",),
-            "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]",
-            ruled=by_rule,
-        )
-        for c in combos
-    ]
+    product = _labelled(combos, frozenset(k for k in axes if k in ruled))
     return _include(doc, problems, raw.get("include"), product, axes, broken) + _entries(doc, problems)
 
 
@@ -168,6 +159,19 @@ def _exclude(
             continue
         combos = [c for c in combos if not all(c.get(k) == v for k, v in rule.items())]
     return combos
+
+
+def _labelled(combos: list[dict], by_rule: frozenset[str]) -> list[Combo]:
+    """Each combination of the axes as a Combo named by its values, as the file wrote them."""
+    return [
+        Combo(
+            c,
+            ("matrix",),
+            "matrix[" + ", ".join(f"{k}={as_written(v)}" for k, v in c.items()) + "]",
+            ruled=by_rule,
+        )
+        for c in combos
+    ]
 
 
 def _include(

@@ -93,9 +93,14 @@ class EntryResult:
     # The compile's kernels (.cu files) and how many of them the group's compiler cache answered.
     kernels: int | None = None
     kernels_from_cache: int | None = None
+    # Fields this run's builder cannot fill: field -> why. They are left out of the report, not null.
+    absent: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        said = asdict(self)
+        for name in self.absent:
+            said.pop(name, None)
+        return said
 
 
 @dataclass(frozen=True)
@@ -332,6 +337,8 @@ class Executor:
                     shutil.rmtree(cache_in, ignore_errors=True)
         run.result.image_id = run.build.image_id
         run.result.torch_stage = run.build.stage_ids.get(contract.TORCH_STAGE)
+        if run.result.torch_stage is None:
+            run.result.absent["torch_stage"] = f"{self.builder.describe()} names no image of the torch stage"
         from_build_cache = contract.BUILDER_STAGE in run.build.cached_stages
         if from_build_cache:
             # BuildKit found the compile in its cache (this host's, or one imported): nothing compiled.
@@ -508,19 +515,7 @@ STEP_TABLE: dict[StepName, Callable[[Executor, _EntryRun], StepOutcome]] = {
 def manifest_record(exported: Path, wheel: Path, sha256: str, entry: Entry) -> dist_dir.WheelRecord:
     """The entry's facts, completed by the record the builder wrote beside the wheel in the image
     (exact torch, sdist sha256, compile time) when it has one for this very wheel."""
-    record = dist_dir.WheelRecord(
-        sha256=sha256,
-        size=wheel.stat().st_size,
-        flash_attn=entry.flash_attn,
-        python=entry.python,
-        torch=entry.torch,
-        cuda=entry.cuda,
-        cxx11_abi=entry.cxx11_abi,
-        archs=tuple(entry.archs),
-        ptx=entry.ptx,
-        entry=entry.id,
-        image=entry.image,
-    )
+    record = dist_dir.WheelRecord.of(wheel, sha256, entry, entry=entry.id, image=entry.image)
     built = dist_dir.read_manifest(exported).wheels.get(wheel.name)
     if built is not None and built.sha256 == sha256:
         record = record.with_facts(built)

@@ -12,6 +12,7 @@ import re
 import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -117,44 +118,12 @@ class SdkBuilder:
             labels=dict(labels) or None,
             pull=False,
         )
-        image_id: str | None = None
-        stage: str | None = None
-        stages: dict[str, str] = {}
-        step: BuildProgress | None = None
-        tail: list[str] = []
-        errors: list[str] = []  # lines of the current step that name an error, e.g. the compiler's
+        read = _Stream(on_line, on_progress)
         for chunk in stream:
-            if "error" in chunk or "errorDetail" in chunk:
-                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "build failed"))
-                code = re.search(r"returned a non-zero code: (\d+)", message)
-                raise step_failure(step, code.group(1) if code else None, message, errors, tail)
-            if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
-                line = line.rstrip()
-                if not line:
-                    continue
-                match = _STEP.match(line)
-                if match:
-                    instruction = match.group(3)
-                    from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
-                    stage = from_as.group(1) if from_as else stage
-                    step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, stage)
-                    errors = []
-                    on_progress(step)
-                made = _STEP_IMAGE.match(line)
-                if made and stage is not None:
-                    stages[stage] = made.group(1)
-                built = re.match(r"Successfully built ([0-9a-f]+)", line)
-                if built and image_id is None:
-                    image_id = built.group(1)
-                if _ERROR.search(line):
-                    errors.append(line)
-                tail = (tail + [line])[-40:]
-                on_line(line)
-        if image_id is None:
-            raise StepFailed("the engine finished the build without reporting an image id", lines=tail[-20:])
-        return image_id, stages
+            read.chunk(chunk)
+        if read.image_id is None:
+            raise StepFailed("the engine finished the build without reporting an image id", lines=read.tail[-20:])
+        return read.image_id, read.stages
 
     @engine_call("exporting the files of")
     def _export_tree(self, image: str, dest: Path) -> None:
@@ -174,3 +143,46 @@ class SdkBuilder:
                     tar.extract(member.replace(name=name), dest, filter="data")
         finally:
             spool.unlink(missing_ok=True)
+
+
+@dataclass
+class _Stream:
+    """What the legacy builder's decoded stream says: each step's progress, the image each stage
+    left (its "---> id" lines), the target's id, and a failure as one line."""
+
+    on_line: OnLine
+    on_progress: Callable[[BuildProgress], None]
+    image_id: str | None = None
+    stages: dict[str, str] = field(default_factory=dict)
+    stage: str | None = None
+    step: BuildProgress | None = None
+    tail: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the current step's lines that name an error
+
+    def chunk(self, chunk: dict[str, Any]) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            message = str(chunk.get("error") or chunk["errorDetail"].get("message", "build failed"))
+            code = re.search(r"returned a non-zero code: (\d+)", message)
+            raise step_failure(self.step, code.group(1) if code else None, message, self.errors, self.tail)
+        if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+            self.image_id = chunk["aux"]["ID"]
+        for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
+            if line := line.rstrip():
+                self.line(line)
+
+    def line(self, line: str) -> None:
+        if match := _STEP.match(line):
+            instruction = match.group(3)
+            from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
+            self.stage = from_as.group(1) if from_as else self.stage
+            self.step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, self.stage)
+            self.errors = []
+            self.on_progress(self.step)
+        if (made := _STEP_IMAGE.match(line)) and self.stage is not None:
+            self.stages[self.stage] = made.group(1)
+        if (built := re.match(r"Successfully built ([0-9a-f]+)", line)) and self.image_id is None:
+            self.image_id = built.group(1)
+        if _ERROR.search(line):
+            self.errors.append(line)
+        self.tail = (self.tail + [line])[-40:]
+        self.on_line(line)

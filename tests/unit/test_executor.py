@@ -164,3 +164,26 @@ def test_build_only_an_unknown_entry_is_a_usage_error() -> None:
     )
     assert proc.returncode == 2 and "did you mean 'fa2.8.3-py3.12-torch2.9.1-cu128'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("form", ["buildkit", "sdk"])
+def test_a_field_the_builder_cannot_fill_is_absent_with_its_reason(tiny_matrix, tmp_path, monkeypatch, form) -> None:
+    """The legacy builder names each stage's image; BuildKit names none: its report has no
+    torch_stage, and says why, rather than a null a pipeline would read as 'none'."""
+    from fa_images.run.report import write_report
+
+    accept_every_wheel(monkeypatch)
+    engine = FakeEngine()
+    options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
+    _, results = fakes.execute(
+        tiny_matrix, engine, options, Console(io.StringIO()), builder=fakes.FakeBuilder(engine, form)
+    )
+    write_report(tmp_path / "report.json", results, "fake engine")
+    entries = json.loads((tmp_path / "report.json").read_text())["entries"]
+    if form == "sdk":
+        assert all(e["torch_stage"] and e["absent"] == {} for e in entries)
+    else:
+        assert all(
+            "torch_stage" not in e and "names no image of the torch stage" in e["absent"]["torch_stage"]
+            for e in entries
+        )
