@@ -207,15 +207,24 @@ def prepare_only() -> Callable[..., list[str | Path]]:
     return args
 
 
+@pytest.fixture(scope="session")
+def pinned_sdist() -> Callable[[Path], None]:
+    """pinned_sdist(root) writes a local 2.8.3 sdist and a compat.yaml pinning it: executor and exports run offline."""
+
+    def write(root: Path) -> None:
+        sdists = root / "sdists"
+        sdists.mkdir(exist_ok=True)
+        (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
+        sha = hashlib.sha256(b"sdist").hexdigest()
+        (root / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+
+    return write
+
+
 @pytest.fixture
-def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Matrix:
+def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_sdist: Callable[[Path], None]) -> Matrix:
     """A two-entry matrix whose sdist is a local file: the executor's tests run offline."""
-    sdists = tmp_path / "sdists"
-    sdists.mkdir()
-    # The executor fetches sources on the host; a local file with a matching pin keeps it offline.
-    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
-    sha = hashlib.sha256(b"sdist").hexdigest()
-    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    pinned_sdist(tmp_path)
     (tmp_path / "matrix.yaml").write_text(
         "image: reg.local/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
         'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'

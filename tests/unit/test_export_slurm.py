@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,9 @@ from fa_images.outputs.exports import github, slurm
 
 
 @pytest.fixture
-def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Three entries, two of which share a compile group."""
-    sha = hashlib.sha256(b"sdist").hexdigest()
-    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_sdist: Callable[[Path], None]) -> Path:
+    """Three entries, two of which share a compile group; the sdist is a local file pinned by a compat override."""
+    pinned_sdist(tmp_path)
     (tmp_path / "matrix.yaml").write_text(
         "image: ghcr.io/acme/fa\ncompat: compat.yaml\n"
         'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'
@@ -211,7 +210,6 @@ def test_the_jobs_fetch_from_the_matrix_s_flash_attn_index_as_the_workflow_does(
 
 
 def test_the_matrix_s_sdists_folder_is_searched_first(small_matrix: Path, tmp_path: Path) -> None:
-    (tmp_path / "sdists").mkdir()
     m = matrix.load(_with_packages(small_matrix, "{sdists: sdists}"))
     slurm.export(m, m.entries, tmp_path / "out", slurm.SlurmOptions())
     assert f"--sources-dir {tmp_path / 'sdists'} " in (tmp_path / "out" / "build.sbatch").read_text()

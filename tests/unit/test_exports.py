@@ -13,13 +13,13 @@ stage it names.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,13 +35,9 @@ NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @pytest.fixture
-def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_sdist: Callable[[Path], None]) -> Path:
     """Three entries, two of which share a compile; the sdist is a local file pinned by a compat override."""
-    sdists = tmp_path / "sdists"
-    sdists.mkdir()
-    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
-    sha = hashlib.sha256(b"sdist").hexdigest()
-    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
+    pinned_sdist(tmp_path)
     (tmp_path / "matrix.yaml").write_text(
         "image: ghcr.io/acme/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n"
         'matrix:\n  python: ["3.11", "3.12"]\n  torch: ["2.9.1"]\n  flash_attn: ["2.8.3"]\n  archs: [[80]]\n'

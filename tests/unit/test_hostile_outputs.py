@@ -16,7 +16,7 @@ import signal
 import stat
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,15 +80,19 @@ def snapshot(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def matrix(tmp_path: Path) -> Path:
-    sdists = tmp_path / "sdists"
-    sdists.mkdir(exist_ok=True)
-    (sdists / "flash_attn-2.8.3.tar.gz").write_bytes(b"sdist")
-    sha = hashlib.sha256(b"sdist").hexdigest()
-    (tmp_path / "compat.yaml").write_text(f'flash_attn:\n  "2.8.3": {{sha256: {sha}, cuda_archs_env: true}}\n')
-    path = tmp_path / "matrix.yaml"
-    path.write_text(f"image: ghcr.io/acme/fa\ncompat: compat.yaml\npackages: {{sdists: sdists}}\nentries: [{ENTRY}]\n")
-    return path
+@pytest.fixture
+def matrix(pinned_sdist: Callable[[Path], None]) -> Callable[[Path], Path]:
+    """matrix(root) writes a one-entry root/matrix.yaml beside pinned_sdist(root) and returns its path."""
+
+    def write(root: Path) -> Path:
+        pinned_sdist(root)
+        path = root / "matrix.yaml"
+        path.write_text(
+            f"image: ghcr.io/acme/fa\ncompat: compat.yaml\npackages: {{sdists: sdists}}\nentries: [{ENTRY}]\n"
+        )
+        return path
+
+    return write
 
 
 # --- 1. writes and deletes through symlinks ------------------------------------------------
@@ -164,7 +168,7 @@ RENDER_LINKS = {
 
 
 @pytest.mark.parametrize("case", sorted(RENDER_LINKS))
-def test_render_never_writes_through_a_committed_link(case: str, tmp_path: Path, victim: Path, capsys) -> None:
+def test_render_never_writes_through_a_committed_link(case: str, tmp_path: Path, victim: Path, capsys, matrix) -> None:
     link = tmp_path / RENDER_LINKS[case]
     _plant(link, victim / "fa2.8.3-py3.12-torch2.9.1-cu128.Dockerfile" if link.suffix else victim)
     before = snapshot(victim)
@@ -184,7 +188,7 @@ BAKE_LINKS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAKE_LINKS))
-def test_bake_never_replaces_or_deletes_through_a_link(case: str, tmp_path: Path, victim: Path, capsys) -> None:
+def test_bake_never_replaces_or_deletes_through_a_link(case: str, tmp_path: Path, victim: Path, capsys, matrix) -> None:
     _plant(tmp_path / "bake" / BAKE_LINKS[case], victim)
     before = snapshot(victim)
     code, _out, err = fa_images(capsys, "export", "bake", "--matrix", matrix(tmp_path), "--out-dir", tmp_path / "bake")
@@ -192,7 +196,7 @@ def test_bake_never_replaces_or_deletes_through_a_link(case: str, tmp_path: Path
     assert snapshot(victim) == before
 
 
-def test_bake_removes_only_the_contexts_it_made(tmp_path: Path, capsys) -> None:
+def test_bake_removes_only_the_contexts_it_made(tmp_path: Path, capsys, matrix) -> None:
     mine = tmp_path / "bake" / "contexts" / "users-own"
     mine.mkdir(parents=True)
     (mine / "keep.txt").write_text("the user's")
@@ -214,7 +218,7 @@ WRONG_KIND_OUTPUTS = {
 
 
 @pytest.mark.parametrize("case", sorted(WRONG_KIND_OUTPUTS))
-def test_an_output_path_of_the_wrong_kind_is_one_error(case: str, tmp_path: Path, victim: Path, capsys) -> None:
+def test_an_output_path_of_the_wrong_kind_is_one_error(case: str, tmp_path: Path, victim: Path, capsys, matrix) -> None:
     args, needle = WRONG_KIND_OUTPUTS[case]
     (tmp_path / "a-dir").mkdir()
     (tmp_path / "a-file").write_text("mine")
@@ -264,7 +268,7 @@ INJECTIONS = {
 
 
 @pytest.mark.parametrize("case", sorted(INJECTIONS))
-def test_no_flag_injects_into_the_workflow(case: str, tmp_path: Path, capsys) -> None:
+def test_no_flag_injects_into_the_workflow(case: str, tmp_path: Path, capsys, matrix) -> None:
     flags, needle = INJECTIONS[case]
     out = tmp_path / "wf.yml"
     code, _out, err = fa_images(capsys, "export", "github", "--matrix", matrix(tmp_path), "--out", out, *flags)
@@ -275,7 +279,7 @@ def test_no_flag_injects_into_the_workflow(case: str, tmp_path: Path, capsys) ->
 @pytest.mark.parametrize(
     "name", ["m\n# x\non: push\n.yaml", "${{ secrets.REGISTRY_TOKEN }}.yaml", "-m.yaml", "m'x.yaml"]
 )
-def test_the_matrix_path_cannot_inject_either(name: str, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_the_matrix_path_cannot_inject_either(name: str, tmp_path: Path, capsys, matrix, monkeypatch) -> None:
     matrix(tmp_path).rename(tmp_path / name)
     monkeypatch.chdir(tmp_path)  # a relative path, as a workflow names it
     code, _out, err = fa_images(capsys, "export", "github", f"--matrix={name}", "--out", tmp_path / "wf.yml")
@@ -283,7 +287,7 @@ def test_the_matrix_path_cannot_inject_either(name: str, tmp_path: Path, capsys,
     assert not (tmp_path / "wf.yml").exists()
 
 
-def test_expressions_appear_only_where_the_tool_writes_them(tmp_path: Path, capsys) -> None:
+def test_expressions_appear_only_where_the_tool_writes_them(tmp_path: Path, capsys, matrix) -> None:
     out = tmp_path / "wf.yml"
     flags = ["--push", "--release", "v2.8.3", "--python", "3.12", "--install", "fa-images[docker]==0.3"]
     code, _out, err = fa_images(capsys, "export", "github", "--matrix", matrix(tmp_path), "--out", out, *flags)
@@ -299,7 +303,7 @@ def test_expressions_appear_only_where_the_tool_writes_them(tmp_path: Path, caps
     "spec",
     ["type=registry,ref=${HOME}/cache", "type=registry,ref=a\nb", 'type=registry,ref="x"', "type=registry,ref=a b"],
 )
-def test_a_cache_spec_cannot_inject_into_the_bake_file(spec: str, tmp_path: Path, capsys) -> None:
+def test_a_cache_spec_cannot_inject_into_the_bake_file(spec: str, tmp_path: Path, capsys, matrix) -> None:
     code, _out, err = fa_images(
         capsys, "export", "bake", "--matrix", matrix(tmp_path), "--out-dir", tmp_path / "b", "--cache-from", spec
     )
