@@ -48,6 +48,7 @@ class World:
     base: str  # an image with /bin/sh that the engine holds
     holds: Callable[[str], bool]  # whether the engine holds an image by that name
     fail_cache: Callable[[Path], None]  # makes the compiler-cache stage of that context fail
+    network: str | None = None  # the builds' network (the tests' engine has no bridge: host)
 
     def context(self, where: Path) -> Path:
         where.mkdir(parents=True)
@@ -84,6 +85,7 @@ def request(world: World, tmp_path: Path, *, cache_best_effort: bool = True, **e
         before=(contract.CACHE_IN_STAGE,) if buildkit else (),
         best_effort=frozenset({contract.CACHE_IN_STAGE}) if buildkit else frozenset(),
         anew=frozenset({contract.CACHE_IN_STAGE, contract.CACHE_STAGE}) if buildkit else frozenset(),
+        network=world.network,
         **extra,
     )
 

@@ -76,17 +76,21 @@ class SdkBuilder:
 
         refuse_unsupported(self, request)
         image_id, stages = build(request.target, request.tag, live=True)
-        # The one build made every stage; an engine whose output names no stage ids gets one more
-        # build per stage, from its layer cache.
+        missed: dict[str, str] = {}
+        # The one build made every stage up to the target; one after it (or an engine whose output
+        # names no stage ids) gets a build of its own, from the layer cache, which may fail: a
+        # best-effort stage's failure is noted, as its export's would be.
         for stage in {**request.stage_tags, **request.files}:
             if stage not in stages:
-                stages[stage] = build(stage, None, live=False)[0]
+                with noting_a_miss(request, stage, missed):
+                    stages[stage] = build(stage, None, live=False)[0]
         for stage, ref in request.stage_tags.items():
-            self.engine.tag(stages[stage], ref)
-        missed: dict[str, str] = {}
+            if stage not in missed:
+                self.engine.tag(stages[stage], ref)
         for stage, dest in request.files.items():
-            with noting_a_miss(request, stage, missed):
-                self._export_tree(stages[stage], dest)
+            if stage not in missed:
+                with noting_a_miss(request, stage, missed):
+                    self._export_tree(stages[stage], dest)
         return BuildResult(image_id, stages, missed=missed)
 
     @engine_call("building")

@@ -43,7 +43,7 @@ def world(request: pytest.FixtureRequest, stock: engine_env.Stock, monkeypatch: 
     def fail_cache(context: Path) -> None:
         (context / "cache-ok").unlink()  # its COPY then fails
 
-    yield World(builder, stock.base, holds, fail_cache)
+    yield World(builder, stock.base, holds, fail_cache, network="host")
     for ref in made:
         client.images.remove(ref, force=True)
 
