@@ -230,25 +230,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
         raise UsageError("--json goes with --dry-run")
     m = _load(args)
-    typed = session.BuildArgs(
-        only=tuple(args.only) if args.only else None,
-        wheels=tuple(args.wheels) if args.wheels else None,
-        published=args.published,
-        builder=args.builder,
-        check=args.check,
-        push=args.push,
-        gpus=args.gpus,
-        compiler_cache=args.compiler_cache,
-        no_compiler_cache=args.no_compiler_cache,
-        pull=args.pull,
-        dist=args.dist,
-        log_dir=args.log_dir,
-        fail_fast=args.fail_fast,
-        keep_container=args.keep_container,
-        keep_work=args.keep_work,
-        force=args.force,
-        report=args.report,
-    )
+    typed = session.BuildArgs.of(vars(args))
     if not args.dry_run:
         session.build(typed, m, Console())
         return 0

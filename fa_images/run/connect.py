@@ -34,7 +34,7 @@ def engine() -> DockerEngine:
 def connect(settings: BuildOptions, flag: BuilderChoice | None) -> Connection:
     """The engine, then the builder the decision gives for it."""
     docker = DockerEngine.from_env()
-    cli = buildkit.find_cli()
+    cli = _cli(settings, flag)
     decision = settings.decide_builder(flag, host=_host(cli, engine=docker.product()))
     return Connection(docker, builder_for(decision, docker, cli), decision)
 
@@ -49,7 +49,14 @@ def builder_for(decision: BuilderDecision, docker: DockerEngine, cli: buildkit.C
 def planned(settings: BuildOptions, flag: BuilderChoice | None) -> BuilderDecision:
     """The decision ``connect`` makes here, before any engine is asked (``build --dry-run``): the
     engine's own answer (Podman has no BuildKit behind its API) aside."""
-    return settings.decide_builder(flag, host=_host(buildkit.find_cli(), engine=None))
+    return settings.decide_builder(flag, host=_host(_cli(settings, flag), engine=None))
+
+
+def _cli(settings: BuildOptions, flag: BuilderChoice | None) -> buildkit.Cli | str:
+    """The docker CLI's way to BuildKit, asked only where the settings leave BuildKit possible."""
+    if settings.decide_builder(flag, host=None).form == "sdk":
+        return "not asked: the settings name the legacy builder"
+    return buildkit.find_cli()
 
 
 def _host(cli: buildkit.Cli | str, *, engine: str | None) -> Host:

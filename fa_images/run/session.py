@@ -6,8 +6,10 @@ printed is what runs. Each setting is resolved here once: flag > matrix > defaul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from ..config.builders import BuilderDecision
 from ..config.grammar import BuilderChoice, BuilderForm, PullPolicy
@@ -43,6 +45,17 @@ class BuildArgs:
     keep_work: bool = False
     force: bool = False
     report: Path | None = None
+
+    @classmethod
+    def of(cls, parsed: Mapping[str, Any]) -> BuildArgs:
+        """From the command line's parsed values (``vars`` of its namespace): each field by its
+        name, a list as a tuple; values of other commands' flags are not read."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in parsed:
+                value = parsed[f.name]
+                values[f.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**values)
 
     def compiler_cache_root(self) -> Path | None:
         """Where each compile group's compiler cache is kept; None: nowhere (--no-compiler-cache)."""
