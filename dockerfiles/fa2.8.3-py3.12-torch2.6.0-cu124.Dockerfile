@@ -153,6 +153,9 @@ RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-i
  && python -m fa_images.builder check --import-only
 
 FROM torch AS runtime
+# Before the flash-attn layer: BuildKit's WORKDIR makes a layer of its own even where the folder is
+# there, and the flash-attn layer must be the top one, the only one an update pulls.
+WORKDIR /home/flash
 COPY --from=install /opt/fa-layer/ /
 LABEL org.opencontainers.image.title="flash-attn 2.8.3" \
       org.opencontainers.image.description="flash-attn 2.8.3 for Python 3.12, torch 2.6.0, CUDA 12.4" \
@@ -166,5 +169,4 @@ LABEL org.opencontainers.image.title="flash-attn 2.8.3" \
       fa-images.cxx11-abi="false"
 # Numeric, so runAsNonRoot policies can verify it.
 USER 1000:1000
-WORKDIR /home/flash
 CMD ["python", "-m", "fa_images.builder", "check", "--import-only"]

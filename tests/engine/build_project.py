@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 import sys
 import time
@@ -29,8 +28,6 @@ UPDATE = "2.8.3.dev3"
 # The registry wants a login; the pushes get it the way a user's `docker login` leaves it.
 REGISTRY_USER = engine_env.PUSH_USER
 BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
-# The first line of a build's output in an entry's log, whichever builder ran it.
-BUILD_OUTPUT = re.compile(r"^(Step 1/|#\d+ \[)", re.MULTILINE)
 
 
 @dataclass
@@ -50,10 +47,8 @@ class Project:
         versions: list[str],
         pythons: tuple[str, ...] = ("3.11",),
         bases: dict[str, object] | None = None,
-        builder: str = "auto",
+        builder: str = "sdk",
     ) -> Path:
-        """A matrix of the project; ``builder`` as a user's leaves it (auto: BuildKit here, through
-        Debian's 20.10 CLI, first on the project's PATH), or the legacy builder (``sdk``)."""
         data = {
             "image": image,
             "bases": bases or self.stock.bases(),  # Debian bookworm ships Python 3.11
@@ -71,8 +66,14 @@ class Project:
         return path
 
     def buildkit_env(self, **extra: str) -> dict[str, str]:
-        """The project's environment (Debian's 20.10 CLI first on its PATH), with ``extra``."""
-        return {**self.env, **extra}
+        """The project's environment with Debian's 20.10 CLI first on PATH (another docker CLI may
+        come first here, one without BuildKit)."""
+        assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
+        cli = self.dir / "buildkit-cli"
+        cli.mkdir(exist_ok=True)
+        if not (cli / "docker").is_symlink():
+            (cli / "docker").symlink_to(BUILDKIT_CLI)
+        return {**self.env, "PATH": f"{cli}:{self.env['PATH']}", **extra}
 
     def run(self, *args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -104,18 +105,12 @@ def make_project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env
         yaml.safe_dump({"flash_attn": {v: {"sha256": s, "cuda_archs_env": True} for v, s in shas.items()}})
     )
     password = registry.passwords[REGISTRY_USER]
-    # Debian's 20.10 CLI first on PATH (another docker CLI may come first here, one without
-    # BuildKit): the project builds on the default builder, BuildKit, as most users' hosts do.
-    assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
-    (root / "buildkit-cli").mkdir()
-    (root / "buildkit-cli" / "docker").symlink_to(BUILDKIT_CLI)
     env = stock.engine.env(
         XDG_CACHE_HOME=str(root / "cache-home"),  # sdists and compiler caches: not the user's
         PYTHONPATH=str(REPO),
         PYTHONUNBUFFERED="1",
         **registry.login_env(root, REGISTRY_USER),
     )
-    env["PATH"] = f"{root / 'buildkit-cli'}:{env['PATH']}"
     return Project(
         dir=root, env=env, registry=registry.address, client=stock.engine.client, stock=stock, password=password
     )

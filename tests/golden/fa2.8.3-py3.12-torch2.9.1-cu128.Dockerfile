@@ -120,6 +120,9 @@ RUN pip install --no-deps --no-compile --root /opt/fa-layer --no-index /opt/fa-i
  && python -m fa_images.builder check --import-only
 
 FROM torch AS runtime
+# Before the flash-attn layer: BuildKit's WORKDIR makes a layer of its own even where the folder is
+# there, and the flash-attn layer must be the top one, the only one an update pulls.
+WORKDIR /home/flash
 COPY --from=install /opt/fa-layer/ /
 LABEL org.opencontainers.image.title="flash-attn 2.8.3" \
       org.opencontainers.image.description="flash-attn 2.8.3 for Python 3.12, torch 2.9.1, CUDA 12.8" \
@@ -133,5 +136,4 @@ LABEL org.opencontainers.image.title="flash-attn 2.8.3" \
       fa-images.cxx11-abi="true"
 # Numeric, so runAsNonRoot policies can verify it.
 USER 1000:1000
-WORKDIR /home/flash
 CMD ["python", "-m", "fa_images.builder", "check", "--import-only"]
