@@ -11,8 +11,10 @@ and only there:
 - a docker CLI without BuildKit: from 23 on, the CLI builds with BuildKit only through the buildx
   plugin, which plain installs of the CLI lack;
 - ``build.memory``, a limit only the legacy builder sets on a build's containers (the compile
-  sizes its jobs by it). ``render`` and the exports decide with no host (``host=None``): the form the settings
-name. ``build`` and its ``--dry-run`` decide with what the host said.
+  sizes its jobs by it).
+
+``render`` and the exports decide with no host (``host=None``): the form the settings name.
+``build`` and its ``--dry-run`` decide with what the host said.
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ class BuilderDecision:
     choice: BuilderChoice  # as asked: flag > matrix > default
     form: BuilderForm  # the builder, and the Dockerfile form it builds
     why: str  # for the run's first lines
-
-    def to_dict(self) -> dict[str, str]:
-        return {"choice": self.choice, "form": self.form, "why": self.why}
 
 
 def decide(choice: BuilderChoice, *, memory_limit: bool, host: Host | None) -> BuilderDecision:

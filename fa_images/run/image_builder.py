@@ -2,7 +2,7 @@
 
 The executor says *what* it needs (``BuildRequest``: the target image and its tag, and its
 ``Output`` list: the stages to tag, the stages whose files it takes) and never *how*; a builder
-refuses what it cannot do (``refuse``) rather than ignore it: the docker SDK's legacy builder
+refuses what it cannot do (``refuse_unsupported``) rather than ignore it: the docker SDK's legacy builder
 (``sdk_builder``) gets stages by their image ids and copies their files out of containers;
 BuildKit (``buildkit``) builds each from its cache and writes files through ``--output``.
 Pulling, running, tagging and pushing are the container runtime's (``engine.Engine``).
