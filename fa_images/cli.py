@@ -891,6 +891,73 @@ def _add_compat(sub: argparse._SubParsersAction) -> None:
     refresh.set_defaults(func=cmd_compat_refresh)
 
 
+SOURCE_EXAMPLES = """\
+examples:
+  git clone https://github.com/Dao-AILab/flash-attention fa && git clone https://github.com/NVIDIA/cutlass
+  fa-images source fa3 --flash-attention fa --cutlass cutlass --out sources/
+  fa-images source fa3 --flash-attention fa --commit e2743ab5 --cutlass cutlass --out sources/
+
+FlashAttention-3 is not on PyPI, and flash-attn's sdists hold none of its CUDA sources. This
+writes its source archive, flash_attn_3-VERSION.tar.gz, from two local clones: flash-attention's
+hopper/ and README.md at --commit, and cutlass's include/ at the commit that --commit records for
+its csrc/cutlass submodule (so that commit must be in the cutlass clone). The same commits give
+the same tar, byte for byte; it prints the tar's sha256, the pin compat.yaml's flash_attn_3
+holds (the built-in table pins 3.0.0). Put the archive in the matrix's packages.sdists: builds
+take it from there, check the pin, and download nothing.
+"""
+
+
+def cmd_source_fa3(args: argparse.Namespace) -> int:
+    from .builder import fa3, safe_io
+    from .config import compat as compat_mod
+
+    path, sha = fa3.make_archive(
+        flash_attention=args.flash_attention, commit=args.commit, cutlass=args.cutlass, out=safe_io.OutputDir(args.out)
+    )
+    version = path.name.removeprefix("flash_attn_3-").removesuffix(".tar.gz")
+    pinned = compat_mod.load().flash_attn_3.get(version)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    print(f"sha256 of the tar inside: {sha}")
+    if pinned is None:
+        print(f"FlashAttention-3 {version} is not in the built-in table: add it under flash_attn_3 (--compat FILE)")
+    elif pinned.sha256 == sha:
+        print(f"matches the built-in pin of FlashAttention-3 {version}")
+    else:
+        print(f"differs from the built-in pin of FlashAttention-3 {version} ({pinned.sha256}): another commit")
+    return 0
+
+
+def _add_source(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    src = sub.add_parser(
+        "source",
+        help="make a source archive no index serves (FlashAttention-3)",
+        epilog=SOURCE_EXAMPLES,
+        formatter_class=fmt,
+    )
+    src_sub = src.add_subparsers(dest="source_command", required=True, metavar="GENERATION")
+    fa3 = src_sub.add_parser(
+        "fa3",
+        help="FlashAttention-3's archive from clones of flash-attention and cutlass",
+        epilog=SOURCE_EXAMPLES,
+        formatter_class=fmt,
+    )
+    fa3.add_argument("--flash-attention", type=Path, required=True, metavar="DIR", help="a clone of flash-attention")
+    fa3.add_argument(
+        "--commit",
+        default="e2743ab5b3803bb672b16437ba98a3b1d4576c50",
+        metavar="REV",
+        help="its commit (default: e2743ab5, upstream's 'v3.0.0 stable')",
+    )
+    fa3.add_argument(
+        "--cutlass", type=Path, required=True, metavar="DIR", help="a clone of cutlass holding the submodule's commit"
+    )
+    fa3.add_argument(
+        "--out", type=Path, default=Path("sources"), metavar="DIR", help="where the archive goes (default: sources/)"
+    )
+    fa3.set_defaults(func=cmd_source_fa3)
+
+
 CHECK_EXAMPLES = """\
 examples:
   fa-images check ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128
@@ -975,7 +1042,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fa-images {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_plan, _add_render, _add_build, _add_dist, _add_export, _add_doctor, _add_init, _add_compat):
+    for add in (
+        _add_plan,
+        _add_render,
+        _add_build,
+        _add_dist,
+        _add_export,
+        _add_doctor,
+        _add_init,
+        _add_compat,
+        _add_source,
+    ):
         add(sub)
     builder_cli.add_commands(sub, check=False)
     _add_check(sub)

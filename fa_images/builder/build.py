@@ -20,11 +20,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from . import dist as dist_dir
-from . import environment, manylinux, source
+from . import environment, fa3, generation, manylinux, source
 from .compiler_cache import CacheStats, CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE, parse_phase_mark
-from .errors import BuildFailed
+from .errors import BuildFailed, SourceError, UsageError
 from .settings import BuildSettings, local_version_label
 from .shards import Shard, check_shards_done, require_compiler_cache, write_record
 from .timeline import Timeline
@@ -52,36 +54,42 @@ def prepare(
     python: str = sys.executable,
     torch: environment.TorchInfo | None = None,
     timeline: Timeline | None = None,
+    fa3_build: fa3.Fa3Build | None = None,
 ) -> BuildSettings:
-    """``torch``: what ``environment.probe_torch(python)`` said, if the caller asked already."""
+    """``torch``: what ``environment.probe_torch(python)`` said, if the caller asked already.
+    ``fa3_build``: what a FlashAttention-3 build compiles (upstream's full build where None)."""
     timeline = timeline or Timeline()
-    if version is not None:
+    gen = _generation(version, sdist)
+    if gen is generation.FA2 and version is not None:
         source.check_supported(version, allow_untested=allow_untested)
     if torch is None:
         torch = environment.probe_torch(python)
         timeline.mark("torch probe")
-    if expect_cxx11_abi is not None and torch.cxx11_abi != expect_cxx11_abi:
-        raise environment.EnvironmentProblem(
-            f"torch {torch.version} uses cxx11_abi={torch.cxx11_abi}, but this build expects "
-            f"{expect_cxx11_abi}; the wrong torch variant is installed"
+    _check_torch(torch, expect_cxx11_abi=expect_cxx11_abi, expect_cuda=expect_cuda)
+    local_version: str | None
+    if gen is generation.FA3:
+        build = fa3_build or fa3.Fa3Build()
+        tree = _fa3_source(version=version, archive=sdist, work_dir=work_dir, sha256=sha256, sources_dir=sources_dir)
+        _check_fa3(tree.version, torch)
+        archs, local_version = build.archs, fa3.local_version_label(torch.cuda, build)
+    else:
+        sdist_path, sha = source.obtain_sdist(
+            version=version,
+            sdist=sdist,
+            dest_dir=work_dir / "sdists",
+            sha256=sha256,
+            index_url=index_url,
+            sources_dir=sources_dir,
         )
-    if expect_cuda is not None and torch.cuda != expect_cuda:
-        raise environment.EnvironmentProblem(
-            f"torch {torch.version} is built for CUDA {torch.cuda or 'none (CPU)'}, but this build expects "
-            f"CUDA {expect_cuda}; the wrong torch variant is installed"
+        tree = source.unpack(sdist_path, work_dir / "src", sha)
+        if version is None:
+            source.check_supported(tree.version, allow_untested=allow_untested)
+        local_version = (
+            local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
+            if tree.honours_local_version
+            else None
         )
-    sdist_path, sha = source.obtain_sdist(
-        version=version,
-        sdist=sdist,
-        dest_dir=work_dir / "sdists",
-        sha256=sha256,
-        index_url=index_url,
-        sources_dir=sources_dir,
-    )
-    tree = source.unpack(sdist_path, work_dir / "src", sha)
     timeline.mark("sdist")
-    if version is None:
-        source.check_supported(tree.version, allow_untested=allow_untested)
     warnings: list[str] = []
     if torch.cuda is None:
         warnings.append(
@@ -97,24 +105,77 @@ def prepare(
         cuda=torch.cuda,
         cxx11_abi=torch.cxx11_abi,
         archs=archs,
-        ptx=ptx,
+        ptx=ptx and gen is generation.FA2,
         max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
         parallelism=par.reason,
-        local_version=(
-            local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
-            if tree.honours_local_version
-            else None
-        ),
+        local_version=local_version,
         source_dir=str(tree.path),
-        sdist=str(sdist_path),
-        sha256=sha,
+        sdist=str(tree.sdist),
+        sha256=tree.sha256,
         honours_cuda_archs_env=tree.honours_cuda_archs_env,
         source_date_epoch=tree.source_date_epoch,
         warnings=tuple(warnings),
+        generation=gen.number,
+        fa3=dataclasses.asdict(build) if gen is generation.FA3 else None,
     )
     settings.write()
     return settings
+
+
+def _generation(version: str | None, archive: Path | None) -> generation.Generation:
+    """The generation a build names: its version's major, or a local archive's name."""
+    if version is not None:
+        return generation.of_version(version)
+    if archive is not None and archive.name.startswith("flash_attn_3-"):
+        return generation.FA3
+    return generation.FA2
+
+
+def _check_torch(torch: environment.TorchInfo, *, expect_cxx11_abi: bool | None, expect_cuda: str | None) -> None:
+    if expect_cxx11_abi is not None and torch.cxx11_abi != expect_cxx11_abi:
+        raise environment.EnvironmentProblem(
+            f"torch {torch.version} uses cxx11_abi={torch.cxx11_abi}, but this build expects "
+            f"{expect_cxx11_abi}; the wrong torch variant is installed"
+        )
+    if expect_cuda is not None and torch.cuda != expect_cuda:
+        raise environment.EnvironmentProblem(
+            f"torch {torch.version} is built for CUDA {torch.cuda or 'none (CPU)'}, but this build expects "
+            f"CUDA {expect_cuda}; the wrong torch variant is installed"
+        )
+
+
+def _fa3_source(
+    *, version: str | None, archive: Path | None, work_dir: Path, sha256: str | None, sources_dir: Path | None
+) -> source.SourceTree:
+    """FA3's pinned source archive: a local file, or its name in ``sources_dir``; never downloaded."""
+    if archive is None:
+        assert version is not None
+        if sources_dir is None or not os.path.lexists(sources_dir / fa3.archive_name(version)):
+            raise SourceError(
+                f"no {fa3.archive_name(version)} in {sources_dir or 'a sources directory'}: FlashAttention-3 is not "
+                "on PyPI, and its source archive is not downloaded while building",
+                hint="make it with `fa-images source fa3` from clones of flash-attention and cutlass, "
+                "and put it in packages.sdists",
+            )
+        archive = sources_dir / fa3.archive_name(version)
+    elif not os.path.lexists(archive):
+        raise UsageError(f"FA3 source archive {archive} does not exist")
+    tree = fa3.unpack(archive, work_dir / "src", sha256)
+    if version is not None and tree.version != version:
+        raise SourceError(f"{archive.name} holds FlashAttention-3 {tree.version}, not {version}")
+    return tree
+
+
+def _check_fa3(version: str, torch: environment.TorchInfo) -> None:
+    """FA3 is built on torch's stable ABI, for one CUDA major: refused where that cannot be."""
+    if Version(torch.version.split("+")[0]) < fa3.STABLE_ABI_TORCH:
+        raise environment.EnvironmentProblem(
+            f"torch {torch.version}: fa-images builds FlashAttention-3 on torch's stable ABI, "
+            f"from torch {fa3.STABLE_ABI_TORCH} on (one abi3 wheel for every later torch of a CUDA major)"
+        )
+    if torch.cuda is not None and (why := fa3.refuse_cuda(torch.cuda)):
+        raise environment.EnvironmentProblem(why)
 
 
 def build_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
@@ -165,7 +226,7 @@ def compile_wheel(
     torch, nvcc = _probe_toolchain(python, torch, timeline)
     src = Path(settings.source_dir)
     dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
-    cmd = _setup_command(python, src, dist)
+    cmd = _setup_command(python, src, dist, settings.generation)
     env = _setup_environment(settings, nvcc)
     log(
         f"{MILESTONE}compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
@@ -210,8 +271,11 @@ def _probe_toolchain(
     return torch, nvcc
 
 
-def _setup_command(python: str, src: Path, dist: Path) -> list[str]:
-    """setup.py through the shim, which reads its settings file and puts the wheel into ``dist``."""
+def _setup_command(python: str, src: Path, dist: Path, gen: int) -> list[str]:
+    """setup.py through the shim, which reads its settings file and puts the wheel into ``dist``;
+    FA3's setup.py as it is: environment variables are all it reads (``fa3_environment``)."""
+    if gen == generation.FA3.number:
+        return [python, "setup.py", "bdist_wheel", "--dist-dir", str(dist)]
     return [
         python,
         "-m",
@@ -223,7 +287,35 @@ def _setup_command(python: str, src: Path, dist: Path) -> list[str]:
     ]
 
 
+def fa3_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
+    """hopper/setup.py's environment: every knob it reads set here, none inherited."""
+    build = settings.fa3_build or fa3.Fa3Build()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASH_ATTENTION_", "FLASH_ATTN_"))}
+    env.pop("TORCH_CUDA_ARCH_LIST", None)  # its gencode flags are its own (sm_90a, sm_80)
+    env.update(build.environment())
+    env.update(
+        FLASH_ATTENTION_FORCE_BUILD="TRUE",  # never a wheel from GitHub
+        FLASH_ATTENTION_OFFLINE_BUILD="TRUE",
+        MAX_JOBS=str(settings.max_jobs),
+        NVCC_THREADS=str(settings.nvcc_threads),
+        CUDA_HOME=str(nvcc.cuda_home),
+        PATH=f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+        # setup.py runs `git submodule update`: it must find no repository above the unpacked tree.
+        GIT_CEILING_DIRECTORIES=str(Path(settings.source_dir).parent),
+    )
+    if settings.local_version:
+        env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
+    if settings.source_date_epoch is not None:
+        env.setdefault("SOURCE_DATE_EPOCH", str(settings.source_date_epoch))
+    return env
+
+
 def _setup_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
+    if settings.generation == generation.FA3.number:
+        if why := fa3.refuse_cuda(nvcc.version):
+            raise environment.EnvironmentProblem(f"nvcc {nvcc.version}: {why}")
+        return fa3_environment(settings, nvcc)
     env = build_environment(settings, nvcc)
     # The shim is imported from this package wherever it lives (site-packages or a build context).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build, compiler_cache, environment, gpucheck, scratch, source
+from . import build, compiler_cache, environment, fa3, generation, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
 from .shards import Shard, parse_shard, require_compiler_cache
@@ -101,11 +101,22 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
         formatter_class=fmt,
     )
     what = wheel.add_mutually_exclusive_group(required=True)
-    what.add_argument("--flash-attn", metavar="VERSION", help="fetch this version's sdist from the index")
-    what.add_argument("--sdist", type=Path, metavar="PATH", help="build this local sdist")
+    what.add_argument(
+        "--flash-attn",
+        metavar="VERSION",
+        help="fetch this version's sdist from the index; a 3.x version is FlashAttention-3, whose pinned "
+        "source archive (flash_attn_3-VERSION.tar.gz) must be in --sources-dir",
+    )
+    what.add_argument(
+        "--sdist", type=Path, metavar="PATH", help="build this local sdist (or FA3 source archive, flash_attn_3-*)"
+    )
     wheel.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the wheel and manifest.json go")
     wheel.add_argument(
-        "--archs", type=_archs, default=("80",), metavar="LIST", help="flash-attn archs, e.g. 80 or 80,90 (default: 80)"
+        "--archs",
+        type=_archs,
+        metavar="LIST",
+        help="flash-attn 2 archs, e.g. 80 or 80,90 (default: 80); FA3's are its own: sm_90a, and sm_80 unless "
+        "--fa3-without sm80",
     )
     wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
     wheel.add_argument(
@@ -182,6 +193,12 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
         help="fetch, unpack and prepare; do not compile; the work dir is kept, and the source in it named",
     )
     wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
+    knobs = wheel.add_argument_group(
+        "FlashAttention-3's build (default: upstream's full build; what is left out is never run by `check`)"
+    )
+    knobs.add_argument("--fa3-head-dims", metavar="LIST", help=f"head dims to compile, of {list(fa3.HEAD_DIMS)}")
+    knobs.add_argument("--fa3-dtypes", metavar="LIST", help=f"dtypes, of {list(fa3.DTYPES)} (bf16 always)")
+    knobs.add_argument("--fa3-without", metavar="LIST", help=f"features left out, of {list(fa3.FEATURES)}")
     wheel.set_defaults(func=cmd_wheel)
 
     insp = sub.add_parser(
@@ -240,8 +257,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
 
     timeline = Timeline()  # from here: the phases of this build, logged at its end
-    if args.flash_attn is not None:  # a version it cannot build is refused before anything is probed
-        source.check_supported(args.flash_attn, allow_untested=args.allow_untested)
+    fa3_build, archs = _generation_args(args)
     torch = environment.probe_torch()  # once for both steps: each probe imports torch
     timeline.mark("torch probe")
 
@@ -256,7 +272,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             version=args.flash_attn,
             sdist=args.sdist,
             work_dir=work,
-            archs=args.archs,
+            archs=archs,
             ptx=args.ptx,
             max_jobs=args.max_jobs,
             nvcc_threads=args.nvcc_threads,
@@ -268,6 +284,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             expect_cuda=args.expect_cuda,
             torch=torch,
             timeline=timeline,
+            fa3_build=fa3_build,
         )
         for warning in settings.warnings:
             say(f"warning: {warning}")
@@ -285,6 +302,29 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             timeline=timeline,
         )
     return 0
+
+
+def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tuple[str, ...]]:
+    """(FA3's build, or None for flash-attn 2; flash-attn 2's archs), each refused before anything is
+    probed where the generation cannot take it."""
+    is_fa3 = (
+        generation.of_version(args.flash_attn) is generation.FA3
+        if args.flash_attn is not None
+        else args.sdist.name.startswith("flash_attn_3-")
+    )
+    knobs = (args.fa3_head_dims, args.fa3_dtypes, args.fa3_without)
+    if not is_fa3:
+        if args.flash_attn is not None:
+            source.check_supported(args.flash_attn, allow_untested=args.allow_untested)
+        if any(k is not None for k in knobs):
+            raise UsageError("--fa3-* flags are for a FlashAttention-3 build (a 3.x version)")
+        return None, args.archs or ("80",)
+    for flag, given in (("--archs", args.archs), ("--ptx", args.ptx), ("--shard", args.shard)):
+        if given:
+            raise UsageError(f"{flag} is not for FlashAttention-3: its archs are its own (sm_90a, sm_80), unsharded")
+    if args.after_shards:
+        raise UsageError("--after-shards is not for FlashAttention-3, which is built unsharded")
+    return fa3.Fa3Build.parse(*knobs), ()
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import safe_io, untrusted, wheelfile
+from . import generation, safe_io, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -44,7 +44,8 @@ MANIFEST = "manifest.json"
 SIMPLE = "simple"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # an image's digest as a registry gives it
-PROJECT = "flash-attn"
+# A record's arch: a number, with "a" (sm_90a: that GPU only) or "f" (its family) where nvcc made one.
+ARCH = re.compile(r"\d{2,3}[af]?", re.ASCII)
 # What a wheel file name may hold at all: PEP 427's characters, nothing a shell or terminal reads.
 _WHEEL_CHARS = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 # A record comes from whoever made the directory merged, and its text reaches manifest.json, the
@@ -156,8 +157,8 @@ class WheelRecord:
         if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
             raise UsageError(f"{where}: size {data['size']!r} is not a byte count")
         archs = data.get("archs") or []
-        if not isinstance(archs, list) or not all(isinstance(a, str) and a.isdigit() for a in archs):
-            raise UsageError(f'{where}: archs {archs!r} is not a list of arch numbers such as ["80", "90"]')
+        if not isinstance(archs, list) or not all(isinstance(a, str) and ARCH.fullmatch(a) for a in archs):
+            raise UsageError(f'{where}: archs {archs!r} is not a list of archs such as ["80", "90a"]')
         for key, grammar in RECORD_FIELDS.items():
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise UsageError(f"{where}: {key} {data[key]!r} is not a string")
@@ -198,8 +199,9 @@ def check_wheel_name(name: object, *, where: str) -> None:
         project, _version, _build, tags = parse_wheel_filename(name)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise UsageError(f"{where}: {name!r} is not a wheel file name: {exc}") from None
-    if canonicalize_name(project) != PROJECT:
-        raise UsageError(f"{where}: {name!r} is a wheel of {project}, not of {PROJECT}")
+    if generation.of_project(project) is None:
+        known = " or ".join(g.project for g in generation.GENERATIONS)
+        raise UsageError(f"{where}: {name!r} is a wheel of {project}, not of {known}")
     odd = sorted({t.platform for t in tags if not KNOWN_PLATFORM.fullmatch(t.platform)})
     if odd:
         raise UsageError(f"{where}: {name!r} has platform tag {odd[0]!r}, not one fa-images builds (linux x86_64)")

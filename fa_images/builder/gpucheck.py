@@ -16,27 +16,16 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import generation
+from .comparison import CaseResult, sdpa
 from .contract import EXIT_NO_GPU, EXIT_WRONG_ARCH, WRONG_ARCH_PREFIX
 
 EXIT_FAILED = 1
 
 ATOL = {"float16": 1e-3, "bfloat16": 8e-3}  # slack over 2x SDPA's own low-precision error
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    err: float
-    bound: float
-
-    @property
-    def ok(self) -> bool:
-        return self.err <= self.bound
-
-    def line(self) -> str:
-        return f"  {'✓' if self.ok else '✕'} {self.name}: max|err| {self.err:.2e} <= {self.bound:.2e}"
 
 
 # Modules users import beyond the top level; they need flash-attn's runtime dependencies
@@ -71,15 +60,6 @@ def _compare(name: str, out, ref, low, dtype_name: str) -> CaseResult:
     return CaseResult(name, err, _bound(err_low, dtype_name))
 
 
-def _sdpa(qkv, causal: bool):
-    q, k, v = qkv
-    import torch.nn.functional as F
-
-    # flash-attn is (batch, seqlen, heads, dim); SDPA wants (batch, heads, seqlen, dim).
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
-    return out.transpose(1, 2)
-
-
 def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
     import torch
     from flash_attn import flash_attn_func
@@ -93,8 +73,8 @@ def dense_cases(shape=(2, 1024, 16, 128)) -> list[CaseResult]:
             ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
             low_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
             out = flash_attn_func(q, k, v, causal=causal)
-            ref = _sdpa(ref_in, causal)
-            low = _sdpa(low_in, causal)
+            ref = sdpa(ref_in, causal)
+            low = sdpa(low_in, causal)
             for t, g in ((out, grad), (ref, grad.float()), (low, grad)):
                 t.backward(g)
             tag = f"{str(dtype).removeprefix('torch.')} {'causal' if causal else 'full'}"
@@ -117,23 +97,33 @@ def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
     errs, low_errs = [], []
     for start, end in zip(cu[:-1].tolist(), cu[1:].tolist()):
         sl = [t[start:end].unsqueeze(0) for t in (q, k, v)]
-        ref = _sdpa([t.float() for t in sl], True)[0]
-        low = _sdpa(sl, True)[0]
+        ref = sdpa([t.float() for t in sl], True)[0]
+        low = sdpa(sl, True)[0]
         errs.append((out[start:end].float() - ref).abs().max().item())
         low_errs.append((low.float() - ref).abs().max().item())
     return CaseResult(f"varlen float16 causal, seqlens {list(seqlens)}", max(errs), _bound(max(low_errs), "float16"))
 
 
-def arch_verdict(capability, extension: str | None = None):
+def installed() -> list[generation.Generation]:
+    """The flash-attn generations installed here, by their distributions' metadata."""
+    import importlib.metadata
+
+    found = []
+    for gen in generation.GENERATIONS:
+        try:
+            importlib.metadata.distribution(gen.project)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found.append(gen)
+    return found
+
+
+def arch_verdict(capability, extension: str):
     """``gpuarch.verdict`` for the installed extension's cubins and PTX, or None when they cannot be read."""
     from pathlib import Path
 
     from . import gpuarch, verify
 
-    if extension is None:
-        import flash_attn_2_cuda
-
-        extension = flash_attn_2_cuda.__file__
     try:
         cubins, ptx, _how = verify.gpu_archs(Path(extension))
     except (OSError, ValueError) as exc:  # elf.ElfError is a ValueError
@@ -144,9 +134,54 @@ def arch_verdict(capability, extension: str | None = None):
     return gpuarch.verdict(cubins, ptx, (int(capability[0]), int(capability[1])))
 
 
+@dataclass(frozen=True)
+class Checks:
+    """What the check runs for one generation: its import, its extension's file, its cases."""
+
+    generation: generation.Generation
+    import_check: Callable[[], str]
+    extension: Callable[[], str]
+    cases: Callable[[], list[CaseResult]]
+    what: str  # the reference the cases compare with, for the verdict line
+
+
+def checks_for(gen: generation.Generation) -> Checks:
+    if gen is generation.FA3:
+        from . import fa3_check
+
+        return Checks(
+            gen,
+            fa3_check.import_check,
+            fa3_check.extension_file,
+            lambda: fa3_check.cases(fa3_check.installed_build()),
+            "an fp32 reference (FA3's rule)",
+        )
+
+    def extension() -> str:
+        import flash_attn_2_cuda
+
+        return flash_attn_2_cuda.__file__
+
+    return Checks(gen, import_check, extension, lambda: dense_cases() + [varlen_case()], "SDPA")
+
+
 def run(*, import_only: bool = False, out=print) -> int:
+    gens = installed()
+    if not gens:
+        projects = ", ".join(g.project for g in generation.GENERATIONS)
+        out(f"FAIL: import: no flash-attn is installed here (none of {projects})")
+        return EXIT_FAILED
+    codes = [run_one(checks_for(gen), import_only=import_only, out=out) for gen in gens]
+    # The worst verdict: a failure over a wrong arch over no GPU over a pass.
+    for code in (EXIT_FAILED, EXIT_WRONG_ARCH, EXIT_NO_GPU):
+        if code in codes:
+            return code
+    return max(codes)
+
+
+def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
     try:
-        out(import_check())
+        out(checks.import_check())
     except Exception as exc:  # any import failure is the verdict, not a crash
         out(f"FAIL: import: {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -161,7 +196,7 @@ def run(*, import_only: bool = False, out=print) -> int:
     started = time.monotonic()
     capability = tuple(torch.cuda.get_device_capability(0))
     out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, capability))})")
-    arch = arch_verdict(capability)
+    arch = arch_verdict(capability, checks.extension())
     if arch is None:
         out("GPU code: the extension's archs could not be read; running the kernels to find out")
     elif not arch.runs:
@@ -170,7 +205,7 @@ def run(*, import_only: bool = False, out=print) -> int:
     else:
         out(f"GPU code: {arch.line()}")
     try:
-        results = dense_cases() + [varlen_case()]
+        results = checks.cases()
     except Exception as exc:
         out(f"FAIL: {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -178,10 +213,11 @@ def run(*, import_only: bool = False, out=print) -> int:
         out(r.line())
     failed = [r for r in results if not r.ok]
     seconds = time.monotonic() - started
+    name = checks.generation.name
     if failed:
-        out(f"FAIL: {len(failed)} of {len(results)} comparisons out of tolerance ({seconds:.1f} s)")
+        out(f"FAIL: {name}: {len(failed)} of {len(results)} comparisons out of tolerance ({seconds:.1f} s)")
         return EXIT_FAILED
-    out(f"PASS: {len(results)} comparisons with SDPA within tolerance ({seconds:.1f} s)")
+    out(f"PASS: {name}: {len(results)} comparisons with {checks.what} within tolerance ({seconds:.1f} s)")
     return 0
 
 

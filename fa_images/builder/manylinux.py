@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import elf
 from .contract import MILESTONE
+from .generation import GENERATIONS
 
 # auditwheel 6.8.2, auditwheel/policy/manylinux-policy.json, x86_64 (MIT; pypa/auditwheel): per
 # policy the newest version of each symbol-version kind. Each list there holds every version the
@@ -191,7 +192,7 @@ def tag_wheel(wheel: Path, log: Callable[[str], None]) -> Path:
     if not wheel.name.endswith("-linux_x86_64.whl"):
         return wheel
     with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix="fa-tag-", dir=wheel.parent) as tmp:
-        names = [n for n in zf.namelist() if "/" not in n and n.startswith("flash_attn_2_cuda.") and n.endswith(".so")]
+        names = [n for n in zf.namelist() if any(g.owns(n) for g in GENERATIONS)]
         if len(names) != 1:
             return wheel
         so = Path(zf.extract(names[0], tmp))

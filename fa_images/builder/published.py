@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 from . import dist, simple_index, untrusted
 from .errors import SourceError, UsageError
 from .source import sha256_of
@@ -34,29 +36,39 @@ class PublishedIndex:
         manifest = dist.Manifest() if raw is None else _parsed(raw, base + dist.MANIFEST)
         if raw is None:
             notes.append(f"published: {url} has no {dist.MANIFEST} yet: nothing there is current")
-        page_url = f"{base}{dist.SIMPLE}/{dist.PROJECT}/"
-        body = _fetch(page_url, url, accept=simple_index.ACCEPT) if manifest.wheels else None
         files: dict[str, simple_index.File] = {}
-        if body is not None:
-            try:
-                page = simple_index.parse(body[0], body[1], url=page_url)
-            except ValueError as exc:  # UntrustedInput included
-                raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
-            # A link that is not printable would reach the console and the report: not served.
-            files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
-            # A metadata hash is written into the next site's HTML: 64 hex digits, or none.
-            files = {
-                n: f if dist.SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None)
-                for n, f in files.items()
-            }
-        elif manifest.wheels:
-            notes.append(f"published: {url} serves no {page_url}: none of its wheels is current")
+        for project in sorted({generation_project(name) for name in manifest.wheels}):
+            page_url = f"{base}{dist.SIMPLE}/{project}/"
+            body = _fetch(page_url, url, accept=simple_index.ACCEPT)
+            if body is None:
+                notes.append(f"published: {url} serves no {page_url}: none of its {project} wheels is current")
+                continue
+            files.update(_served(body, page_url, url))
         return cls(base, manifest, files), notes
 
     def serves(self, name: str, sha256: str) -> simple_index.File | None:
         """The page's file ``name``, if it is served with these bytes (its announced sha256)."""
         found = self.files.get(name)
         return found if found is not None and found.sha256 == sha256 else None
+
+
+def generation_project(wheel_name: str) -> str:
+    """The project page a wheel is served on (flash-attn, flash-attn-3); dist's records are checked names."""
+    return canonicalize_name(parse_wheel_filename(wheel_name)[0])
+
+
+def _served(body: tuple[bytes, str], page_url: str, url: str) -> dict[str, simple_index.File]:
+    """The files a project page serves: not yanked, printable links, metadata hashes of 64 hex digits."""
+    try:
+        page = simple_index.parse(body[0], body[1], url=page_url)
+    except ValueError as exc:  # UntrustedInput included
+        raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
+    # A link that is not printable would reach the console and the report: not served.
+    files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
+    # A metadata hash is written into the next site's HTML: 64 hex digits, or none.
+    return {
+        n: f if dist.SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None) for n, f in files.items()
+    }
 
 
 def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[bytes, str] | None:

@@ -197,46 +197,8 @@ def _member_name(name: str) -> str:
 
 
 def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
-    """Unpacks an sdist into ``dest_dir``, which must not exist yet, and reads what its setup.py supports.
-
-    Nothing is removed here: the archive lands in a directory made fresh for it, so no name
-    inside it (``..``, an absolute path, a link) can reach a file that was there before.
-    """
-    try:
-        dest_dir.mkdir(parents=True)
-    except FileExistsError:
-        raise SourceError(f"refusing to unpack into {dest_dir}: it already exists") from None
-    try:
-        raw = untrusted.open_regular(sdist, what="sdist")  # a FIFO or device would be read forever
-    except untrusted.UntrustedInput as exc:
-        raise SourceError(str(exc)) from None
-    try:
-        tar = tarfile.open(fileobj=raw)  # noqa: SIM115  (closed by `with tar:` below; open errors differ)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raw.close()
-        raise SourceError(f"{sdist.name} is not a readable .tar.gz: {exc}") from None
-    try:
-        with raw, tar:
-            members = tar.getmembers()
-            names = [n for n in (_member_name(m.name) for m in members) if n]
-            size = sum(m.size for m in members)
-            if size > MAX_UNPACKED:
-                raise SourceError(
-                    f"{sdist.name} would unpack to {size >> 20} MiB; refusing (at most {MAX_UNPACKED >> 20})"
-                )
-            tops = {n.split("/")[0] for n in names}
-            if "setup.py" in names:
-                root = dest_dir
-            elif len(tops) == 1 and tops != {".."}:
-                root = dest_dir / tops.pop()
-            else:
-                raise SourceError(f"{sdist.name} is not an sdist: no setup.py at its top or under one directory")
-            _safe_extract(tar, dest_dir)
-            newest = max((int(m.mtime) for m in members), default=ZIP_EPOCH)
-    except tarfile.TarError as exc:
-        raise SourceError(f"{sdist.name} cannot be unpacked safely: {exc}") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise SourceError(f"{sdist.name} is not a readable .tar.gz: {exc}") from None
+    """Unpacks an sdist into ``dest_dir``, which must not exist yet, and reads what its setup.py supports."""
+    root, newest = extract(sdist, dest_dir, marker="setup.py", what="sdist")
     setup_py = root / "setup.py"
     if not setup_py.is_file() or setup_py.is_symlink():
         raise SourceError(f"{sdist.name} has no setup.py; it is not a flash-attn sdist")
@@ -248,8 +210,54 @@ def unpack(sdist: Path, dest_dir: Path, sha256: str) -> SourceTree:
         sha256=sha256,
         honours_cuda_archs_env="FLASH_ATTN_CUDA_ARCHS" in text,
         honours_local_version="FLASH_ATTN_LOCAL_VERSION" in text,
-        source_date_epoch=max(newest, ZIP_EPOCH),
+        source_date_epoch=newest,
     )
+
+
+def extract(archive: Path, dest_dir: Path, *, marker: str, what: str) -> tuple[Path, int]:
+    """Unpacks a source archive (.tar, .tar.gz) into ``dest_dir``, which must not exist yet: (its
+    root, the directory that holds ``marker``, at the top or under one directory; its newest
+    member time, at least ZIP_EPOCH).
+
+    Nothing is removed here: the archive lands in a directory made fresh for it, so no name
+    inside it (``..``, an absolute path, a link) can reach a file that was there before.
+    """
+    try:
+        dest_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise SourceError(f"refusing to unpack into {dest_dir}: it already exists") from None
+    try:
+        raw = untrusted.open_regular(archive, what=what)  # a FIFO or device would be read forever
+    except untrusted.UntrustedInput as exc:
+        raise SourceError(str(exc)) from None
+    try:
+        tar = tarfile.open(fileobj=raw)  # noqa: SIM115  (closed by `with tar:` below; open errors differ)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raw.close()
+        raise SourceError(f"{archive.name} is not a readable .tar.gz: {exc}") from None
+    try:
+        with raw, tar:
+            members = tar.getmembers()
+            names = [n for n in (_member_name(m.name) for m in members) if n]
+            size = sum(m.size for m in members)
+            if size > MAX_UNPACKED:
+                raise SourceError(
+                    f"{archive.name} would unpack to {size >> 20} MiB; refusing (at most {MAX_UNPACKED >> 20})"
+                )
+            tops = {n.split("/")[0] for n in names}
+            if marker in names:
+                root = dest_dir
+            elif len(tops) == 1 and tops != {".."} and f"{next(iter(tops))}/{marker}" in names:
+                root = dest_dir / tops.pop()
+            else:
+                raise SourceError(f"{archive.name} is not a {what}: no {marker} at its top or under one directory")
+            _safe_extract(tar, dest_dir)
+            newest = max((int(m.mtime) for m in members), default=ZIP_EPOCH)
+    except tarfile.TarError as exc:
+        raise SourceError(f"{archive.name} cannot be unpacked safely: {exc}") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SourceError(f"{archive.name} is not a readable .tar.gz: {exc}") from None
+    return root, max(newest, ZIP_EPOCH)
 
 
 def _safe_extract(tar: tarfile.TarFile, dest_dir: Path) -> None:

@@ -9,6 +9,7 @@ without nvcc; uses cuobjdump when one is around and reads the ELF otherwise.
 
 from __future__ import annotations
 
+import ast
 import email.parser
 import json
 import os
@@ -27,14 +28,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import elf, gpuarch, untrusted, wheelfile
+from . import elf, fa3, generation, gpuarch, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
-EXTENSION_PREFIX = "flash_attn_2_cuda."
 # One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
 MAX_EXTENSION = 4 << 30
 _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
+# FlashAttention-3's: the CUDA major, and a trimmed build's name (fa3.local_version_label).
+_FA3_LABEL = re.compile(r"cu(?P<cuda>\d+)(?:\.k[0-9a-f]{8})?", re.IGNORECASE)
 # A Linux platform tag's architecture: linux_x86_64, manylinux2014_aarch64, manylinux_2_28_x86_64, musllinux_1_2_i686
 _LINUX_PLATFORM = re.compile(r"(?:linux|manylinux\d+|(?:many|musl)linux_\d+_\d+)_(?P<arch>.+)")
 # Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
@@ -63,6 +65,8 @@ class WheelReport:
     glibc_floor: str | None = None  # "GLIBC_2.34": the newest glibc symbol version the extension imports
     glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
     manylinux: str | None = None  # "manylinux_2_34": the oldest policy the extension's imports allow
+    generation: int | None = None  # 2 or 3: the flash-attn generation, from the wheel's project
+    fa3_build: str | None = None  # FA3: what it was built with (flash_attn_config), as fa3.Fa3Build says it
     gpus_here: list[dict] = field(default_factory=list)  # this host's GPUs: name, arch, runs, detail
     checks: list[Check] = field(default_factory=list)
 
@@ -133,7 +137,7 @@ _IMPORT_PROBE = (
     "import json, sys, torch; "
     "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
     "'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}), flush=True); "
-    "sys.path.insert(0, sys.argv[1]); import flash_attn_2_cuda"
+    "sys.path.insert(0, sys.argv[1]); import importlib; importlib.import_module(sys.argv[2])"
 )
 
 
@@ -162,8 +166,8 @@ def torch_facts(line: str) -> dict | None:
     return info
 
 
-def _import_check(unpacked: Path, python: str) -> tuple[str, str, dict]:
-    proc = run_python(python, ["-c", _IMPORT_PROBE, str(unpacked)])
+def _import_check(unpacked: Path, python: str, module: str) -> tuple[str, str, dict]:
+    proc = run_python(python, ["-c", _IMPORT_PROBE, str(unpacked), module])
     if proc is None:
         return "fail", f"{python} could not be run", {}
     out = proc.stdout.strip().splitlines()
@@ -201,13 +205,15 @@ def inspect_wheel(
         raise UsageError(f"{path.name} is not a wheel file name: {exc}") from None
     report.version = str(version)
     report.tags = sorted(str(t) for t in tags)
-    _check_tags(report, tags, expect_python)
+    gen = generation.of_project(str(_name))
+    report.generation = gen.number if gen else None
+    _check_tags(report, tags, expect_python, gen or generation.FA2)
 
-    label = _LABEL.search(version.local or "")
+    label = (_FA3_LABEL.fullmatch if gen is generation.FA3 else _LABEL.search)(version.local or "")
     try:
         with wheelfile.open_wheel(path) as wheel, tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp:
             _inspect_members(
-                report, wheel, Path(tmp), label, expect_cxx11_abi, expect_archs, python, import_check, gpus
+                report, wheel, Path(tmp), label, expect_cxx11_abi, expect_archs, python, import_check, gpus, gen
             )
     except wheelfile.BadWheel as exc:
         raise UsageError(str(exc)) from None
@@ -224,26 +230,36 @@ def _inspect_members(
     python: str,
     import_check: bool,
     gpus: list[tuple[str, tuple[int, int]]] | None,
+    gen: generation.Generation | None,
 ) -> None:
     """The checks of what is inside the wheel, read as pip reads it."""
     tags = wheel.tags
-    metadata = _check_metadata(report, wheel)
-    _check_torch_pin(report, metadata, label["torch"] if label else None)
-    so_names = [n for n in wheel.members if "/" not in n and n.startswith(EXTENSION_PREFIX) and n.endswith(".so")]
+    metadata = _check_metadata(report, wheel, gen)
+    if gen is None:
+        return
+    if gen is generation.FA3:
+        _check_fa3_build(report, wheel)
+        report.add("torch pin", "pass", f"none: built on torch's stable ABI, for torch >= {fa3.STABLE_ABI_TORCH}")
+    else:
+        _check_torch_pin(report, metadata, label["torch"] if label else None)
+    so_names = [n for n in wheel.members if gen.owns(n)]
     if not so_names:
-        report.add("extension", "fail", f"no {EXTENSION_PREFIX}*.so in the wheel: it holds no compiled kernels")
+        report.add("extension", "fail", f"no {gen.extension_member}*.so in the wheel: it holds no compiled kernels")
         return
     report.extension = so_names[0]
     report.add("extension", "pass", so_names[0])
     _check_machine(report, wheel)
     so = _extract_bounded(wheel.zf, so_names[0], tmp, wheel.shown)
     # The torch it is next to, first: the ABI and the label are compared with that torch.
-    imported = _import_next_to_torch(tmp, python, tags) if import_check else None
+    imported = _import_next_to_torch(tmp, python, tags, gen) if import_check else None
     torch_here = imported[2] if imported else {}
-    expected, against = _expected_abi(expect_cxx11_abi, torch_here, label)
     try:
-        _check_abi(report, so, expected, against)
-        _check_label(report, label, torch_here)
+        if gen is generation.FA3:
+            report.add("C++ ABI", "pass", "none to match: built on torch's stable C ABI")
+            _check_fa3_label(report, label, torch_here)
+        else:
+            _check_abi(report, so, *_expected_abi(expect_cxx11_abi, torch_here, label))
+            _check_label(report, label, torch_here)
         _check_archs(report, so, expect_archs, gpuarch.visible_gpus() if gpus is None else gpus)
         _check_glibc_floor(report, so, on_this_host=import_check)
         _check_manylinux(report, so, tags)
@@ -259,7 +275,8 @@ def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> 
     info = zf.getinfo(name)
     if info.file_size > MAX_EXTENSION:
         raise UsageError(f"{shown}: {name} declares {info.file_size >> 20} MiB, more than {MAX_EXTENSION >> 20} MiB")
-    target = dest / Path(name).name
+    target = dest / name  # wheelfile has refused a member that would land outside
+    target.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     try:
         with zf.open(info) as src, target.open("wb") as out:
@@ -273,8 +290,11 @@ def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> 
     return target
 
 
-def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
+def _check_tags(report: WheelReport, tags, expect_python: str | None, gen: generation.Generation) -> None:
     tag = sorted(tags, key=str)[0]
+    if gen.abi3:
+        _check_abi3_tag(report, tag, expect_python)
+        return
     if tag.interpreter.startswith("py") or tag.abi == "none" or tag.platform == "any":
         report.add(
             "platform tag",
@@ -296,7 +316,59 @@ def _check_tags(report: WheelReport, tags, expect_python: str | None) -> None:
     report.add("platform tag", "pass", str(tag))
 
 
-def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel) -> str | None:
+def _check_abi3_tag(report: WheelReport, tag, expect_python: str | None) -> None:
+    """cp3X-abi3-linux_x86_64: one wheel for Python 3.X and every later one."""
+    oldest = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+    if not oldest or tag.abi != "abi3" or not tag.platform.endswith("x86_64"):
+        report.add("platform tag", "fail", f"{tag} is not cp3X-abi3-linux_x86_64")
+        return
+    if expect_python and int(expect_python.split(".")[1]) < int(oldest.group(1)):
+        report.add("platform tag", "fail", f"{tag} is for Python >= 3.{oldest.group(1)}, expected {expect_python}")
+        return
+    report.add("platform tag", "pass", f"{tag}: every Python >= 3.{oldest.group(1)}")
+
+
+def _check_fa3_build(report: WheelReport, wheel: wheelfile.Wheel) -> None:
+    """What the FA3 wheel was built with, from its flash_attn_config.py (a literal, never run)."""
+    if "flash_attn_config.py" not in wheel.members:
+        report.add("FA3 build", "fail", "no flash_attn_config.py: its build flags are unknown")
+        return
+    try:
+        text = wheel.zf.read("flash_attn_config.py")[: 1 << 20].decode()
+        match = re.search(r"^CONFIG = (\{.*\})$", text, re.MULTILINE)
+        build = fa3.Fa3Build.from_config(ast.literal_eval(match.group(1)) if match else {})
+    except (ValueError, SyntaxError, UsageError, MemoryError, RecursionError, *wheelfile.DAMAGED) as exc:
+        report.add("FA3 build", "fail", f"flash_attn_config.py cannot be read: {exc}")
+        return
+    report.fa3_build = build.describe()
+    report.add("FA3 build", "pass", build.describe() + (" (upstream's full build)" if build.full else ""))
+
+
+def _check_fa3_label(report: WheelReport, label: re.Match[str] | None, torch_here: dict) -> None:
+    """FA3's +cuNN against the torch it is next to: one CUDA major, torch >= 2.9."""
+    if not torch_here:
+        return
+    if label is None:
+        report.add("label", "skip", "no +cuNN label to compare with torch")
+        return
+    here, cuda = torch_here["torch"], torch_here.get("cuda")
+    wrong = []
+    if cuda is None:
+        wrong.append(f"CUDA {label['cuda']}, but torch {here} is a CPU build")
+    elif label["cuda"] != cuda.split(".")[0]:
+        wrong.append(f"CUDA {label['cuda']}, not {cuda}")
+    try:
+        if Version(here.split("+")[0]) < fa3.STABLE_ABI_TORCH:
+            wrong.append(f"torch >= {fa3.STABLE_ABI_TORCH}, not {here}")
+    except InvalidVersion:
+        wrong.append(f"a torch version, not {here!r}")
+    if wrong:
+        report.add("label", "fail", f"{label.group(0)} says {'; '.join(wrong)}")
+    else:
+        report.add("label", "pass", f"{label.group(0)} fits torch {here} (CUDA {cuda})")
+
+
+def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel, gen: generation.Generation | None) -> str | None:
     """The wheel's METADATA (the one pip reads, in its own dist-info) against its file name;
     returns the METADATA's text, or None where it has none."""
     data = wheel.metadata()
@@ -311,8 +383,9 @@ def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel) -> str | None:
         report.add("metadata", "fail", f"file name says {version}, METADATA says {meta_version}")
     elif meta_name is not None and canonicalize_name(meta_name) != project:
         report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name}")
-    elif project != "flash-attn":
-        report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn")
+    elif gen is None:
+        known = ", ".join(g.project for g in generation.GENERATIONS)
+        report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn ({known})")
     else:
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
     return text
@@ -553,7 +626,7 @@ def _check_archs(report: WheelReport, so: Path, expected, gpus: list[tuple[str, 
     report.ptx_archs = gpuarch.sorted_archs(ptx)
     found = f"sm_{', sm_'.join(report.cubin_archs) or '-'}" + (f" + PTX {', '.join(report.ptx_archs)}" if ptx else "")
     built = {a.rstrip("af") for a in cubins}
-    missing = gpuarch.sorted_archs(set(expected or ()) - built)
+    missing = gpuarch.sorted_archs({a.rstrip("af") for a in expected or ()} - built)
     if not cubins and not ptx:
         report.add("GPU code", "fail", f"no GPU code found ({how})")
     elif missing:
@@ -576,15 +649,18 @@ def _gpu_here(report: WheelReport, name: str, capability: tuple[int, int]) -> st
     )
 
 
-def _import_next_to_torch(unpacked: Path, python: str, tags) -> tuple[str, str, dict]:
+def _import_next_to_torch(unpacked: Path, python: str, tags, gen: generation.Generation) -> tuple[str, str, dict]:
     """(status, detail, torch's facts) of importing the extension with ``python``; skipped when
-    ``python`` is not the interpreter the wheel is for."""
+    ``python`` is not an interpreter the wheel is for."""
     proc = run_python(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], timeout=120)
     here = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
     interpreter = sorted(tags, key=str)[0].interpreter
-    if here != interpreter:
-        return "skip", f"wheel is {interpreter}, {python} is {here or 'not runnable'}", {}
-    return _import_check(unpacked, python)
+    fits = here == interpreter or (
+        gen.abi3 and here.startswith("cp3") and interpreter.startswith("cp3") and int(here[3:]) >= int(interpreter[3:])
+    )
+    if not fits:
+        return "skip", f"wheel is {interpreter}{'-abi3' if gen.abi3 else ''}, {python} is {here or 'not runnable'}", {}
+    return _import_check(unpacked, python, gen.extension_module)
 
 
 def _report_import(report: WheelReport, python: str, status: str, detail: str, info: dict) -> None:
@@ -593,8 +669,8 @@ def _report_import(report: WheelReport, python: str, status: str, detail: str, i
         report.add("torch pin", "fail", f"requires {report.torch_requirement}, but {python} has torch {info['torch']}")
 
 
-def _check_import(report: WheelReport, unpacked: Path, python: str, tags) -> None:
-    _report_import(report, python, *_import_next_to_torch(unpacked, python, tags))
+def _check_import(report: WheelReport, unpacked: Path, python: str, tags, gen: generation.Generation) -> None:
+    _report_import(report, python, *_import_next_to_torch(unpacked, python, tags, gen))
 
 
 def accept_wheel(

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..builder import contract, gpuarch
+from ..builder import contract, generation, gpuarch
 from ..builder.settings import ARCH_CODES
 from ..builder.source import SUPPORTED_FLASH_ATTN
 from ..errors import ConfigError, Problem
@@ -25,6 +25,7 @@ from . import grammar, yamlfile
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
 _DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)
+_COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)
 SECTIONS = (
     "pythons",
     "torch",
@@ -39,6 +40,7 @@ SECTIONS = (
     "runtime_deps_python",
     "flash_attn_range",
     "flash_attn",
+    "flash_attn_3",
 )
 
 
@@ -79,6 +81,17 @@ class FlashAttnRelease:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Fa3Release:
+    """A FlashAttention-3 release: its source archive's pin (the tar's sha256) and the commits it is made of."""
+
+    version: str
+    sha256: str
+    flash_attention: str  # the flash-attention commit (hopper/)
+    cutlass: str  # the cutlass commit of its csrc/cutlass submodule
+    runtime_deps: tuple[str, ...]  # what its wheel requires besides torch and runtime_deps, pinned
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compat:
     torch: dict[str, TorchRelease]
     cuda: dict[str, CudaRelease]
@@ -93,6 +106,7 @@ class Compat:
     runtime_deps_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
+    flash_attn_3: dict[str, Fa3Release] = field(default_factory=dict)
 
     def tools_for(self, python: str) -> tuple[str, ...]:
         """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
@@ -332,6 +346,34 @@ def _flash_attn(c: _Checker, data: dict, supported: SpecifierSet) -> dict[str, F
     return flash
 
 
+def _flash_attn_3(c: _Checker, data: dict) -> dict[str, Fa3Release]:
+    found = {}
+    for ver, raw in c.mapping(("flash_attn_3",), data.get("flash_attn_3", {})).items():
+        ver = c.key(("flash_attn_3", ver), ver)
+        raw = c.mapping(("flash_attn_3", ver), raw)
+        if ver is not None and Version(ver).major != generation.FA3.number:
+            c.fail(("flash_attn_3", ver), f"flash_attn_3: {ver} is not a FlashAttention-3 version (3.x)")
+            continue
+        bad = [k for k in ("sha256", "flash_attention", "cutlass") if not isinstance(raw.get(k), str)]
+        bad += [k for k in ("flash_attention", "cutlass") if k not in bad and not _COMMIT.fullmatch(raw[k])]
+        if "sha256" not in bad and not grammar.SHA256.fullmatch(raw["sha256"]):
+            bad.append("sha256")
+        for key in bad:
+            what = "64 hex digits" if key == "sha256" else "a full commit (40 hex digits)"
+            c.fail(("flash_attn_3", ver, key), f"flash_attn_3.{ver}.{key} must be {what}")
+        deps = _pins(c, ("flash_attn_3", ver, "runtime_deps"), raw.get("runtime_deps", []))
+        if ver is None or bad:
+            continue
+        found[ver] = Fa3Release(
+            version=ver,
+            sha256=raw["sha256"],
+            flash_attention=raw["flash_attention"],
+            cutlass=raw["cutlass"],
+            runtime_deps=deps,
+        )
+    return found
+
+
 def _pins(c: _Checker, path: tuple, tools: Any) -> tuple[str, ...]:
     """A list of ``name==version`` pins; each reaches a RUN line."""
     if not isinstance(tools, list):
@@ -371,6 +413,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     targets = _targets(c, data, gpus)
     supported = _flash_attn_range(c, data)
     flash = _flash_attn(c, data, supported)
+    flash3 = _flash_attn_3(c, data)
     tools = _pins(c, ("build_tools",), data.get("build_tools", []))
     pythons = _pythons(c, data)
     per_python = _pins_per_python(c, data, "build_tools_python")
@@ -394,6 +437,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         runtime_deps_python=runtime_per_python,
         flash_attn_range=supported,
         targets=targets,
+        flash_attn_3=flash3,
     )
 
 

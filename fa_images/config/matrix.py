@@ -16,6 +16,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from ..builder import fa3
+from ..builder.errors import UsageError
 from ..builder.settings import local_version_label
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
@@ -28,8 +30,10 @@ from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
 
-TOP_KEYS = ("image", "targets", "matrix", "entries", "bases", "packages", "build", "compat", "allow_unknown")
+TOP_KEYS = ("image", "targets", "matrix", "entries", "bases", "packages", "build", "fa3", "compat", "allow_unknown")
+FA3_KEYS = ("head_dims", "dtypes", "without")
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
+FA3_EXAMPLE = "e.g. fa3: {head_dims: [128], dtypes: [bf16, fp16], without: [split, paged_kv]}"
 # The grammar each setting must follow before it may reach a Dockerfile or the engine.
 SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("bases", "devel"): grammar.image_reference,
@@ -122,7 +126,10 @@ def _missing_hint(path: Path) -> str:
 
 def wheel_name_key(entry: Entry) -> tuple[str, str, str]:
     """What an entry's wheel is named by: flash-attn labels a wheel by the torch series it runs
-    with (``+cu128torch2.9cxx11abitrue``), so two torch releases of one series make one name."""
+    with (``+cu128torch2.9cxx11abitrue``), so two torch releases of one series make one name.
+    FlashAttention-3's abi3 wheel is its compile group's, shared by design: each entry is its own."""
+    if entry.fa3 is not None:
+        return (entry.flash_attn, entry.id, entry.compile_group)
     label = local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=bool(entry.cxx11_abi))
     return (entry.flash_attn, entry.python, label)
 
@@ -175,6 +182,7 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         packages=_section(doc, "packages", Packages, problems),
         build=_section(doc, "build", BuildOptions, problems),
         allow_unknown=allow_unknown,
+        fa3_build=_fa3(doc, problems),
     )
     resolved = rules.resolve_axes(doc, compat, problems)
     combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
@@ -239,6 +247,33 @@ def _targets(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict[str, list[s
             )
             del targets[name]
     return {str(k): list(v) for k, v in targets.items()}
+
+
+def _fa3(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa3.Fa3Build:
+    """What every FlashAttention-3 entry compiles (``fa3:``); upstream's full build where it is absent."""
+    raw = doc.data.get("fa3")
+    if raw is None:
+        return fa3.Fa3Build()
+    if not isinstance(raw, dict):
+        problems.append(doc.problem(("fa3",), f"fa3 must be a mapping, not {kind(raw)}", hint=FA3_EXAMPLE))
+        return fa3.Fa3Build()
+    values: dict[str, tuple] = {}
+    for key, value in raw.items():
+        if key not in FA3_KEYS:
+            problems.append(doc.problem(("fa3", key), f"unknown key fa3.{key}", hint=did_you_mean(str(key), FA3_KEYS)))
+            continue
+        items = tuple(as_list(value))
+        wanted = int if key == "head_dims" else str
+        if not items or not all(isinstance(v, wanted) and not isinstance(v, bool) for v in items):
+            what = "numbers" if wanted is int else "names"
+            problems.append(doc.problem(("fa3", key), f"fa3.{key} must be a list of {what}", hint=FA3_EXAMPLE))
+            continue
+        values[key] = items
+    try:
+        return fa3.Fa3Build(**values)
+    except UsageError as exc:
+        problems.append(doc.problem(("fa3",), str(exc), hint=FA3_EXAMPLE))
+        return fa3.Fa3Build()
 
 
 def _allow_unknown(doc: yamlfile.YamlDoc, problems: list[Problem]) -> bool:

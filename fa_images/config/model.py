@@ -9,7 +9,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..builder import contract
+from ..builder import contract, fa3, generation
+from ..builder.fa3 import Fa3Build
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
 from . import builders, grammar
@@ -85,18 +86,27 @@ class Entry:
     devel_image: str
     runtime_image: str
     torch_index: str | None
+    fa3: Fa3Build | None = None  # what a FlashAttention-3 entry compiles; None for flash-attn 2
 
     @property
     def cuda_tag(self) -> str:
         return contract.cuda_tag(self.cuda)
 
     @property
+    def generation(self) -> generation.Generation:
+        return generation.of_version(self.flash_attn)
+
+    @property
     def compile_group(self) -> str:
         """Entries that differ only in Python share their kernels: no kernel includes Python.h.
 
         The devel base is a function of the CUDA version within one matrix, so it is covered.
+        FlashAttention-3 builds on torch's stable ABI, as abi3: one compile serves every Python
+        and torch of a CUDA major, and the group is named by what it compiles instead.
         """
         archs = "_".join(self.archs) + ("-ptx" if self.ptx else "")
+        if self.fa3 is not None:
+            return f"fa{self.flash_attn}-{fa3.local_version_label(self.cuda, self.fa3)}-sm{archs}"
         return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
 
     @property
@@ -117,6 +127,11 @@ class Entry:
         if self.torch_index:
             data["torch_index"] = grammar.without_credentials(self.torch_index)
         data["gpus"] = list(self.gpus)
+        data["generation"] = self.generation.number
+        if self.fa3 is not None:
+            data["fa3"] = {"build": self.fa3.describe(), **{k: list(v) for k, v in asdict(self.fa3).items()}}
+        else:
+            data.pop("fa3")
         return data
 
 

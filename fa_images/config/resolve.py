@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from ..builder import contract
+from ..builder import contract, fa3, generation
+from ..builder.errors import UsageError
 from ..builder.settings import parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
@@ -62,10 +63,12 @@ class EntryResolver:
         packages: Packages,
         build: BuildOptions,
         allow_unknown: bool,
+        fa3_build: fa3.Fa3Build | None = None,
     ) -> None:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
+        self.fa3_build = fa3_build or fa3.Fa3Build()
         self.left_out: list[LeftOut] = []
 
     def fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
@@ -188,6 +191,9 @@ class EntryResolver:
                 self.fail(combo, key, f"unknown key {key!r}", hint=did_you_mean(key, AXES))
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
+        gen = self._generation(combo, fa)
+        if gen is generation.FA3:
+            return self._fa3_entry(combo, before, python, torch_v, fa, cuda)
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
         if python is not None and python not in self.compat.pythons:
@@ -212,6 +218,37 @@ class EntryResolver:
             return None
         variant = release.variant(cuda) if release else None
         fa_rel = self.compat.flash_attn.get(fa)
+        return self._made(
+            combo,
+            python=python,
+            torch_v=torch_v,
+            cuda=cuda,
+            cuda_rel=cuda_rel,
+            fa=fa,
+            archs=archs,
+            ptx=bool(ptx),
+            gpus=gpus,
+            cxx11_abi=variant.cxx11_abi if variant else None,
+            sha256=fa_rel.sha256 if fa_rel else None,
+        )
+
+    def _made(
+        self,
+        combo: Combo,
+        *,
+        python: str,
+        torch_v: str,
+        cuda: str,
+        cuda_rel: CudaRelease,
+        fa: str,
+        archs: tuple[str, ...],
+        ptx: bool,
+        gpus: tuple[str, ...],
+        cxx11_abi: bool | None,
+        sha256: str | None,
+        fa3_build: fa3.Fa3Build | None = None,
+    ) -> Entry | None:
+        """The entry, its image tag checked against Docker's grammar before anything is built."""
         tag = f"fa{fa}-py{python}-torch{torch_v}-{contract.cuda_tag(cuda)}"
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": contract.cuda_tag(cuda)}
         bad_tag = grammar.image_tag(tag)
@@ -226,15 +263,124 @@ class EntryResolver:
             cuda_release=cuda_rel.release,
             flash_attn=fa,
             archs=archs,
-            ptx=bool(ptx),
+            ptx=ptx,
             gpus=gpus,
-            cxx11_abi=variant.cxx11_abi if variant else None,
-            sdist_sha256=fa_rel.sha256 if fa_rel else None,
+            cxx11_abi=cxx11_abi,
+            sdist_sha256=sha256,
             image=f"{self.image}:{tag}",
             devel_image=fill_placeholders(self.bases.devel, fill),
             runtime_image=fill_placeholders(self.bases.runtime, fill),
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
+            fa3=fa3_build,
         )
+
+    def _generation(self, combo: Combo, fa: str | None) -> generation.Generation | None:
+        if fa is None:
+            return None
+        try:
+            return generation.of_version(fa)
+        except UsageError as exc:
+            self.fail(combo, "flash_attn", exc.message, hint=exc.hint)
+            return None
+
+    def _fa3_entry(
+        self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None
+    ) -> Entry | None:
+        """A FlashAttention-3 entry: torch's stable ABI (torch >= 2.9), a CUDA its setup.py builds with
+        and nothing downloaded, and the GPUs its kernels run on (sm_90a: 9.0; sm_80: 8.x)."""
+        build = self.fa3_build
+        for key in ("archs", "ptx"):
+            if key in combo.values:
+                self.fail(
+                    combo, key, f"{key} is not for FlashAttention-3: its kernels are sm_90a and sm_80, as fa3: says"
+                )
+        gpus = self._fa3_gpus(combo, build)
+        if python is not None and python not in self.compat.pythons:
+            self.fail(
+                combo,
+                "python",
+                f"Python {python} is not supported",
+                hint=f"use one of {', '.join(self.compat.pythons)}",
+            )
+        if len(self.problems) == before and python and torch_v and combo.ruled:
+            reason = self._fa3_left_out_reason(combo, python, torch_v, cuda)
+            if reason:
+                self.left_out.append(LeftOut(combination=combo.label, reason=reason))
+                return None
+        release, cuda = self._torch(combo, python, torch_v, cuda)
+        cuda_rel = self._cuda(combo, cuda, torch_v)
+        fa_rel = self.compat.flash_attn_3.get(fa) if fa else None
+        if fa and fa_rel is None:
+            known = list(self.compat.flash_attn_3)
+            self.fail(
+                combo,
+                "flash_attn",
+                f"FlashAttention-3 {fa} is not in the compat table (flash_attn_3:)",
+                hint=f"known: {', '.join(known) or 'none'}; add it with --compat FILE",
+            )
+        if torch_v and Version(torch_v) < fa3.STABLE_ABI_TORCH:
+            self.fail(
+                combo,
+                "torch",
+                f"FlashAttention-3 is built on torch's stable ABI, from torch {fa3.STABLE_ABI_TORCH}; not {torch_v}",
+            )
+        if cuda and (why := fa3.refuse_cuda(cuda)):
+            self.fail(combo, "cuda" if "cuda" in combo.values else "torch", why)
+        if len(self.problems) > before or not (
+            python and torch_v and fa and fa_rel and cuda and cuda_rel and gpus is not None
+        ):
+            return None
+        variant = release.variant(cuda) if release else None
+        return self._made(
+            combo,
+            python=python,
+            torch_v=torch_v,
+            cuda=cuda,
+            cuda_rel=cuda_rel,
+            fa=fa,
+            archs=build.archs,
+            ptx=False,
+            gpus=gpus,
+            cxx11_abi=variant.cxx11_abi if variant else None,
+            sha256=fa_rel.sha256,
+            fa3_build=build,
+        )
+
+    def _fa3_gpus(self, combo: Combo, build: fa3.Fa3Build) -> tuple[str, ...] | None:
+        """The target's GPUs, each one FA3's kernels run on: 9.0 (sm_90a), 8.x (sm_80, unless left out)."""
+        if "target" not in combo.values:
+            self.fail(combo, None, "no target: name the GPUs it is for", hint="e.g. target: [H100]")
+            return None
+        found = self._target_gpus(combo)
+        if found is None:
+            return None
+        for gpu, cc, _arch in found:
+            runs = cc == "9.0" or (cc.startswith("8.") and "80" in build.archs)
+            if not runs:
+                why = (
+                    "its sm_80 kernels are left out (fa3.without: sm80)"
+                    if cc.startswith("8.")
+                    else "FA3's kernels are sm_90a (9.0 only) and sm_80 (8.x)"
+                )
+                self.fail(combo, "target", f"FlashAttention-3 cannot run on {gpu} (compute capability {cc}): {why}")
+                return None
+        return tuple(gpu for gpu, _, _ in found)
+
+    def _fa3_left_out_reason(self, combo: Combo, python: str, torch_v: str, cuda: str | None) -> str | None:
+        release = self.compat.torch.get(torch_v)
+        if release is None:
+            return None
+        if "torch" in combo.ruled and Version(torch_v) < fa3.STABLE_ABI_TORCH:
+            return f"FlashAttention-3 is built on torch's stable ABI, from torch {fa3.STABLE_ABI_TORCH}"
+        if combo.ruled & {"python", "torch"} and python not in release.pythons:
+            return f"torch {torch_v} has no wheels for Python {python}"
+        given = combo.values.get("cuda") is not None
+        cuda = cuda if given else release.default_cuda
+        if ("cuda" in combo.ruled if given else "torch" in combo.ruled) and cuda and release.variant(cuda) is None:
+            return f"torch {torch_v} has no CUDA {cuda} build"
+        if ("cuda" in combo.ruled if given else "torch" in combo.ruled) and cuda and (why := fa3.refuse_cuda(cuda)):
+            return why
+        return None
 
     def _left_out_reason(
         self, combo: Combo, python: str, torch_v: str, cuda: str | None, archs: tuple[str, ...]

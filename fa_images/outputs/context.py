@@ -13,7 +13,8 @@ import re
 import shutil
 from pathlib import Path
 
-from ..builder import contract, source
+from ..builder import contract, fa3, source
+from ..builder.errors import SourceError
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from . import group_cache, wheelhouse
@@ -28,8 +29,16 @@ def cache_dir() -> Path:
     return Path(base) / "fa-images"
 
 
+def source_name(entry: Entry) -> str:
+    """The file name of the entry's source: flash-attn's sdist, or FlashAttention-3's archive."""
+    return fa3.archive_name(entry.flash_attn) if entry.fa3 is not None else source.sdist_name(entry.flash_attn)
+
+
 def fetch_sdist(matrix: Matrix, entry: Entry) -> Path:
-    """The entry's sdist from ``packages.sdists``, the local cache or the index, sha256-checked."""
+    """The entry's sdist from ``packages.sdists``, the local cache or the index, sha256-checked;
+    FlashAttention-3's archive from ``packages.sdists`` only (no index serves it)."""
+    if entry.fa3 is not None:
+        return _fa3_archive(matrix, entry)
     cache = cache_dir() / "sdists"
     local = Path(matrix.packages.sdists) if matrix.packages.sdists else None
     found_locally = local is not None and (local / source.sdist_name(entry.flash_attn)).is_file()
@@ -42,6 +51,21 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path:
         sources_dir=local if found_locally else cache,
     )
     return path
+
+
+def _fa3_archive(matrix: Matrix, entry: Entry) -> Path:
+    name = fa3.archive_name(entry.flash_attn)
+    local = Path(matrix.packages.sdists) / name if matrix.packages.sdists else None
+    if local is None or not local.is_file():
+        raise SourceError(
+            f"{entry.id}: no {name} in packages.sdists ({matrix.packages.sdists or 'not set'}): FlashAttention-3 "
+            "is not on PyPI, and its source archive is made from the flash-attention and cutlass repositories",
+            hint="`fa-images source fa3 --flash-attention CLONE --cutlass CLONE --out DIR` makes it, "
+            "and packages.sdists: DIR finds it",
+        )
+    if entry.sdist_sha256:
+        source.check_sha256(fa3.tar_sha256(local), entry.sdist_sha256, shown_as=f"{local} (the tar inside)")
+    return local
 
 
 def builder_files() -> list[Path]:
@@ -123,7 +147,7 @@ def assemble(
     else:
         sdists = dest / "inputs" / "sdists"
         sdists.mkdir(parents=True)
-        shutil.copy2(source_file, sdists / source.sdist_name(entry.flash_attn))
+        shutil.copy2(source_file, sdists / source_name(entry))
         group_cache.fill(compiler_cache, entry.compile_group, dest / contract.CACHE_CONTEXT_DIR)
     if wheelhouse.private_kinds(matrix, entry):
         wheelhouse.fill(matrix, entry, dest / "inputs" / "wheels", cache_dir() / "wheels")

@@ -119,8 +119,14 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
         Install("uv", uv, tools),
         Install("torch", (f"torch=={entry.torch}",), torch),
         Install("build tools", matrix.compat.tools_for(entry.python), tools),
-        Install("runtime deps", matrix.compat.runtime_deps_for(entry.python), tools),
+        Install("runtime deps", runtime_deps(matrix, entry), tools),
     )
+
+
+def runtime_deps(matrix: Matrix, entry: Entry) -> tuple[str, ...]:
+    """What the entry's flash-attn needs besides torch, pinned: the table's, and its generation's own."""
+    release = matrix.compat.flash_attn_3.get(entry.flash_attn) if entry.fa3 is not None else None
+    return matrix.compat.runtime_deps_for(entry.python) + (release.runtime_deps if release else ())
 
 
 def private_kinds(matrix: Matrix, entry: Entry) -> frozenset[Kind]:

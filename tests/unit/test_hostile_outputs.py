@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fa_images import cli, doctor
-from fa_images.builder import dist, elf, safe_io, simple_index, untrusted, verify
+from fa_images.builder import dist, elf, generation, safe_io, simple_index, untrusted, verify
 from fa_images.config import compatgen, grammar
 from fa_images.errors import ConfigError, FatalError, UsageError, VerificationFailed
 
@@ -736,8 +736,8 @@ def test_the_import_check_survives_a_python_that_lies_or_is_missing(case: str, t
     report = verify.WheelReport(wheel=WHEEL)
     from packaging.tags import Tag
 
-    verify._check_import(report, tmp_path, python, {Tag("cp311", "cp311", "linux_x86_64")})
-    status, _detail, info = verify._import_check(tmp_path, python)
+    verify._check_import(report, tmp_path, python, {Tag("cp311", "cp311", "linux_x86_64")}, generation.FA2)
+    status, _detail, info = verify._import_check(tmp_path, python, "flash_attn_2_cuda")
     assert report.checks and status in ("pass", "fail", "skip") and isinstance(info, dict)
 
 
@@ -770,10 +770,11 @@ SHA = '"' + "0" * 64 + '"'
             "2.4.2",
             "outside what the builder can build",
         ),
-        ('flash_attn_range: ">=2.5,<4"\n', "3.0.0", "cannot be built by fa-images"),
+        ('flash_attn_range: ">=2.5,<4"\n', "2.9.0", "cannot be built by fa-images"),
         ('flash_attn_range: ""\n', "2.9.0", "cannot be built by fa-images"),
+        ('flash_attn_range: ">=2.5,<6"\n', "5.0.0", "names FlashAttention-5, which fa-images does not build"),
     ],
-    ids=["an older version pinned", "a newer major", "an empty range"],
+    ids=["an older version pinned", "a newer release", "an empty range", "a generation it does not build"],
 )
 def test_a_compat_override_cannot_widen_the_builders_range(override, entry_fa, says, tmp_path: Path, capsys) -> None:
     (tmp_path / "wide.yaml").write_text(override)

@@ -996,7 +996,7 @@ REFUSED = [
             f'entries:\n  - python: "3.12"\n    torch: "2.9.1"\n    flash_attn: "{version}"\n    target: A100\n',
             Want(4, f"flash-attn {version} cannot be built by fa-images", hint=f"supported: {SUPPORTED_FLASH_ATTN}"),
         )
-        for version in ("2.4.2", "2.8.4", "3.0.0b1")
+        for version in ("2.4.2", "2.8.4", "2.9.0b1")
     ],
     refused(
         "an unknown flash-attn version inside the range",

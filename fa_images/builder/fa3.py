@@ -1,0 +1,296 @@
+"""FlashAttention-3: its source archive, its build knobs, and the environment its setup.py runs in.
+
+FA3 is not on PyPI, and flash-attn's sdists carry none of its CUDA sources. Its source is
+flash-attention's ``hopper/`` (and the README its setup.py opens) at a commit, plus cutlass's
+``include/`` at the commit of that commit's submodule: ``make_archive`` puts the two into one
+archive, laid out as the repository (``hopper/``, ``csrc/cutlass/include/``). Its pin is the
+sha256 of the tar inside, so a mirror may compress it again without breaking the pin.
+
+hopper/setup.py is steered by environment variables only: ``FLASH_ATTENTION_DISABLE_*`` shape
+what is compiled, and ``Fa3Build.environment`` sets every one of them, so nothing a caller's
+environment holds changes the build. It would download nvcc 12.6 and ptxas 12.8 for CUDA 12.3 to
+12.9 except 12.8 (``DOWNLOADS_TOOLCHAIN``), try a GitHub wheel unless forced to build, and run
+``git submodule update``; fa-images refuses the first, forces the build, and keeps git inside the
+unpacked tree.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import re
+import subprocess
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from . import safe_io, untrusted
+from .errors import SourceError, UsageError
+from .source import MAX_UNPACKED, ZIP_EPOCH, SourceTree, check_sha256, extract
+
+SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
+# The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.
+DOWNLOADS_TOOLCHAIN = SpecifierSet(">=12.3,<13.0,!=12.8")
+MIN_CUDA = Version("12.3")
+# FA3 builds on torch's stable ABI from this torch on: one abi3 wheel for every later torch of a CUDA major.
+STABLE_ABI_TORCH = Version("2.9")
+
+HEAD_DIMS = (64, 96, 128, 192, 256)
+DTYPES = ("bf16", "fp16", "fp8")  # bf16 is always built
+# Feature -> the FLASH_ATTENTION_DISABLE_* suffixes that leave it out.
+FEATURES: dict[str, tuple[str, ...]] = {
+    "backward": ("BACKWARD",),
+    "split": ("SPLIT",),
+    "paged_kv": ("PAGEDKV",),
+    "append_kv": ("APPENDKV",),
+    "local": ("LOCAL",),
+    "softcap": ("SOFTCAP",),
+    "packgqa": ("PACKGQA",),
+    "sm80": ("SM80",),
+    "hdim_diff": ("HDIMDIFF64", "HDIMDIFF192"),
+    "varlen": ("VARLEN",),
+    "cluster": ("CLUSTER",),
+}
+# The key flash_attn_config.py (the wheel's record of its build) uses for each setup.py variable.
+_CONFIG_KEY = {
+    "SM80": "FLASHATTENTION_DISABLE_SM8x",
+    "HDIMDIFF64": "FLASH_ATTENTION_DISABLE_HDIMDIFF64",
+    "HDIMDIFF192": "FLASH_ATTENTION_DISABLE_HDIMDIFF192",
+}
+
+
+def archive_name(version: str) -> str:
+    return f"flash_attn_3-{version}.tar.gz"
+
+
+def _disable_vars() -> list[str]:
+    hdims = [f"HDIM{d}" for d in HEAD_DIMS]
+    return ["FP16", "FP8", *hdims, *(s for suffixes in FEATURES.values() for s in suffixes)]
+
+
+@dataclass(frozen=True)
+class Fa3Build:
+    """What one FA3 build compiles: head dims, dtypes, and the features left out."""
+
+    head_dims: tuple[int, ...] = HEAD_DIMS
+    dtypes: tuple[str, ...] = DTYPES
+    without: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.head_dims or set(self.head_dims) - set(HEAD_DIMS):
+            problems.append(f"head dims {list(self.head_dims)}: choose from {list(HEAD_DIMS)}")
+        if "bf16" not in self.dtypes or set(self.dtypes) - set(DTYPES):
+            problems.append(f"dtypes {list(self.dtypes)}: bf16 is always built; add fp16 and fp8 or not")
+        if set(self.without) - set(FEATURES):
+            problems.append(f"features {sorted(set(self.without) - set(FEATURES))}: known are {sorted(FEATURES)}")
+        if problems:
+            raise UsageError("FA3 build: " + "; ".join(problems))
+        object.__setattr__(self, "head_dims", tuple(sorted(set(self.head_dims))))
+        object.__setattr__(self, "dtypes", tuple(d for d in DTYPES if d in self.dtypes))
+        object.__setattr__(self, "without", tuple(f for f in FEATURES if f in self.without))
+
+    @property
+    def full(self) -> bool:
+        return self == Fa3Build()
+
+    def disabled(self) -> dict[str, bool]:
+        """Every FLASH_ATTENTION_DISABLE_* suffix setup.py reads, and whether it is set."""
+        off = {f"HDIM{d}" for d in HEAD_DIMS if d not in self.head_dims}
+        off |= {d.upper() for d in DTYPES if d not in self.dtypes}
+        off |= {s for feature in self.without for s in FEATURES[feature]}
+        return {name: name in off for name in _disable_vars()}
+
+    def environment(self) -> dict[str, str]:
+        return {f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" if v else "FALSE" for k, v in self.disabled().items()}
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The cubins it holds: sm_90a (Hopper only), and sm_80 (every 8.x GPU) unless left out."""
+        return ("90a",) if "sm80" in self.without else ("80", "90a")
+
+    def label(self) -> str:
+        """'' for upstream's full build, else 'k' and 8 hex digits naming this one, for the wheel's +label."""
+        if self.full:
+            return ""
+        return "k" + hashlib.sha256(self.describe().encode()).hexdigest()[:8]
+
+    def describe(self) -> str:
+        text = f"hdim {','.join(map(str, self.head_dims))}; {','.join(self.dtypes)}"
+        return text + (f"; without {','.join(self.without)}" if self.without else "")
+
+    def arguments(self) -> list[str]:
+        """The builder's ``wheel`` flags that ask for this build."""
+        args = ["--fa3-head-dims", ",".join(map(str, self.head_dims)), "--fa3-dtypes", ",".join(self.dtypes)]
+        return args + (["--fa3-without", ",".join(self.without)] if self.without else [])
+
+    @classmethod
+    def parse(cls, head_dims: str | None, dtypes: str | None, without: str | None) -> Fa3Build:
+        """From the builder's flags (comma-separated); a bad value is a UsageError."""
+
+        def items(text: str | None) -> list[str]:
+            return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+        try:
+            dims = tuple(int(d) for d in items(head_dims)) if head_dims else HEAD_DIMS
+        except ValueError:
+            raise UsageError(f"--fa3-head-dims {head_dims!r}: comma-separated numbers of {list(HEAD_DIMS)}") from None
+        return cls(
+            head_dims=dims,
+            dtypes=tuple(items(dtypes)) if dtypes else DTYPES,
+            without=tuple(items(without)),
+        )
+
+    @classmethod
+    def from_config(cls, config: dict) -> Fa3Build:
+        """The build a wheel records in its ``flash_attn_config.CONFIG['build_flags']``."""
+        flags = config.get("build_flags") if isinstance(config, dict) else None
+        if not isinstance(flags, dict):
+            raise ValueError("no build_flags")
+
+        def off(suffix: str) -> bool:
+            value = flags.get(_CONFIG_KEY.get(suffix, f"FLASHATTENTION_DISABLE_{suffix}"), False)
+            if not isinstance(value, bool):
+                raise ValueError(f"{suffix} is {value!r}, not a bool")
+            return value
+
+        return cls(
+            head_dims=tuple(d for d in HEAD_DIMS if not off(f"HDIM{d}")),
+            dtypes=tuple(d for d in DTYPES if d == "bf16" or not off(d.upper())),
+            without=tuple(f for f, suffixes in FEATURES.items() if all(off(s) for s in suffixes)),
+        )
+
+
+def local_version_label(cuda: str | None, build: Fa3Build) -> str:
+    """'cu13', or 'cu13.k1a2b3c4d' for a trimmed build: one abi3 wheel serves a whole CUDA major."""
+    base = f"cu{cuda.split('.')[0]}" if cuda else "cpu"
+    return base + (f".{build.label()}" if build.label() else "")
+
+
+def refuse_cuda(cuda: str) -> str | None:
+    """Why FA3 cannot be built with this CUDA here, or None."""
+    version = Version(cuda)
+    if version < MIN_CUDA:
+        return f"FlashAttention-3 needs CUDA >= {MIN_CUDA}, not {cuda}"
+    if version in DOWNLOADS_TOOLCHAIN:
+        return (
+            f"with CUDA {cuda}, FlashAttention-3's setup.py downloads nvcc 12.6 and ptxas 12.8 at build time; "
+            "fa-images downloads nothing while it builds: use CUDA 12.8 or 13.x"
+        )
+    return None
+
+
+# --- the source archive ---------------------------------------------------------------------
+
+
+def tar_sha256(path: Path) -> str:
+    """The sha256 of the tar inside ``path`` (a .tar or .tar.gz), read at most MAX_UNPACKED bytes far."""
+    try:
+        with untrusted.open_regular(path, what="FA3 source archive") as raw:
+            head = raw.read(2)
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
+            digest, total = hashlib.sha256(), 0
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_UNPACKED:
+                    raise SourceError(f"{path.name} unpacks past {MAX_UNPACKED >> 20} MiB; refusing")
+                digest.update(chunk)
+    except untrusted.UntrustedInput as exc:
+        raise SourceError(str(exc)) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SourceError(f"{path.name} is not a readable .tar.gz: {exc}") from None
+    return digest.hexdigest()
+
+
+def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
+    """The FA3 archive, checked against its pin (the tar's sha256) and unpacked into a fresh ``dest_dir``."""
+    actual = tar_sha256(archive)
+    if sha256:
+        check_sha256(actual, sha256, shown_as=f"{archive.name} (the tar inside)")
+    root, newest = extract(archive, dest_dir, marker=f"{SOURCE_SUBDIR}/setup.py", what="FA3 source archive")
+    src = root / SOURCE_SUBDIR
+    init = src / "__init__.py"
+    match = init.is_file() and re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init.read_text(), re.MULTILINE)
+    if not match:
+        raise SourceError(f"cannot read __version__ from {SOURCE_SUBDIR}/__init__.py; is this FA3's source?")
+    if not (root / "csrc" / "cutlass" / "include" / "cutlass").is_dir():
+        raise SourceError(f"{archive.name} holds no csrc/cutlass/include/cutlass: cutlass is missing")
+    return SourceTree(
+        path=src,
+        version=match.group(1),
+        sdist=archive,
+        sha256=actual,
+        honours_cuda_archs_env=False,
+        honours_local_version=True,
+        source_date_epoch=newest,
+    )
+
+
+def _git(repo: Path, *args: str, limit: int = MAX_UNPACKED) -> bytes:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SourceError(f"git {args[0]} in {repo}: {exc}") from None
+    if proc.returncode != 0:
+        why = untrusted.shown(proc.stderr.decode(errors="replace").strip().splitlines()[-1:][0] if proc.stderr else "")
+        raise SourceError(f"git {' '.join(args[:2])} in {repo} failed: {why or proc.returncode}")
+    if len(proc.stdout) > limit:
+        raise SourceError(f"git {args[0]} in {repo} gave more than {limit >> 20} MiB")
+    return proc.stdout
+
+
+def make_archive(*, flash_attention: Path, commit: str, cutlass: Path, out: safe_io.OutputDir) -> tuple[Path, str]:
+    """FA3's source archive from local clones of flash-attention and cutlass: (its path, the tar's sha256).
+
+    The cutlass commit is the one ``commit`` records for its submodule. The same commits give the
+    same tar, byte for byte: members sorted, owners and modes normalised, every time that of ``commit``
+    (git archive of a tree, cutlass's ``include``, stamps the time it runs).
+    """
+    full = _git(flash_attention, "rev-parse", "--verify", f"{commit}^{{commit}}").decode().strip()
+    when = int(_git(flash_attention, "show", "-s", "--format=%ct", full).decode().strip())
+    sub = _git(flash_attention, "rev-parse", "--verify", f"{full}:csrc/cutlass").decode().strip()
+    _git(cutlass, "cat-file", "-e", f"{sub}^{{commit}}")
+    init = _git(flash_attention, "show", f"{full}:{SOURCE_SUBDIR}/__init__.py", limit=1 << 20).decode()
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.MULTILINE)
+    if not match:
+        raise SourceError(f"{commit}: {SOURCE_SUBDIR}/__init__.py has no __version__; is this flash-attention?")
+    version = match.group(1)
+    top = f"flash_attn_3-{version}"
+    parts = [
+        _git(flash_attention, "archive", "--format=tar", f"--prefix={top}/", full, SOURCE_SUBDIR, "README.md"),
+        _git(cutlass, "archive", "--format=tar", f"--prefix={top}/csrc/cutlass/include/", f"{sub}:include"),
+    ]
+    tar_bytes = _normalised_tar(parts, mtime=max(when, ZIP_EPOCH))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
+        gz.write(tar_bytes)
+    path = out.write_bytes(archive_name(version), packed.getvalue())
+    return path, hashlib.sha256(tar_bytes).hexdigest()
+
+
+def _normalised_tar(parts: list[bytes], *, mtime: int) -> bytes:
+    members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+    for data in parts:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for info in tar.getmembers():
+                if not (info.isfile() or info.isdir()):
+                    raise SourceError(f"{info.name}: git archive gave a link or device; FA3's source holds none")
+                body = tar.extractfile(info).read() if info.isfile() else None  # type: ignore[union-attr]
+                members[info.name.rstrip("/")] = (info, body)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(members):
+            info, body = members[name]
+            new = tarfile.TarInfo(name)
+            new.type = info.type
+            new.mtime = mtime
+            new.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+            new.size = len(body) if body is not None else 0
+            tar.addfile(new, io.BytesIO(body) if body is not None else None)
+    return out.getvalue()

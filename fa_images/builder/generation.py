@@ -1,0 +1,79 @@
+"""The flash-attn generations fa-images builds, and what tells them apart.
+
+A matrix names a generation by its version: flash-attn 2.x is FlashAttention-2 (``flash_attn``,
+from PyPI's sdists), 3.x is FlashAttention-3 (``flash_attn_3``, flash-attention's ``hopper/``
+from a pinned source archive). Each has its own project name, compiled extension, wheel tags
+and checks; everything that reads a wheel or an image asks this module which one it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Generation:
+    number: int
+    project: str  # the canonical project name pip and the index use
+    package: str  # what ``import`` names
+    # The compiled extension: its module, and where it lies in a wheel (a prefix of the member).
+    extension_module: str
+    extension_member: str
+    # abi3: one wheel for every Python from the oldest it names, on torch's stable ABI
+    abi3: bool
+    source: str  # how its source is had: "sdist" (PyPI) or "archive" (a pinned archive, fa3.py)
+
+    @property
+    def name(self) -> str:
+        return f"FlashAttention-{self.number}"
+
+    def owns(self, member: str) -> bool:
+        """Whether a wheel member is this generation's compiled extension."""
+        return member.startswith(self.extension_member) and member.endswith(".so")
+
+
+FA2 = Generation(
+    number=2,
+    project="flash-attn",
+    package="flash_attn",
+    extension_module="flash_attn_2_cuda",
+    extension_member="flash_attn_2_cuda.",
+    abi3=False,
+    source="sdist",
+)
+FA3 = Generation(
+    number=3,
+    project="flash-attn-3",
+    package="flash_attn_interface",
+    extension_module="flash_attn_3._C",
+    extension_member="flash_attn_3/_C.",
+    abi3=True,
+    source="archive",
+)
+GENERATIONS = (FA2, FA3)
+
+
+def of_version(version: str) -> Generation:
+    """The generation a flash-attn version names: its major version."""
+    try:
+        major = Version(version).major
+    except InvalidVersion:
+        raise UsageError(f"{version!r} is not a valid flash-attn version") from None
+    for generation in GENERATIONS:
+        if generation.number == major:
+            return generation
+    raise UsageError(
+        f"flash-attn {version} names FlashAttention-{major}, which fa-images does not build",
+        hint="fa-images builds FlashAttention-2 (2.x) and FlashAttention-3 (3.x)",
+    )
+
+
+def of_project(name: str) -> Generation | None:
+    """The generation of a wheel's project name, or None for another project."""
+    canonical = canonicalize_name(name)
+    return next((g for g in GENERATIONS if g.project == canonical), None)
