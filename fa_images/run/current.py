@@ -28,6 +28,7 @@ from ..builder import source, untrusted
 from ..builder.dist import Manifest, WheelRecord
 from ..builder.published import PublishedIndex
 from ..config import grammar
+from ..config.model import Entry
 from ..errors import UsageError
 
 
@@ -138,3 +139,26 @@ def published(value: str) -> tuple[Results, list[str]]:
     if not path.is_dir():
         raise UsageError(f"--published {untrusted.shown(value)}: not an http(s) URL or a directory")
     return DistDir(path), []
+
+
+def shared_wheels(dist: Path, every: tuple[Entry, ...], selected: tuple[Entry, ...]) -> dict[str, tuple[str, Path]]:
+    """For each selected entry of a compile group that shares one wheel (FlashAttention-3) and has no
+    record of its own in ``dist``: the group's wheel, which an earlier run compiled for another entry
+    of the matrix, as (that entry, its file). dist/ holds it once, so it is not compiled again."""
+    if not (dist / dist_dir.MANIFEST).is_file():
+        return {}
+    place = DistDir(dist)
+    groups: dict[str, list[str]] = {}
+    for e in every:
+        if e.fa3 is not None:
+            groups.setdefault(e.compile_group, []).append(e.id)
+    found = {}
+    for e in selected:
+        if e.fa3 is None or place.wheel(e.id, None) is not None:
+            continue
+        for other in groups.get(e.compile_group, []):
+            wheel = place.wheel(other, None) if other != e.id else None
+            if wheel is not None:
+                found[e.id] = (other, Path(wheel.location))
+                break
+    return found

@@ -206,6 +206,8 @@ class Executor:
         def digest(sha256: str, *, around_wheel: bool) -> str:
             return context.inputs_digest(self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel)
 
+        if prebuilt is None and run.plan.shares_wheel_of is not None:
+            prebuilt = self._group_wheel(run, run.plan.shares_wheel_of)
         if prebuilt is not None:
             run.result.prebuilt = True
             report = self._verify(run, prebuilt)
@@ -231,6 +233,17 @@ class Executor:
             report = self._verify(run, run.source)
             note = f"{published.location} (verified, sha256 {report.sha256[:12]}…): published, no compile"
         return StepOutcome(note=note)
+
+    def _group_wheel(self, run: _EntryRun, leader: str) -> Path:
+        """The wheel of the entry's compile group, which ``leader`` compiled earlier in this run."""
+        result = next((r for r in self.results if r.id == leader), None)
+        if result is None or result.status != "ok" or result.wheel is None:
+            status = result.status if result else "is not in this run"
+            raise StepFailed(
+                f"{leader} compiles the wheel this entry shares (compile group {run.entry.compile_group}), "
+                f"and it {'failed' if status == 'failed' else status}: no wheel to make the image around"
+            )
+        return Path(result.wheel)
 
     def _fetch_published(self, run: _EntryRun, place: Results, wheel: Wheel) -> Path:
         """The published wheel, fetched into this run's dist/ apart from its wheels (removed with
@@ -416,6 +429,8 @@ class Executor:
             if len(wheels) != 1:
                 raise StepFailed(f"the wheel stage holds {len(wheels)} wheels, not one: {[w.name for w in wheels]}")
             report = self._verify(run, wheels[0])
+            if run.plan.shares_wheel_of is not None:
+                return self._shared_export(run, wheels[0])
             # A prebuilt wheel keeps the record of the dist/ it came from, where it has one.
             origin = run.source.parent if run.plan.around_wheel and run.source else staging
             record = manifest_record(origin, wheels[0], report.sha256, entry)
@@ -425,6 +440,17 @@ class Executor:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             run.wheel_dir = None
+
+    def _shared_export(self, run: _EntryRun, wheel: Path) -> StepOutcome:
+        """The group's wheel is in dist/ once, recorded for the entry that compiled it: this entry's
+        image holds the same bytes, and its result names that file."""
+        there, sha256 = self.options.dist / wheel.name, source.sha256_of(wheel)
+        if not there.is_file() or there.is_symlink() or source.sha256_of(there) != sha256:
+            raise StepFailed(
+                f"{wheel.name} is not in {self.options.dist} with sha256 {sha256[:12]}…: the group's wheel moved"
+            )
+        run.result.wheel, run.result.wheel_sha256 = str(there.resolve()), sha256
+        return StepOutcome(note=f"{there} (the group's, compiled for {run.plan.shares_wheel_of}; in dist/ once)")
 
     def _check(self, run: _EntryRun) -> StepOutcome:
         if run.result.up_to_date:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from packaging.version import Version
+
 from ..builder import contract
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry
@@ -119,12 +121,15 @@ class EntryPlan:
     # Or the wheel a published index serves for the entry (final: never compiled again), fetched
     # and verified only if the image must be built.
     published: Wheel | None = None
+    # Or the wheel of its compile group, which another entry compiles (FlashAttention-3: one abi3
+    # wheel serves every Python and torch of a CUDA major): that entry's id. dist/ holds the wheel once.
+    shares_wheel_of: str | None = None
     form: BuilderForm  # the Dockerfile form of the builder that builds it
 
     @property
     def around_wheel(self) -> bool:
         """The image is made around a wheel that exists: no compile, no devel base."""
-        return self.prebuilt is not None or self.published is not None
+        return self.prebuilt is not None or self.published is not None or self.shares_wheel_of is not None
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -162,6 +167,7 @@ class EntryPlan:
             "stages": list(self.stages),
             "prebuilt": str(self.prebuilt) if self.prebuilt else None,
             "published": self.published.location if self.published else None,
+            "shares_wheel_of": self.shares_wheel_of,
             "builder": self.form,
             "bases": list(self.bases),
             "before": [t.to_dict() for t in self.before],
@@ -180,6 +186,10 @@ class EntryPlan:
             lines.append(f"  wheel      {self.prebuilt}  (made around it: no compile)")
         if self.published:
             lines.append(f"  wheel      {self.published.location}  (published: made around it, no compile)")
+        if self.shares_wheel_of and not self.prebuilt:
+            lines.append(f"  wheel      {self.shares_wheel_of}'s, this run  (one compile serves the group: no compile)")
+        elif self.shares_wheel_of:
+            lines[-1] += f": the group's, recorded for {self.shares_wheel_of}"
         width = max(len(t.stage) for t in (*self.before, self.build, *self.from_stages))
         for t in self.before:
             lines.append(f"  before     --target {t.stage:<{width}}  {t.purpose}{_notes(t)}")
@@ -294,16 +304,25 @@ def make_plan(
     gpus: str = "runtime",
     prebuilt: dict[str, Path] | None = None,
     published: dict[str, Wheel] | None = None,
+    shared: dict[str, tuple[str, Path]] | None = None,
     python_from: str = "system",
 ) -> list[EntryPlan]:
     """``form``: the builder's (``BuilderDecision.form``); ``compiler_cache``: whether the host keeps
     each group's compiler cache (its way in and out is planned, or none is).
     ``prebuilt``: entry id -> a verified wheel to make that entry's image around; ``published``:
     entry id -> the wheel a published index serves for it, to the same end.
+    ``shared``: entry id -> (the entry it is recorded for, the wheel in dist/) of its compile group's
+    wheel, which an earlier run compiled for another entry (``current.shared_wheels``).
     ``python_from``: the matrix's ``bases.python``; uv makes the Python on the devel base."""
     prebuilt = prebuilt or {}
     published = {i: w for i, w in (published or {}).items() if i not in prebuilt}  # a file given first
-    around = prebuilt.keys() | published.keys()
+    shared = {i: s for i, s in (shared or {}).items() if i not in prebuilt and i not in published}
+    prebuilt = {**prebuilt, **{i: path for i, (_of, path) in shared.items()}}
+    sharing = {i: of for i, (of, _path) in shared.items()}
+    entries, sharing = _compiles_first(
+        list(entries), {**sharing, **_group_leaders(entries, prebuilt.keys() | published.keys())}
+    )
+    around = prebuilt.keys() | published.keys() | sharing.keys()
     skip: set[StepName] = set()
     if not check:
         skip |= {"check", "gpu-check"}
@@ -336,10 +355,44 @@ def make_plan(
             ),
             prebuilt=prebuilt.get(e.id),
             published=published.get(e.id),
+            shares_wheel_of=sharing.get(e.id),
             form=form,
         )
         for e in entries
     ]
+
+
+def _group_leaders(entries: tuple[Entry, ...] | list[Entry], around: set[str]) -> dict[str, str]:
+    """Entry id -> the entry that compiles its wheel, for the entries of a compile group that shares
+    one wheel (FlashAttention-3's abi3 wheel, on torch's stable ABI) other than the one that compiles
+    it: the one with the oldest torch, then Python, so the wheel asks the least of the torch it meets."""
+    groups: dict[str, list[Entry]] = {}
+    for e in entries:
+        if e.fa3 is not None and e.id not in around:
+            groups.setdefault(e.compile_group, []).append(e)
+    leaders = {}
+    for members in groups.values():
+        first = min(members, key=lambda e: (Version(e.torch), Version(e.python)))
+        leaders.update({e.id: first.id for e in members if e is not first})
+    return leaders
+
+
+def _compiles_first(entries: list[Entry], sharing: dict[str, str]) -> tuple[list[Entry], dict[str, str]]:
+    """The entries in their order, each one whose wheel another entry of this run compiles moved
+    after that entry."""
+    ordered: list[Entry] = []
+    placed: set[str] = set()
+    waiting: dict[str, list[Entry]] = {}
+    ids = {e.id for e in entries}
+    for e in entries:
+        leader = sharing.get(e.id)
+        if leader in ids and leader not in placed:
+            waiting.setdefault(leader, []).append(e)
+            continue
+        for one in (e, *waiting.pop(e.id, [])):
+            ordered.append(one)
+            placed.add(one.id)
+    return ordered, sharing
 
 
 def to_json(plans: list[EntryPlan]) -> str:

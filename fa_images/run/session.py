@@ -73,13 +73,16 @@ class Found:
     published: current.Results | None  # the --published place, read
     final: dict[str, current.Wheel]
     notes: tuple[str, ...]  # what reading it said
+    # Entry id -> (the entry, the file) of its compile group's wheel in --dist, compiled for another
+    # entry by an earlier run (FlashAttention-3: one wheel per group, in dist/ once).
+    shared: dict[str, tuple[str, Path]]
 
 
-def find_wheels(args: BuildArgs, entries: tuple[Entry, ...]) -> Found:
+def find_wheels(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...]) -> Found:
     given = prebuilt.find(entries, list(args.wheels)) if args.wheels else None
     published, notes = current.published(args.published) if args.published else (None, [])
     final = {e.id: w for e in entries if published and (w := current.final(published, e.id))}
-    return Found(given, published, final, tuple(notes))
+    return Found(given, published, final, tuple(notes), current.shared_wheels(args.dist, m.entries, entries))
 
 
 def make(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...], found: Found, form: BuilderForm) -> list[EntryPlan]:
@@ -93,6 +96,7 @@ def make(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...], found: Found, f
         gpus=args.gpus,
         prebuilt=found.given,
         published=found.final,
+        shared=found.shared,
         python_from=m.bases.python,
     )
 
@@ -101,7 +105,7 @@ def dry_run(args: BuildArgs, m: Matrix) -> tuple[BuilderDecision, list[EntryPlan
     """What ``build`` would do here, nothing run and nothing written: the builder as this host's
     docker CLI allows (no engine is asked)."""
     entries = m.select(list(args.only) if args.only else None)
-    found = find_wheels(args, entries)
+    found = find_wheels(args, m, entries)
     decision = connect.planned(m.build, args.builder)
     return decision, make(args, m, entries, found, decision.form)
 
@@ -117,7 +121,7 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
     try:
         entries = m.select(list(args.only) if args.only else None)
         planned = [e.id for e in entries]
-        found = find_wheels(args, entries)
+        found = find_wheels(args, m, entries)
         gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
         for note in found.notes:
             console.line(note)

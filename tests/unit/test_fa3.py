@@ -401,3 +401,94 @@ def test_the_dockerfile_asks_the_builder_for_the_build_and_installs_what_fa3_nee
         assert "--archs" not in text and "--index-url https://pypi.org/simple \\\n      --archs" not in text
         assert " ninja==1.13.2 " in text  # FA3's wheel requires ninja; `pip check` holds it to that
         assert 'fa-images.generation="3"' in text and 'fa-images.fa3-build="hdim 128; bf16,fp16; without' in text
+
+
+# --- one compile per group: the plan and the executor ---------------------------------------------
+
+
+@pytest.fixture
+def fa3_matrix(repos, tmp_path: Path, monkeypatch):
+    """Three FA3 entries of one compile group (two torches, two Pythons) and a flash-attn 2 one,
+    the FA3 archive a tiny one pinned by a compat override."""
+    from fa_images.config import matrix
+
+    fa, cutlass, commit = repos
+    _archive, sha = fa3.make_archive(
+        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "sdists")
+    )
+    (tmp_path / "compat.yaml").write_text(
+        f'flash_attn_3: {{"3.0.0": {{sha256: {sha}, flash_attention: {"a" * 40}, cutlass: {"b" * 40}}}}}\n'
+    )
+    (tmp_path / "matrix.yaml").write_text(
+        "image: reg.local/fa\ncompat: compat.yaml\npackages: {sdists: sdists}\n" + TRIMMED_YAML
+        + "entries:\n"
+        '  - {python: "3.13", torch: "2.11.0", flash_attn: "3.0.0", target: [H100]}\n'
+        '  - {python: "3.12", torch: "2.9.1", cuda: "13.0", flash_attn: "3.0.0", target: [H100]}\n'
+        '  - {python: "3.12", torch: "2.11.0", flash_attn: "3.0.0", target: [H100]}\n'
+    )  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    return matrix.load(tmp_path / "matrix.yaml")
+
+
+def run_fa3(m, tmp_path: Path, engine=None, **plan_kw):
+    import fakes
+
+    from fa_images.run.executor import Options
+    from fa_images.run.logger import Console
+
+    out = io.StringIO()
+    options = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs")
+    engine = engine or fakes.FakeEngine()
+    engine.nvcc = "13.0"  # the CUDA 13 devel base's
+    plans, results = fakes.execute(m, engine, options, Console(out), **plan_kw)
+    return plans, results, out.getvalue()
+
+
+def test_the_oldest_torch_compiles_the_groups_wheel_once_and_the_others_share_it(fa3_matrix, tmp_path, monkeypatch):
+    import fakes
+
+    from fa_images.builder import dist
+
+    fakes.accept_every_wheel(monkeypatch)
+    engine = fakes.FakeEngine()
+    plans, results, _out = run_fa3(fa3_matrix, tmp_path, engine)
+    leader = "fa3.0.0-py3.12-torch2.9.1-cu130"
+    assert plans[0].entry.id == leader  # moved first: the others wait for its wheel
+    assert [p.shares_wheel_of for p in plans] == [None, leader, leader]
+    assert all(contract.BUILDER_STAGE not in p.stages for p in plans[1:])
+    assert [r.status for r in results] == ["ok"] * 3 and len({r.wheel for r in results}) == 1
+    builds = [c for c in engine.calls if c[0] == "build"]
+    assert sum(contract.BUILDER_STAGE in str(c) for c in engine.calls if c[0] == "before") == 0
+    assert len(builds) == 3
+    manifest = dist.read_manifest(tmp_path / "dist")
+    assert [r.entry for r in manifest.wheels.values()] == [leader]  # the wheel once, recorded for its compile
+
+
+def test_when_the_groups_compile_fails_the_entries_that_share_it_say_so(fa3_matrix, tmp_path, monkeypatch):
+    import fakes
+
+    fakes.accept_every_wheel(monkeypatch)
+    engine = fakes.FakeEngine(fail_build={"py3.12-torch2.9.1"})
+    _plans, results, _out = run_fa3(fa3_matrix, tmp_path, engine)
+    assert [r.status for r in results] == ["failed"] * 3
+    assert results[1].failed_step == "source" and "compiles the wheel this entry shares" in (results[1].error or "")
+
+
+def test_a_later_run_of_one_entry_takes_the_groups_wheel_from_dist(fa3_matrix, tmp_path, monkeypatch):
+    from fa_images.builder.source import sha256_of
+    from fa_images.run import current
+
+    def accept(path: Path, **_kw) -> verify.WheelReport:  # with the file's own sha256, which dist/ checks
+        report = verify.WheelReport(wheel=path.name, sha256=sha256_of(path))
+        report.add("fake", "pass", "accepted by the test")
+        return report
+
+    monkeypatch.setattr(verify, "inspect_wheel", accept)
+    run_fa3(fa3_matrix, tmp_path, entries=fa3_matrix.entries[1:2])  # the group's compile only
+    follower = fa3_matrix.entries[2]
+    shared = current.shared_wheels(tmp_path / "dist", fa3_matrix.entries, (follower,))
+    assert shared == {follower.id: (fa3_matrix.entries[1].id, shared[follower.id][1])}
+    plans, results, _out = run_fa3(fa3_matrix, tmp_path, entries=(follower,), shared=shared)
+    assert plans[0].prebuilt == shared[follower.id][1] and plans[0].shares_wheel_of == fa3_matrix.entries[1].id
+    assert results[0].status == "ok" and contract.BUILDER_STAGE not in plans[0].stages
+    assert "the group's, recorded for" in "\n".join(plans[0].describe())
