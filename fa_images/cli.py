@@ -116,6 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for e in entries:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
+    for build in dict.fromkeys(e.fa3 for e in entries if e.fa3 is not None):
+        full = " (upstream's full build)" if build.full else ""
+        kernels = ", ".join(f"sm_{a}" for a in build.archs)
+        say(f"FlashAttention-3 builds {build.describe()}{full}: one abi3 wheel per compile group, {kernels}")
     groups = len({e.compile_group for e in entries})
     also = f"; {counted(len(left_out), 'combination')} left out" if left_out else ""
     say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels){also}")

@@ -34,6 +34,13 @@ def import_check() -> str:
     return f"flash_attn_3 imports next to torch {torch.__version__} (built: {installed_build().describe()})"
 
 
+def kernel_code() -> tuple[set[str], set[str]]:
+    """The attention kernels' cubins, as its build record says: sm_90a (9.0 only), and sm_80 unless
+    left out. Its ELF says less: an "a" variant reads as plain 90 there (no cuobjdump in an image),
+    and its scheduler carries sm_80 even where the attention kernels leave it out."""
+    return set(installed_build().archs), set()
+
+
 def extension_file() -> str:
     """The extension's file, imported after torch: it links torch's libraries (libc10)."""
     import importlib

@@ -118,20 +118,27 @@ def installed() -> list[generation.Generation]:
     return found
 
 
-def arch_verdict(capability, extension: str):
-    """``gpuarch.verdict`` for the installed extension's cubins and PTX, or None when they cannot be read."""
+def extension_code(extension: str) -> tuple[set[str], set[str]] | None:
+    """(cubin archs, PTX archs) of an installed extension, as its ELF says; None when they cannot be read."""
     from pathlib import Path
 
-    from . import gpuarch, verify
+    from . import verify
 
     try:
         cubins, ptx, _how = verify.gpu_archs(Path(extension))
     except (OSError, ValueError) as exc:  # elf.ElfError is a ValueError
         print(f"note: {extension}: {exc}", file=sys.stderr)
         return None
-    if not cubins and not ptx:
+    return (cubins, ptx) if cubins or ptx else None
+
+
+def arch_verdict(capability, code: tuple[set[str], set[str]] | None):
+    """``gpuarch.verdict`` for the extension's cubins and PTX, or None when they are not known."""
+    from . import gpuarch
+
+    if code is None:
         return None
-    return gpuarch.verdict(cubins, ptx, (int(capability[0]), int(capability[1])))
+    return gpuarch.verdict(code[0], code[1], (int(capability[0]), int(capability[1])))
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,7 @@ class Checks:
 
     generation: generation.Generation
     import_check: Callable[[], str]
-    extension: Callable[[], str]
+    code: Callable[[], tuple[set[str], set[str]] | None]  # the attention kernels' (cubins, PTX)
     cases: Callable[[], list[CaseResult]]
     what: str  # the reference the cases compare with, for the verdict line
 
@@ -152,17 +159,17 @@ def checks_for(gen: generation.Generation) -> Checks:
         return Checks(
             gen,
             fa3_check.import_check,
-            fa3_check.extension_file,
+            fa3_check.kernel_code,
             lambda: fa3_check.cases(fa3_check.installed_build()),
             "an fp32 reference (FA3's rule)",
         )
 
-    def extension() -> str:
+    def code() -> tuple[set[str], set[str]] | None:
         import flash_attn_2_cuda
 
-        return flash_attn_2_cuda.__file__
+        return extension_code(flash_attn_2_cuda.__file__)
 
-    return Checks(gen, import_check, extension, lambda: dense_cases() + [varlen_case()], "SDPA")
+    return Checks(gen, import_check, code, lambda: dense_cases() + [varlen_case()], "SDPA")
 
 
 def run(*, import_only: bool = False, out=print) -> int:
@@ -196,7 +203,7 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
     started = time.monotonic()
     capability = tuple(torch.cuda.get_device_capability(0))
     out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, capability))})")
-    arch = arch_verdict(capability, checks.extension())
+    arch = arch_verdict(capability, checks.code())
     if arch is None:
         out("GPU code: the extension's archs could not be read; running the kernels to find out")
     elif not arch.runs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -319,9 +320,8 @@ def make_plan(
     shared = {i: s for i, s in (shared or {}).items() if i not in prebuilt and i not in published}
     prebuilt = {**prebuilt, **{i: path for i, (_of, path) in shared.items()}}
     sharing = {i: of for i, (of, _path) in shared.items()}
-    entries, sharing = _compiles_first(
-        list(entries), {**sharing, **_group_leaders(entries, prebuilt.keys() | published.keys())}
-    )
+    leaders = _group_leaders(entries, given=prebuilt.keys() - sharing.keys(), apart=published.keys() | sharing.keys())
+    entries, sharing = _compiles_first(list(entries), {**sharing, **leaders})
     around = prebuilt.keys() | published.keys() | sharing.keys()
     skip: set[StepName] = set()
     if not check:
@@ -362,17 +362,21 @@ def make_plan(
     ]
 
 
-def _group_leaders(entries: tuple[Entry, ...] | list[Entry], around: set[str]) -> dict[str, str]:
-    """Entry id -> the entry that compiles its wheel, for the entries of a compile group that shares
-    one wheel (FlashAttention-3's abi3 wheel, on torch's stable ABI) other than the one that compiles
-    it: the one with the oldest torch, then Python, so the wheel asks the least of the torch it meets."""
+def _group_leaders(entries: tuple[Entry, ...] | list[Entry], *, given: Set[str], apart: Set[str]) -> dict[str, str]:
+    """Entry id -> the entry that puts its wheel into dist/, for the entries of a compile group that
+    share one wheel (FlashAttention-3's abi3 wheel, on torch's stable ABI) other than that entry:
+    the first one given the wheel (``--wheels``), else the one with the oldest torch, then Python,
+    which compiles it, so the wheel asks the least of the torch it meets. ``apart``: entries whose
+    wheel is already decided (published, or the group's in dist/)."""
     groups: dict[str, list[Entry]] = {}
     for e in entries:
-        if e.fa3 is not None and e.id not in around:
+        if e.fa3 is not None and e.id not in apart:
             groups.setdefault(e.compile_group, []).append(e)
     leaders = {}
     for members in groups.values():
-        first = min(members, key=lambda e: (Version(e.torch), Version(e.python)))
+        first = next((e for e in members if e.id in given), None) or min(
+            members, key=lambda e: (Version(e.torch), Version(e.python))
+        )
         leaders.update({e.id: first.id for e in members if e is not first})
     return leaders
 

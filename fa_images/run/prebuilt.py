@@ -3,7 +3,9 @@ natively, on a Slurm node or by another job, with no compile.
 
 Each entry takes the one wheel, among those given, that is for it: flash-attn of the entry's
 version, for its Python, labelled for its torch, CUDA and C++ ABI (``+cu128torch2.9cxx11abitrue``,
-as the builder labels every wheel), or recorded for the entry in a ``dist/`` manifest beside it.
+as the builder labels every wheel), or recorded for the entry in a ``dist/`` manifest beside it;
+FlashAttention-3's abi3 wheel, for its Python or an older one, labelled for its CUDA major and
+build (``+cu13.k1a2b3c4d``): one wheel serves every entry of its compile group.
 A wheel found is first opened as pip reads it (``builder.wheelfile``): one pip would refuse, or
 one with a member that would install outside its target, is refused here, before any engine is
 asked. The executor then verifies the wheel as it verifies a compiled one.
@@ -18,12 +20,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from ..builder import dist as dist_dir
-from ..builder import wheelfile
+from ..builder import fa3, wheelfile
 from ..builder.settings import local_version_label
 from ..config.matrix import Entry
 from ..errors import UsageError
-
-PROJECT = canonicalize_name("flash-attn")
 
 
 def _wheels_under(paths: Iterable[Path]) -> list[Path]:
@@ -53,8 +53,12 @@ def _is_for(wheel: Path, entry: Entry) -> bool:
     except InvalidWheelFilename:
         return False
     python = "cp" + entry.python.replace(".", "")
-    if name != PROJECT or version.public != Version(entry.flash_attn).public:
+    if name != canonicalize_name(entry.generation.project) or version.public != Version(entry.flash_attn).public:
         return False
+    if entry.fa3 is not None:
+        return version.local == fa3.local_version_label(entry.cuda, entry.fa3) and any(
+            t.abi == "abi3" and t.platform.endswith("x86_64") and _serves(t.interpreter, python) for t in tags
+        )
     if not any(t.interpreter == python and t.platform.endswith("x86_64") for t in tags):
         return False
     if _recorded_for(wheel) == entry.id:
@@ -62,6 +66,12 @@ def _is_for(wheel: Path, entry: Entry) -> bool:
     abis = (True, False) if entry.cxx11_abi is None else (entry.cxx11_abi,)
     labels = {local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=abi) for abi in abis}
     return version.local in labels
+
+
+def _serves(interpreter: str, python: str) -> bool:
+    """Whether an abi3 wheel for ``interpreter`` (cp39) serves ``python`` (cp312): it and every later one."""
+    older, newer = interpreter.removeprefix("cp3"), python.removeprefix("cp3")
+    return interpreter.startswith("cp3") and older.isdigit() and int(older) <= int(newer)
 
 
 def _refuse_control_characters(wheels: list[Path]) -> None:
@@ -103,6 +113,7 @@ def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
         raise UsageError(
             f"--wheels {names}: " + "; ".join(problems),
             hint="a wheel is for an entry when its version, Python tag and +label (cuDDDtorchX.Ycxx11abiBOOL) "
-            "match it, or a dist/ manifest beside it records it for the entry; pick entries with --only",
+            "match it, or a dist/ manifest beside it records it for the entry (FlashAttention-3: its abi3 tag "
+            "and +cuNN.kXXXXXXXX, one wheel for its compile group); pick entries with --only",
         )
     return chosen

@@ -299,27 +299,27 @@ def test_an_abi3_wheel_serves_newer_pythons_not_older_ones(tmp_path: Path) -> No
 # --- the GPU check's dispatch ----------------------------------------------------------------------
 
 
-def test_the_check_runs_the_generation_installed_and_stops_on_the_wrong_arch(tmp_path: Path, monkeypatch) -> None:
+def test_the_check_runs_the_generation_installed_and_judges_the_arch_by_its_build(monkeypatch) -> None:
+    """sm_90a runs on 9.0 only; a build without the sm80 kernels does not run on an A100, whatever
+    sm_80 code its scheduler carries."""
     import torch
 
     from fa_images.builder import fa3_check
 
-    so = tmp_path / "_C.abi3.so"
-    so.write_bytes(extension([80, 90]))
     ran: list[str] = []
     monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA3])
     monkeypatch.setattr(fa3_check, "import_check", lambda: "flash_attn_3 imports")
-    monkeypatch.setattr(fa3_check, "extension_file", lambda: str(so))
     monkeypatch.setattr(fa3_check, "installed_build", lambda: fa3.Fa3Build(**TRIMMED))
     monkeypatch.setattr(fa3_check, "cases", lambda build: ran.append(build.describe()) or [])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda _i=0: "NVIDIA Test GPU")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: H100)
     lines: list[str] = []
-    assert gpucheck.run(out=lines.append) == 0 and ran == [fa3.Fa3Build(**TRIMMED).describe()]
-    assert lines[-1].startswith("PASS: FlashAttention-3: 0 comparisons with an fp32 reference")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: (10, 0))
-    assert gpucheck.run(out=lines.append) == contract.EXIT_WRONG_ARCH and len(ran) == 1
+    for capability, code in ((H100, 0), ((10, 0), contract.EXIT_WRONG_ARCH), ((8, 0), contract.EXIT_WRONG_ARCH)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0, c=capability: c)
+        assert gpucheck.run(out=lines.append) == code
+    assert ran == [fa3.Fa3Build(**TRIMMED).describe()]  # the kernels ran on the H100 only
+    assert any(line.startswith("PASS: FlashAttention-3: 0 comparisons with an fp32 reference") for line in lines)
+    assert "this GPU is sm_80; the extension carries sm_90a" in lines[-1]
 
 
 def test_no_flash_attn_installed_is_a_failed_import() -> None:
@@ -492,3 +492,43 @@ def test_a_later_run_of_one_entry_takes_the_groups_wheel_from_dist(fa3_matrix, t
     assert plans[0].prebuilt == shared[follower.id][1] and plans[0].shares_wheel_of == fa3_matrix.entries[1].id
     assert results[0].status == "ok" and contract.BUILDER_STAGE not in plans[0].stages
     assert "the group's, recorded for" in "\n".join(plans[0].describe())
+
+
+# --- wheels given, and the build farms' scripts ---------------------------------------------------
+
+
+def test_one_given_fa3_wheel_serves_its_group_and_enters_dist_once(fa3_matrix, tmp_path: Path) -> None:
+    from fa_images.run import plan, prebuilt
+
+    build_label = fa3.local_version_label("13.0", fa3.Fa3Build(**TRIMMED))
+    wheel = fa3_wheel(tmp_path / "given", tag="cp310-abi3-manylinux_2_34_x86_64")
+    named = wheel.with_name(wheel.name.replace("3.0.0+cu13", f"3.0.0+{build_label}"))
+    wheel.rename(named)
+    found = prebuilt.find(fa3_matrix.entries, [tmp_path / "given"])
+    assert set(found.values()) == {named.resolve()} and len(found) == 3
+    plans = plan.make_plan(fa3_matrix.entries, form="buildkit", compiler_cache=False, prebuilt=found)
+    first = plans[0].entry.id
+    assert [p.shares_wheel_of for p in plans] == [None, first, first]  # one of them puts it into dist/
+    other = wheel.with_name(wheel.name.replace("3.0.0+cu13", "3.0.0+cu12"))
+    named.rename(other)
+    with pytest.raises(UsageError, match="no wheel for"):
+        prebuilt.find(fa3_matrix.entries, [tmp_path / "given"])  # another CUDA major: not theirs
+
+
+def test_the_farms_build_fa3_from_the_sources_folder_unsharded(fa3_matrix, tmp_path: Path) -> None:
+    from fa_images.outputs.exports import builder_env, sharding, slurm
+
+    entry = fa3_matrix.entries[0]
+    fetch = builder_env.SdistFetch(index_url="https://pypi.org/simple", sources_dir="sdists")
+    args = sharding.wheel_args(entry, compiler_cache="c", work_dir="w", fetch=fetch)
+    assert args[:3] == ["wheel", "--flash-attn", "3.0.0"] and "--fa3-head-dims" in args
+    assert "--archs" not in args and "--index-url" not in args and args[args.index("--sources-dir") + 1] == "sdists"
+    with pytest.raises(UsageError, match="on no index"):
+        sharding.wheel_args(
+            entry,
+            compiler_cache="c",
+            work_dir="w",
+            fetch=builder_env.SdistFetch(index_url="https://x/", sources_dir=None),
+        )
+    with pytest.raises(UsageError, match="built unsharded"):
+        slurm.export(fa3_matrix, fa3_matrix.entries, tmp_path / "out", slurm.SlurmOptions(shards=2))

@@ -225,7 +225,7 @@ def _link_job(matrix: Matrix, entry: Entry, opts: GithubOptions) -> dict:
 def _sharded_jobs(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> dict[str, dict]:
     builder_env.refuse_what_a_job_cannot_reach(matrix, entries, "--shards")
     for entry in entries:
-        sharding.check_entry(entry, "a workflow")
+        sharding.check_entry(entry, "a workflow", shards=opts.shards)
     jobs = {_shard_job_id(g): _shard_job(matrix, g, e, opts) for g, e in sharding.group_firsts(entries).items()}
     jobs |= {_link_job_id(e): _link_job(matrix, e, opts) for e in entries}
     jobs |= {job_id: _build_job(job_id, group, opts, linked=True) for job_id, group in job_entries(entries)}

@@ -272,7 +272,7 @@ def export(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, opts: Slur
     if not entries:
         raise UsageError("no entries to export")
     for entry in entries:
-        sharding.check_entry(entry, "a batch script")
+        sharding.check_entry(entry, "a batch script", shards=opts.shards)
     fetch = sdist_fetch(matrix, opts)
     texts = {"build.sbatch": build_script(entries, opts, fetch), "link.sbatch": link_script(entries, opts, fetch)}
     texts["submit.sh"] = submit_script()
