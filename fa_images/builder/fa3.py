@@ -22,6 +22,8 @@ import io
 import re
 import subprocess
 import tarfile
+import tempfile
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,9 @@ SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
 # The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.
 DOWNLOADS_TOOLCHAIN = SpecifierSet(">=12.3,<13.0,!=12.8")
 MIN_CUDA = Version("12.3")
+# FA3's source (hopper/ and cutlass's include/) is about 30 MB as a tar: a bound, not a size.
+MAX_SOURCE = 512 << 20
+GIT_TIMEOUT = 600.0
 # FA3 builds on torch's stable ABI from this torch on: one abi3 wheel for every later torch of a CUDA major.
 STABLE_ABI_TORCH = Version("2.9")
 
@@ -232,17 +237,32 @@ def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
     )
 
 
-def _git(repo: Path, *args: str, limit: int = MAX_UNPACKED) -> bytes:
-    try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False, timeout=600)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SourceError(f"git {args[0]} in {repo}: {exc}") from None
+def _git(repo: Path, *args: str, limit: int | None = None) -> bytes:
+    """git's output in ``repo``, read at most ``limit`` (MAX_SOURCE) bytes far and ``GIT_TIMEOUT``
+    seconds long: a clone is the user's input, and its archive could be anything."""
+    limit = MAX_SOURCE if limit is None else limit
+    deadline = time.monotonic() + GIT_TIMEOUT
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=err)
+        except OSError as exc:
+            raise SourceError(f"git {args[0]} in {repo}: {exc.strerror}") from None
+        chunks, total = [], 0
+        with proc:
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read(1 << 20):
+                total += len(chunk)
+                if total > limit or time.monotonic() > deadline:
+                    proc.kill()
+                    why = f"more than {limit >> 20} MiB" if total > limit else f"more than {GIT_TIMEOUT:.0f} s"
+                    raise SourceError(f"git {args[0]} in {repo} took {why}; refusing")
+                chunks.append(chunk)
+        err.seek(0)
+        said = err.read(4096).decode(errors="replace").strip().splitlines()
     if proc.returncode != 0:
-        why = untrusted.shown(proc.stderr.decode(errors="replace").strip().splitlines()[-1:][0] if proc.stderr else "")
-        raise SourceError(f"git {' '.join(args[:2])} in {repo} failed: {why or proc.returncode}")
-    if len(proc.stdout) > limit:
-        raise SourceError(f"git {args[0]} in {repo} gave more than {limit >> 20} MiB")
-    return proc.stdout
+        why = untrusted.shown(said[-1]) if said else f"exit {proc.returncode}"
+        raise SourceError(f"git {' '.join(args[:2])} in {repo} failed: {why}")
+    return b"".join(chunks)
 
 
 def make_archive(*, flash_attention: Path, commit: str, cutlass: Path, out: safe_io.OutputDir) -> tuple[Path, str]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import gzip
 import io
-import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from fixtures import tiny_fa3
 from test_gpu_arch import H100, extension
 
 from fa_images.builder import build, contract, fa3, generation, gpucheck, safe_io, verify
@@ -89,36 +89,10 @@ def test_a_cuda_whose_build_would_download_a_toolchain_is_refused(cuda: str, ref
 # --- the source archive, made from git repositories ---------------------------------------------
 
 
-def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_DATE": "2026-02-04T19:45:41Z", "GIT_COMMITTER_DATE": "2026-02-04T19:45:41Z"}
-    ident = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
-    out = subprocess.run(["git", *ident, "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env)
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """A cutlass with include/, and a flash-attention whose csrc/cutlass submodule records its commit."""
-    root = tmp_path_factory.mktemp("repos")
-    cutlass, fa = root / "cutlass", root / "flash-attention"
-    (cutlass / "include" / "cutlass").mkdir(parents=True)
-    (cutlass / "include" / "cutlass" / "cutlass.h").write_text("#pragma once\n")
-    (cutlass / "media.png").write_bytes(b"not in the archive")
-    git(root, "init", "-q", str(cutlass))
-    git(cutlass, "add", ".")
-    git(cutlass, "commit", "-qm", "c")
-    sub = git(cutlass, "rev-parse", "HEAD")
-    (fa / "hopper").mkdir(parents=True)
-    (fa / "hopper" / "__init__.py").write_text('__version__ = "3.0.0"\n')
-    (fa / "hopper" / "setup.py").write_text("raise SystemExit('not run here')\n")
-    (fa / "README.md").write_text("FA3\n")
-    (fa / "csrc" / "other").mkdir(parents=True)
-    (fa / "csrc" / "other" / "x.cu").write_text("// FA2's, not in the archive\n")
-    git(root, "init", "-q", str(fa))
-    git(fa, "add", ".")
-    git(fa, "update-index", "--add", "--cacheinfo", f"160000,{sub},csrc/cutlass")
-    git(fa, "commit", "-qm", "f")
-    return fa, cutlass, git(fa, "rev-parse", "HEAD")
+    return tiny_fa3.make_repos(tmp_path_factory.mktemp("repos"))
 
 
 def test_the_archive_is_the_same_bytes_from_the_same_commits(repos, tmp_path: Path) -> None:
@@ -154,10 +128,18 @@ def test_a_cutlass_clone_without_the_submodules_commit_is_refused(repos, tmp_pat
     fa, _cutlass, commit = repos
     empty = tmp_path / "empty"
     empty.mkdir()
-    git(tmp_path, "init", "-q", str(empty))
+    tiny_fa3.git(tmp_path, "init", "-q", str(empty))
     with pytest.raises(SourceError, match="cat-file"):
         fa3.make_archive(flash_attention=fa, commit=commit, cutlass=empty, out=safe_io.OutputDir(tmp_path / "o"))
     assert not (tmp_path / "o" / "flash_attn_3-3.0.0.tar.gz").exists()
+
+
+def test_a_clone_whose_archive_outgrows_the_bound_is_refused_nothing_written(repos, tmp_path, monkeypatch) -> None:
+    fa, cutlass, commit = repos
+    monkeypatch.setattr(fa3, "MAX_SOURCE", 64)  # bytes: every archive of the tiny repositories is larger
+    with pytest.raises(SourceError, match="took more than 0 MiB; refusing"):
+        fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o"))
+    assert not list((tmp_path / "o").iterdir())
 
 
 def _tar_gz(members: dict[str, bytes]) -> bytes:
