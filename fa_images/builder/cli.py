@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build, compiler_cache, environment, fa3, generation, gpucheck, scratch, source
+from . import build, compiler_cache, environment, fa3, fa4, generation, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .settings import parse_archs
 from .shards import Shard, parse_shard, require_compiler_cache
@@ -83,6 +83,17 @@ def positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
 def _bool(text: str) -> bool:
@@ -200,6 +211,31 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     knobs.add_argument("--fa3-dtypes", metavar="LIST", help=f"dtypes, of {list(fa3.DTYPES)} (bf16 always)")
     knobs.add_argument("--fa3-without", metavar="LIST", help=f"features left out, of {list(fa3.FEATURES)}")
     wheel.set_defaults(func=cmd_wheel)
+
+    cache = sub.add_parser(
+        "fa4-cache",
+        help="compile FlashAttention-4's kernels for a grid of calls ahead of time, with no GPU",
+        description=fa4.__doc__,
+        formatter_class=fmt,
+    )
+    cache.add_argument("--out", type=Path, required=True, metavar="DIR", help="the cache (FA4's CUTE_DSL cache dir)")
+    cache.add_argument(
+        "--target",
+        default="H100",
+        choices=sorted(fa4.TARGETS),
+        help="the GPU to compile for, its arch and SM count (default: H100); FA4 reads it when it is "
+        "imported, so one run compiles for one GPU: run again, into the same DIR, for another",
+    )
+    defaults = fa4.Fa4Grid()
+    cache.add_argument("--head-dims", type=_ints, default=defaults.head_dims, metavar="LIST", help="default: 64,128")
+    cache.add_argument(
+        "--dtypes", type=_names, default=defaults.dtypes, metavar="LIST", help="bf16, fp16 (default: bf16)"
+    )
+    cache.add_argument("--kv-heads", type=_ints, default=defaults.kv_heads, metavar="LIST", help="default: 16,4")
+    cache.add_argument("--heads", type=positive, default=defaults.heads, metavar="N", help="query heads (default: 16)")
+    cache.add_argument("--batch", type=positive, default=defaults.batch, metavar="N", help="default: 2")
+    cache.add_argument("--seqlen", type=positive, default=defaults.seqlen, metavar="N", help="default: 2048")
+    cache.set_defaults(func=cmd_fa4_cache)
 
     insp = sub.add_parser(
         "inspect",
@@ -325,6 +361,19 @@ def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tup
     if args.after_shards:
         raise UsageError("--after-shards is not for FlashAttention-3, which is built unsharded")
     return fa3.Fa3Build.parse(*knobs), ()
+
+
+def cmd_fa4_cache(args: argparse.Namespace) -> int:
+    grid = fa4.Fa4Grid(
+        head_dims=args.head_dims,
+        dtypes=args.dtypes,
+        kv_heads=args.kv_heads,
+        heads=args.heads,
+        batch=args.batch,
+        seqlen=args.seqlen,
+    )
+    fa4.warm(grid, args.out.resolve(), target=args.target, log=_say)
+    return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -2,8 +2,10 @@
 
 A matrix names a generation by its version: flash-attn 2.x is FlashAttention-2 (``flash_attn``,
 from PyPI's sdists), 3.x is FlashAttention-3 (``flash_attn_3``, flash-attention's ``hopper/``
-from a pinned source archive). Each has its own project name, compiled extension, wheel tags
-and checks; everything that reads a wheel or an image asks this module which one it has.
+from a pinned source archive), 4.x FlashAttention-4 (``flash-attn-4``, pure Python on the CuTe
+DSL, whose kernels are compiled ahead of time by fa4.py). Each has its own project name,
+compiled extension, wheel tags and checks; everything that reads a wheel or an image asks this
+module which one it has.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ class Generation:
     extension_member: str
     # abi3: one wheel for every Python from the oldest it names, on torch's stable ABI
     abi3: bool
-    source: str  # how its source is had: "sdist" (PyPI) or "archive" (a pinned archive, fa3.py)
+    source: str  # how it is had: "sdist" (PyPI's, compiled), "archive" (pinned, fa3.py), "pypi" (its wheel)
 
     @property
     def name(self) -> str:
         return f"FlashAttention-{self.number}"
 
     def owns(self, member: str) -> bool:
-        """Whether a wheel member is this generation's compiled extension."""
-        return member.startswith(self.extension_member) and member.endswith(".so")
+        """Whether a wheel member is this generation's compiled extension (FA4 has none)."""
+        return bool(self.extension_member) and member.startswith(self.extension_member) and member.endswith(".so")
 
 
 FA2 = Generation(
@@ -55,7 +57,17 @@ FA3 = Generation(
     abi3=True,
     source="archive",
 )
-GENERATIONS = (FA2, FA3)
+# Pure Python (the CuTe DSL): its kernels compile at their first call, or ahead of it (fa4.py).
+FA4 = Generation(
+    number=4,
+    project="flash-attn-4",
+    package="flash_attn.cute",
+    extension_module="",
+    extension_member="",
+    abi3=False,
+    source="pypi",
+)
+GENERATIONS = (FA2, FA3, FA4)
 
 
 def of_version(version: str) -> Generation:
@@ -69,7 +81,7 @@ def of_version(version: str) -> Generation:
             return generation
     raise UsageError(
         f"flash-attn {version} names FlashAttention-{major}, which fa-images does not build",
-        hint="fa-images builds FlashAttention-2 (2.x) and FlashAttention-3 (3.x)",
+        hint="fa-images knows FlashAttention-2 (2.x), FlashAttention-3 (3.x) and FlashAttention-4 (4.x)",
     )
 
 

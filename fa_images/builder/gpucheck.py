@@ -153,6 +153,10 @@ class Checks:
 
 
 def checks_for(gen: generation.Generation) -> Checks:
+    if gen is generation.FA4:
+        from . import fa4
+
+        return Checks(gen, fa4.import_check, lambda: None, fa4.check_cases, "an fp32 reference")
     if gen is generation.FA3:
         from . import fa3_check
 
@@ -205,7 +209,7 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
     out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, capability))})")
     arch = arch_verdict(capability, checks.code())
     if arch is None:
-        out("GPU code: the extension's archs could not be read; running the kernels to find out")
+        out("GPU code: no compiled extension's archs to read (or unreadable); running the kernels to find out")
     elif not arch.runs:
         out(f"{WRONG_ARCH_PREFIX}{arch.line()}; no kernel was run")
         return EXIT_WRONG_ARCH

@@ -210,7 +210,7 @@ class EntryResolver:
                 return None
         release, cuda = self._torch(combo, python, torch_v, cuda)
         cuda_rel = self._cuda(combo, cuda, torch_v)
-        self._flash_attn(combo, fa)
+        self._flash_attn(combo, fa if gen is not None else None)  # a generation refused is said once
         self._archs(combo, archs, cuda)
         if not isinstance(ptx, bool):
             self.fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
@@ -278,10 +278,20 @@ class EntryResolver:
         if fa is None:
             return None
         try:
-            return generation.of_version(fa)
+            gen = generation.of_version(fa)
         except UsageError as exc:
             self.fail(combo, "flash_attn", exc.message, hint=exc.hint)
             return None
+        if gen is generation.FA4:
+            self.fail(
+                combo,
+                "flash_attn",
+                f"flash-attn {fa} is FlashAttention-4, whose images fa-images does not build yet",
+                hint="its kernels compile ahead of time with `python -m fa_images.builder fa4-cache`, "
+                "and `fa-images check` runs them",
+            )
+            return None
+        return gen
 
     def _fa3_entry(
         self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None

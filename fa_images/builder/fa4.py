@@ -1,0 +1,271 @@
+"""FlashAttention-4 (``flash-attn-4``, imported as ``flash_attn.cute``): its kernels compiled ahead
+of time into an on-disk cache, and the check that a new process runs them with no compile.
+
+FA4 is CuTe DSL Python: each kernel specialisation is compiled on its first call, seconds each.
+Its cache (``FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED`` and ``_DIR``, read when it is imported)
+keeps them on disk, under a fingerprint of FA4's sources, the Python minor and the DSL's versions.
+Its interface also compiles without a GPU, under torch's fake tensors: ``FLASH_ATTENTION_ARCH``
+picks the kernels, ``CUTE_DSL_ARCH`` is the compile target and ``FLASH_ATTENTION_NUM_SMS`` the
+SKU's SM count its heuristics read (tiles, split-KV, pack-GQA). ``warm`` compiles a declared
+grid that way, where no GPU is; ``cases`` runs the same grid on one and counts the compiles.
+
+A kernel is keyed by what its call looks like (dtype, head dim, query heads per KV head, causal,
+whether the LSE is kept for a backward, the heuristics' choices for the shapes), so the grid
+names shapes, and a grid compiled for one SKU may miss on another with other SMs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .comparison import CaseResult, sdpa
+from .errors import UsageError
+
+CACHE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+GRID_FILE = "fa-images-grid.json"  # written beside the kernels: the check runs what was compiled
+DTYPES = ("bf16", "fp16")
+MODES = ("train", "infer")  # forward keeping the LSE, then backward; a forward without grad
+# GPUs a grid can be compiled for without one: the arch FA4 selects kernels by, the compile target,
+# and the SM count of the SKU (NVIDIA's data sheets: H100 SXM5 132, H200 132, B200 148).
+TARGETS = {"H100": ("sm_90", "sm_90a", 132), "H200": ("sm_90", "sm_90a", 132), "B200": ("sm_100", "sm_100a", 148)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One call of the grid: what FA4 specialises a kernel on, and the shapes its heuristics read."""
+
+    head_dim: int
+    dtype: str
+    causal: bool
+    heads: int
+    kv_heads: int
+    batch: int
+    seqlen: int
+    mode: str
+
+    def name(self) -> str:
+        gqa = f" GQA {self.heads}/{self.kv_heads}" if self.kv_heads != self.heads else ""
+        return f"{self.dtype} hdim {self.head_dim} {'causal' if self.causal else 'full'}{gqa} {self.mode}"
+
+
+@dataclass(frozen=True)
+class Fa4Grid:
+    """The calls whose kernels an image carries compiled: common LLM attention shapes by default."""
+
+    head_dims: tuple[int, ...] = (64, 128)
+    dtypes: tuple[str, ...] = ("bf16",)
+    causal: tuple[bool, ...] = (False, True)
+    kv_heads: tuple[int, ...] = (16, 4)  # of 16 query heads: MHA and GQA 4:1
+    heads: int = 16
+    batch: int = 2
+    seqlen: int = 2048
+    modes: tuple[str, ...] = MODES
+
+    def __post_init__(self) -> None:
+        bad = []
+        if not self.head_dims or any(d % 8 or not 8 <= d <= 256 for d in self.head_dims):
+            bad.append(f"head dims {list(self.head_dims)}: multiples of 8 from 8 to 256")
+        if not self.dtypes or set(self.dtypes) - set(DTYPES):
+            bad.append(f"dtypes {list(self.dtypes)}: of {list(DTYPES)}")
+        if not self.kv_heads or any(k < 1 or self.heads % k for k in self.kv_heads):
+            bad.append(f"kv heads {list(self.kv_heads)}: each must divide the {self.heads} query heads")
+        if not self.modes or set(self.modes) - set(MODES):
+            bad.append(f"modes {list(self.modes)}: of {list(MODES)}")
+        if not (1 <= self.batch <= 64 and 1 <= self.seqlen <= 1 << 17 and 1 <= self.heads <= 256):
+            bad.append("batch 1..64, seqlen 1..131072, heads 1..256")
+        if bad:
+            raise UsageError("FA4 grid: " + "; ".join(bad))
+
+    def points(self) -> list[Point]:
+        return [
+            Point(d, t, c, self.heads, k, self.batch, self.seqlen, m)
+            for d in self.head_dims
+            for t in self.dtypes
+            for c in self.causal
+            for k in self.kv_heads
+            for m in self.modes
+        ]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Fa4Grid:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or set(raw) - set(cls.__dataclass_fields__):
+            raise UsageError(f"{GRID_FILE} is not a grid fa-images wrote")
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        return cls(**values)
+
+
+def kernels_in(cache: Path) -> int:
+    """How many compiled kernels the cache holds (one object file each)."""
+    return sum(1 for p in cache.rglob("*.o") if p.is_file()) if cache.is_dir() else 0
+
+
+def use_cache(cache: Path, target: str | None = None) -> None:
+    """FA4's environment in this process: its cache on, in ``cache``; with ``target`` (a TARGETS
+    name) kernels compiled for that GPU with none here. FA4 reads it when it is imported, so this
+    comes first."""
+    os.environ[CACHE_ON_ENV] = "1"
+    os.environ[CACHE_ENV] = str(cache)
+    if target is not None:
+        arch, compile_target, sms = TARGETS[target]
+        os.environ.update(FLASH_ATTENTION_ARCH=arch, CUTE_DSL_ARCH=compile_target, FLASH_ATTENTION_NUM_SMS=str(sms))
+
+
+def warm(grid: Fa4Grid, cache: Path, *, target: str, log: Callable[[str], None] = print) -> int:
+    """Compiles every call of ``grid`` for the GPU ``target`` (a TARGETS name) into ``cache``,
+    under fake tensors: no GPU, no kernel run. Returns the number of kernels the cache holds."""
+    arch, _compile_target, sms = TARGETS[target]
+    cache.mkdir(parents=True, exist_ok=True)
+    use_cache(cache, target)
+    started = time.monotonic()
+    _compile(grid, log)
+    (cache / GRID_FILE).write_text(grid.to_json() + "\n")
+    count = kernels_in(cache)
+    log(f"{count} kernels compiled for {target} ({arch}, {sms} SMs) in {time.monotonic() - started:.0f} s")
+    return count
+
+
+def _compile(grid: Fa4Grid, log: Callable[[str], None]) -> None:
+    import torch
+    from flash_attn.cute import interface  # type: ignore[import-not-found]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for point in grid.points():
+            before = time.monotonic()
+            q, k, v = _tensors(point, device="cuda", grad=point.mode == "train")
+            # The interface's own functions, with the arguments flash_attn_func's autograd passes them
+            # (a kernel is keyed on them): autograd needs a real CUDA device to record a graph on.
+            out, lse, *_ = interface._flash_attn_fwd(q, k, v, causal=point.causal, softcap=0.0, num_splits=1)
+            if point.mode == "train":
+                interface._flash_attn_bwd(q, k, v, out, torch.empty_like(out), lse, None, point.causal, 0.0)
+            log(f"  {point.name()}: {time.monotonic() - before:.1f} s")
+
+
+def _tensors(point: Point, *, device: str, grad: bool):
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[point.dtype]
+    q = torch.randn(point.batch, point.seqlen, point.heads, point.head_dim, device=device, dtype=dtype)
+    k, v = (
+        torch.randn(point.batch, point.seqlen, point.kv_heads, point.head_dim, device=device, dtype=dtype)
+        for _ in range(2)
+    )
+    return [t.requires_grad_(grad) for t in (q, k, v)]
+
+
+@dataclass(frozen=True)
+class FirstCall:
+    point: Point
+    seconds: float
+    compiles: int  # kernels the cache gained: 0 where the call found every kernel compiled
+
+
+def configured_cache() -> Path | None:
+    """The cache this process's FA4 uses (an image sets it), or None where it has none."""
+    on, where = os.environ.get(CACHE_ON_ENV) == "1", os.environ.get(CACHE_ENV)
+    return Path(where) if on and where else None
+
+
+def cases(cache: Path, grid: Fa4Grid) -> tuple[list[CaseResult], list[FirstCall]]:
+    """Runs ``grid`` on this GPU through FA4's public function, in a process whose FA4 uses
+    ``cache`` (``use_cache`` before FA4 is imported): each first call timed and its compiles
+    counted, its output and gradients compared with an fp32 reference by the rule of flash-attn's
+    tests (at most twice the error of the same math in the input dtype)."""
+    import torch
+    from flash_attn.cute import flash_attn_func
+
+    results: list[CaseResult] = []
+    calls: list[FirstCall] = []
+    for point in grid.points():
+        torch.manual_seed(0)
+        q, k, v = _tensors(point, device="cuda", grad=point.mode == "train")
+        grad = torch.randn_like(q[..., : point.head_dim]) if point.mode == "train" else None
+        kernels = kernels_in(cache)
+        torch.cuda.synchronize()
+        started = time.monotonic()
+        with torch.set_grad_enabled(grad is not None):
+            out = flash_attn_func(q, k, v, causal=point.causal)
+            out = out[0] if isinstance(out, tuple) else out
+            if grad is not None:
+                out.backward(grad)
+        torch.cuda.synchronize()
+        calls.append(FirstCall(point, time.monotonic() - started, kernels_in(cache) - kernels))
+        results += _compare(point, (q, k, v), out, grad)
+    return results, calls
+
+
+def _compare(point: Point, qkv, out, grad) -> list[CaseResult]:
+    """out (and dq, dk, dv) against attention in fp32, within 2x the error of the same in the input dtype."""
+    groups = point.heads // point.kv_heads
+
+    def expand(t):
+        return t.repeat_interleave(groups, dim=2) if groups > 1 else t
+
+    ref_in = [t.detach().float().requires_grad_(grad is not None) for t in qkv]
+    low_in = [t.detach().clone().requires_grad_(grad is not None) for t in qkv]
+    ref = sdpa([ref_in[0], expand(ref_in[1]), expand(ref_in[2])], point.causal)
+    low = sdpa([low_in[0], expand(low_in[1]), expand(low_in[2])], point.causal)
+    pairs = [("forward", out, ref, low)]
+    if grad is not None:
+        ref.backward(grad.float())
+        low.backward(grad)
+        pairs += [(f"d{n}", a.grad, r.grad, lo.grad) for n, a, r, lo in zip("qkv", qkv, ref_in, low_in)]
+    slack = {"bf16": 8e-3, "fp16": 1e-3}[point.dtype]
+    found = []
+    for name, mine, r, lo in pairs:
+        err = (mine.float() - r).abs().max().item()
+        bound = 2 * (lo.float() - r).abs().max().item() + slack
+        found.append(CaseResult(f"{name} {point.name()}", err, bound))
+    return found
+
+
+# --- the GPU check's parts (gpucheck.checks_for) ---------------------------------------------------
+
+
+def prepare_check() -> Path:
+    """The cache this check's FA4 uses: the image's, else a new one (every first call then
+    compiles, and says so). Set before FA4 is imported."""
+    cache = configured_cache()
+    if cache is None:
+        import tempfile
+
+        cache = Path(tempfile.mkdtemp(prefix="fa-images-fa4-cache-"))
+        use_cache(cache)
+    return cache
+
+
+def import_check() -> str:
+    cache = prepare_check()
+    from importlib.metadata import version
+
+    import flash_attn.cute  # noqa: F401
+    import torch
+
+    declared = (cache / GRID_FILE).is_file()
+    held = f"{kernels_in(cache)} kernels compiled ahead in {cache}" if declared else "no kernels compiled ahead"
+    return f"flash-attn-4 {version('flash-attn-4')} imports next to torch {torch.__version__} ({held})"
+
+
+def check_cases() -> list[CaseResult]:
+    """The grid the image's cache was compiled for (the default where it has none), each call
+    compared with a reference and, where the cache declares the grid, required to compile nothing."""
+    cache = prepare_check()
+    declared = (cache / GRID_FILE).is_file()
+    grid = Fa4Grid.from_json((cache / GRID_FILE).read_text()) if declared else Fa4Grid()
+    results, calls = cases(cache, grid)
+    seconds = sum(c.seconds for c in calls)
+    compiles = sum(c.compiles for c in calls)
+    said = f"{compiles} kernels compiled at the first calls, {seconds:.2f} s for the grid's {len(calls)} calls"
+    bound = 0 if declared else float("inf")  # an image's declared grid compiles nothing
+    return [*results, CaseResult("first calls", compiles, bound, said=said)]
