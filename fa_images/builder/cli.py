@@ -92,6 +92,10 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
+def _bools(text: str) -> tuple[bool, ...]:
+    return tuple(_bool(t.strip()) for t in text.split(",") if t.strip())
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
@@ -235,6 +239,12 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     cache.add_argument("--heads", type=positive, default=defaults.heads, metavar="N", help="query heads (default: 16)")
     cache.add_argument("--batch", type=positive, default=defaults.batch, metavar="N", help="default: 2")
     cache.add_argument("--seqlen", type=positive, default=defaults.seqlen, metavar="N", help="default: 2048")
+    cache.add_argument(
+        "--causal", type=_bools, default=defaults.causal, metavar="LIST", help="false, true or both (default)"
+    )
+    cache.add_argument(
+        "--modes", type=_names, default=defaults.modes, metavar="LIST", help="train, infer (default: both)"
+    )
     cache.set_defaults(func=cmd_fa4_cache)
 
     insp = sub.add_parser(
@@ -371,6 +381,8 @@ def cmd_fa4_cache(args: argparse.Namespace) -> int:
         heads=args.heads,
         batch=args.batch,
         seqlen=args.seqlen,
+        causal=args.causal,
+        modes=args.modes,
     )
     fa4.warm(grid, args.out.resolve(), target=args.target, log=_say)
     return 0

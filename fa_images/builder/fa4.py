@@ -93,6 +93,23 @@ class Fa4Grid:
             for m in self.modes
         ]
 
+    def describe(self) -> str:
+        causal = "causal and full" if len(self.causal) > 1 else ("causal" if self.causal[0] else "full")
+        kv = ",".join(map(str, self.kv_heads))
+        return (
+            f"hdim {','.join(map(str, self.head_dims))}; {','.join(self.dtypes)}; {causal}; {self.heads} heads, "
+            f"kv {kv}; batch {self.batch} x {self.seqlen}; {'+'.join(self.modes)}"
+        )
+
+    def arguments(self) -> list[str]:
+        """The builder's ``fa4-cache`` flags that ask for this grid."""
+        return [
+            "--head-dims", ",".join(map(str, self.head_dims)), "--dtypes", ",".join(self.dtypes),
+            "--causal", ",".join(str(c).lower() for c in self.causal), "--kv-heads", ",".join(map(str, self.kv_heads)),
+            "--heads", str(self.heads), "--batch", str(self.batch), "--seqlen", str(self.seqlen),
+            "--modes", ",".join(self.modes),
+        ]  # fmt: skip
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 

@@ -41,6 +41,7 @@ SECTIONS = (
     "flash_attn_range",
     "flash_attn",
     "flash_attn_3",
+    "flash_attn_4",
 )
 
 
@@ -92,6 +93,14 @@ class Fa3Release:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Fa4Release:
+    """A FlashAttention-4 release: the set pip resolves for it, pinned, per CUDA major of torch ("13")."""
+
+    version: str
+    pins: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compat:
     torch: dict[str, TorchRelease]
     cuda: dict[str, CudaRelease]
@@ -107,14 +116,15 @@ class Compat:
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
     flash_attn_3: dict[str, Fa3Release] = field(default_factory=dict)
+    flash_attn_4: dict[str, Fa4Release] = field(default_factory=dict)
 
     def tools_for(self, python: str) -> tuple[str, ...]:
         """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
-        return _merged(self.build_tools, self.build_tools_python.get(python, ()))
+        return merged_pins(self.build_tools, self.build_tools_python.get(python, ()))
 
     def runtime_deps_for(self, python: str) -> tuple[str, ...]:
         """The runtime pins for one Python: its own pins replace the defaults of the same name."""
-        return _merged(self.runtime_deps, self.runtime_deps_python.get(python, ()))
+        return merged_pins(self.runtime_deps, self.runtime_deps_python.get(python, ()))
 
     @property
     def arch_codes(self) -> tuple[str, ...]:
@@ -148,7 +158,7 @@ def arch_runs_on(archs: tuple[str, ...], capability: str, *, ptx: bool) -> bool:
     return any(gpuarch.ptx_runs(a, cap) for a in gpuarch.built_ptx(archs, ptx))
 
 
-def _merged(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[str, ...]:
+def merged_pins(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[str, ...]:
     own = {_pin_name(p): p for p in own_pins}
     merged = [own.pop(_pin_name(p), p) for p in defaults]
     return tuple(merged + sorted(own.values()))
@@ -374,6 +384,28 @@ def _flash_attn_3(c: _Checker, data: dict) -> dict[str, Fa3Release]:
     return found
 
 
+def _flash_attn_4(c: _Checker, data: dict) -> dict[str, Fa4Release]:
+    found = {}
+    for ver, raw in c.mapping(("flash_attn_4",), data.get("flash_attn_4", {})).items():
+        ver = c.key(("flash_attn_4", ver), ver)
+        raw = c.mapping(("flash_attn_4", ver), raw)
+        if ver is not None and Version(ver).major != generation.FA4.number:
+            c.fail(("flash_attn_4", ver), f"flash_attn_4: {ver} is not a FlashAttention-4 version (4.x)")
+            continue
+        pins = {}
+        for key, value in raw.items():
+            major = str(key).removeprefix("cuda")
+            if not (str(key).startswith("cuda") and major.isdigit()):
+                c.fail(("flash_attn_4", ver, key), f"flash_attn_4.{ver}.{key}: keys are cuda12, cuda13, ...")
+                continue
+            pins[major] = _pins(c, ("flash_attn_4", ver, key), value)
+            if ver is not None and f"flash-attn-4=={ver}" not in pins[major]:
+                c.fail(("flash_attn_4", ver, key), f"flash_attn_4.{ver}.{key} must pin flash-attn-4=={ver} itself")
+        if ver is not None:
+            found[ver] = Fa4Release(version=ver, pins=pins)
+    return found
+
+
 def _pins(c: _Checker, path: tuple, tools: Any) -> tuple[str, ...]:
     """A list of ``name==version`` pins; each reaches a RUN line."""
     if not isinstance(tools, list):
@@ -414,6 +446,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     supported = _flash_attn_range(c, data)
     flash = _flash_attn(c, data, supported)
     flash3 = _flash_attn_3(c, data)
+    flash4 = _flash_attn_4(c, data)
     tools = _pins(c, ("build_tools",), data.get("build_tools", []))
     pythons = _pythons(c, data)
     per_python = _pins_per_python(c, data, "build_tools_python")
@@ -438,6 +471,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         flash_attn_range=supported,
         targets=targets,
         flash_attn_3=flash3,
+        flash_attn_4=flash4,
     )
 
 

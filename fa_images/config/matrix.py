@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..builder import fa3
+from ..builder import fa3, fa4
 from ..builder.errors import UsageError
 from ..builder.settings import local_version_label
 from ..builder.wording import counted
@@ -30,8 +30,11 @@ from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
 
-TOP_KEYS = ("image", "targets", "matrix", "entries", "bases", "packages", "build", "fa3", "compat", "allow_unknown")
+TOP_KEYS = (
+    "image", "targets", "matrix", "entries", "bases", "packages", "build", "fa3", "fa4", "compat", "allow_unknown",
+)  # fmt: skip
 FA3_KEYS = ("head_dims", "dtypes", "without")
+FA4_EXAMPLE = "e.g. fa4: {head_dims: [64, 128], dtypes: [bf16], kv_heads: [16, 4], heads: 16, seqlen: 2048}"
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
 FA3_EXAMPLE = "e.g. fa3: {head_dims: [128], dtypes: [bf16, fp16], without: [split, paged_kv]}"
 # The grammar each setting must follow before it may reach a Dockerfile or the engine.
@@ -183,6 +186,7 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         build=_section(doc, "build", BuildOptions, problems),
         allow_unknown=allow_unknown,
         fa3_build=_fa3(doc, problems),
+        fa4_grid=_fa4(doc, problems),
     )
     resolved = rules.resolve_axes(doc, compat, problems)
     combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
@@ -274,6 +278,42 @@ def _fa3(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa3.Fa3Build:
     except UsageError as exc:
         problems.append(doc.problem(("fa3",), str(exc), hint=FA3_EXAMPLE))
         return fa3.Fa3Build()
+
+
+def _fa4(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa4.Fa4Grid:
+    """The calls whose FlashAttention-4 kernels every FA4 image carries compiled (``fa4:``)."""
+    raw = doc.data.get("fa4")
+    if raw is None:
+        return fa4.Fa4Grid()
+    if not isinstance(raw, dict):
+        problems.append(doc.problem(("fa4",), f"fa4 must be a mapping, not {kind(raw)}", hint=FA4_EXAMPLE))
+        return fa4.Fa4Grid()
+    wanted = {f: type(getattr(fa4.Fa4Grid(), f)) for f in fa4.Fa4Grid.__dataclass_fields__}
+    items = {"head_dims": int, "kv_heads": int, "dtypes": str, "causal": bool, "modes": str}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in wanted:
+            problems.append(
+                doc.problem(("fa4", key), f"unknown key fa4.{key}", hint=did_you_mean(str(key), list(wanted)))
+            )
+            continue
+        item = items.get(key)
+        if item is not None:
+            listed = tuple(as_list(value))
+            if not listed or not all(isinstance(v, item) and (item is bool or not isinstance(v, bool)) for v in listed):
+                what = {int: "numbers", str: "names", bool: "true or false"}[item]
+                problems.append(doc.problem(("fa4", key), f"fa4.{key} must be a list of {what}", hint=FA4_EXAMPLE))
+                continue
+            values[key] = listed
+        elif isinstance(value, int) and not isinstance(value, bool):
+            values[key] = value
+        else:
+            problems.append(doc.problem(("fa4", key), f"fa4.{key} must be a number", hint=FA4_EXAMPLE))
+    try:
+        return fa4.Fa4Grid(**values)
+    except UsageError as exc:
+        problems.append(doc.problem(("fa4",), str(exc), hint=FA4_EXAMPLE))
+        return fa4.Fa4Grid()
 
 
 def _allow_unknown(doc: yamlfile.YamlDoc, problems: list[Problem]) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..builder import contract, fa3, generation
 from ..builder.fa3 import Fa3Build
+from ..builder.fa4 import Fa4Grid
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
 from . import builders, grammar
@@ -87,6 +88,8 @@ class Entry:
     runtime_image: str
     torch_index: str | None
     fa3: Fa3Build | None = None  # what a FlashAttention-3 entry compiles; None for flash-attn 2
+    # FlashAttention-4: the calls whose kernels its image carries compiled, for each GPU of ``gpus``.
+    fa4: Fa4Grid | None = None
 
     @property
     def cuda_tag(self) -> str:
@@ -105,6 +108,8 @@ class Entry:
         and torch of a CUDA major, and the group is named by what it compiles instead.
         """
         archs = "_".join(self.archs) + ("-ptx" if self.ptx else "")
+        if self.fa4 is not None:  # nothing compiles with nvcc: a group of its own
+            return f"fa{self.flash_attn}-{self.id}"
         if self.fa3 is not None:
             return f"fa{self.flash_attn}-{fa3.local_version_label(self.cuda, self.fa3)}-sm{archs}"
         return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
@@ -132,6 +137,8 @@ class Entry:
             data["fa3"] = {"build": self.fa3.describe(), **{k: list(v) for k, v in asdict(self.fa3).items()}}
         else:
             data.pop("fa3")
+        if self.fa4 is None:
+            data.pop("fa4")
         return data
 
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from ..builder import contract, fa3, generation
+from ..builder import contract, fa3, fa4, generation
 from ..builder.errors import UsageError
 from ..builder.settings import parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
-from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean
+from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean, gpu_key
 from .expand import AXES, RULE_EXAMPLES, Combo, as_list, as_written, kind
 from .model import Bases, BuildOptions, Entry, LeftOut, Packages
 
@@ -64,11 +64,13 @@ class EntryResolver:
         build: BuildOptions,
         allow_unknown: bool,
         fa3_build: fa3.Fa3Build | None = None,
+        fa4_grid: fa4.Fa4Grid | None = None,
     ) -> None:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
         self.fa3_build = fa3_build or fa3.Fa3Build()
+        self.fa4_grid = fa4_grid or fa4.Fa4Grid()
         self.left_out: list[LeftOut] = []
 
     def fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
@@ -194,6 +196,8 @@ class EntryResolver:
         gen = self._generation(combo, fa)
         if gen is generation.FA3:
             return self._fa3_entry(combo, before, python, torch_v, fa, cuda)
+        if gen is generation.FA4:
+            return self._fa4_entry(combo, before, python, torch_v, fa, cuda)
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
         if python is not None and python not in self.compat.pythons:
@@ -247,6 +251,7 @@ class EntryResolver:
         cxx11_abi: bool | None,
         sha256: str | None,
         fa3_build: fa3.Fa3Build | None = None,
+        fa4_grid: fa4.Fa4Grid | None = None,
     ) -> Entry | None:
         """The entry, its image tag checked against Docker's grammar before anything is built."""
         tag = f"fa{fa}-py{python}-torch{torch_v}-{contract.cuda_tag(cuda)}"
@@ -272,6 +277,7 @@ class EntryResolver:
             runtime_image=fill_placeholders(self.bases.runtime, fill),
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
             fa3=fa3_build,
+            fa4=fa4_grid,
         )
 
     def _generation(self, combo: Combo, fa: str | None) -> generation.Generation | None:
@@ -281,15 +287,6 @@ class EntryResolver:
             gen = generation.of_version(fa)
         except UsageError as exc:
             self.fail(combo, "flash_attn", exc.message, hint=exc.hint)
-            return None
-        if gen is generation.FA4:
-            self.fail(
-                combo,
-                "flash_attn",
-                f"flash-attn {fa} is FlashAttention-4, whose images fa-images does not build yet",
-                hint="its kernels compile ahead of time with `python -m fa_images.builder fa4-cache`, "
-                "and `fa-images check` runs them",
-            )
             return None
         return gen
 
@@ -355,6 +352,75 @@ class EntryResolver:
             sha256=fa_rel.sha256,
             fa3_build=build,
         )
+
+    def _fa4_entry(
+        self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None
+    ) -> Entry | None:
+        """A FlashAttention-4 entry: its pinned set for the torch's CUDA major, and its kernels compiled
+        into the image for each GPU of the target (fa4.TARGETS: the GPUs whose SM count is known)."""
+        for key in ("archs", "ptx"):
+            if key in combo.values:
+                self.fail(combo, key, f"{key} is not for FlashAttention-4: its kernels are compiled for the target")
+        targets = self._fa4_targets(combo)
+        if python is not None and (python not in self.compat.pythons or Version(python) < Version("3.10")):
+            self.fail(combo, "python", f"FlashAttention-4 needs Python >= 3.10 (its DSL's wheels), not {python}")
+        release, cuda = self._torch(combo, python, torch_v, cuda)
+        cuda_rel = self._cuda(combo, cuda, torch_v)
+        fa_rel = self.compat.flash_attn_4.get(fa) if fa else None
+        if fa and fa_rel is None:
+            known = ", ".join(self.compat.flash_attn_4) or "none"
+            self.fail(
+                combo,
+                "flash_attn",
+                f"FlashAttention-4 {fa} is not in the compat table (flash_attn_4:)",
+                hint=f"known: {known}",
+            )
+        major = cuda.split(".")[0] if cuda else None
+        if fa_rel is not None and major is not None and major not in fa_rel.pins:
+            majors = ", ".join(f"CUDA {m}" for m in fa_rel.pins)
+            self.fail(
+                combo,
+                "cuda" if "cuda" in combo.values else "torch",
+                f"FlashAttention-4 {fa} has no pinned set for CUDA {major} (the table has {majors})",
+            )
+        if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and targets):
+            return None
+        variant = release.variant(cuda) if release else None
+        archs = tuple(sorted({fa4.TARGETS[t][1].removeprefix("sm_") for t in targets}))
+        return self._made(
+            combo,
+            python=python,
+            torch_v=torch_v,
+            cuda=cuda,
+            cuda_rel=cuda_rel,
+            fa=fa,
+            archs=archs,
+            ptx=False,
+            gpus=targets,
+            cxx11_abi=variant.cxx11_abi if variant else None,
+            sha256=None,
+            fa4_grid=self.fa4_grid,
+        )
+
+    def _fa4_targets(self, combo: Combo) -> tuple[str, ...] | None:
+        """The target's GPUs, each one whose kernels can be compiled without it (fa4.TARGETS)."""
+        if "target" not in combo.values:
+            self.fail(combo, None, "no target: name the GPUs its kernels are compiled for", hint="e.g. target: [H100]")
+            return None
+        found = self._target_gpus(combo)
+        if found is None:
+            return None
+        known = {gpu_key(t): t for t in fa4.TARGETS}
+        missed = [gpu for gpu, _cc, _arch in found if gpu_key(gpu) not in known]
+        if missed:
+            self.fail(
+                combo,
+                "target",
+                f"FlashAttention-4's kernels are compiled ahead only for {', '.join(fa4.TARGETS)} (GPUs whose SM count "
+                f"fa-images knows, which its kernels are chosen by); not {', '.join(missed)}",
+            )
+            return None
+        return tuple(dict.fromkeys(known[gpu_key(gpu)] for gpu, _cc, _arch in found))
 
     def _fa3_gpus(self, combo: Combo, build: fa3.Fa3Build) -> tuple[str, ...] | None:
         """The target's GPUs, each one FA3's kernels run on: 9.0 (sm_90a), 8.x (sm_80, unless left out)."""

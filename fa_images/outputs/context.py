@@ -125,7 +125,7 @@ def _instructions(dockerfile: str) -> str:
 def assemble(
     matrix: Matrix,
     entry: Entry,
-    source_file: Path,
+    source_file: Path | None,
     dest: Path,
     *,
     form: BuilderForm,
@@ -134,17 +134,19 @@ def assemble(
 ) -> Path:
     """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small. The
     sdist and the compile group's cache from under ``compiler_cache`` (None: an empty one); or,
-    ``prebuilt``, the wheel ``source_file`` and no compiler cache."""
+    ``prebuilt``, the wheel ``source_file`` and no compiler cache; for FlashAttention-4, neither."""
     (dest / "Dockerfile").write_text(render_entry(matrix, entry, prebuilt=prebuilt, builder=form))
     for path in builder_files():
         copy = dest / path.relative_to(PACKAGE.parent)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, copy)
     if prebuilt:
+        assert source_file is not None
         wheels = dest / "inputs" / "prebuilt"
         wheels.mkdir(parents=True)
         shutil.copy2(source_file, wheels / source_file.name)
-    else:
+    elif entry.fa4 is None:  # FlashAttention-4 comes from the index, and compiles nothing with nvcc
+        assert source_file is not None
         sdists = dest / "inputs" / "sdists"
         sdists.mkdir(parents=True)
         shutil.copy2(source_file, sdists / source_name(entry))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..builder import contract, safe_io, untrusted
+from ..builder import contract, fa4, safe_io, untrusted
 from ..config import grammar
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
@@ -27,6 +27,8 @@ from . import os_packages, wheelhouse
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
 BUILD_TOOLS_DIR = "/opt/build-tools"
+# Where a FlashAttention-4 image keeps its kernels, compiled ahead (builder/fa4.py).
+FA4_CACHE = "/opt/fa4-cache"
 # A rendered Dockerfile is a few kB; --check reads no more than this of what is there.
 MAX_DOCKERFILE = 1 << 20
 
@@ -101,6 +103,11 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
             runtime_install=pip_args(installs["runtime deps"]),
             build_tools=BUILD_TOOLS_DIR,
             prebuilt=prebuilt,
+            # The builder stage compiles a wheel: flash-attn 2 and 3, unless the wheel exists.
+            compiles=not prebuilt and entry.fa4 is None,
+            fa4_cache=FA4_CACHE,
+            fa4_cache_env=fa4.CACHE_ENV,
+            fa4_cache_on_env=fa4.CACHE_ON_ENV,
             buildkit=builder == "buildkit",
             venv_mounts=venv_mounts(matrix, entry, contract.TORCH_STAGE) if builder == "buildkit" else [],
             python_mounts=venv_mounts(matrix, entry, contract.PYTHON_STAGE) if builder == "buildkit" else [],

@@ -11,6 +11,7 @@ a partial wheel, and a later ``--only`` run adds to what is there.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 import time
@@ -206,6 +207,9 @@ class Executor:
         def digest(sha256: str, *, around_wheel: bool) -> str:
             return context.inputs_digest(self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel)
 
+        if entry.fa4 is not None:  # Python from the index, pinned in the Dockerfile: no source to fetch
+            run.inputs = digest(hashlib.sha256(b"flash-attn-4 from the index").hexdigest(), around_wheel=False)
+            return StepOutcome(note=f"flash-attn-4 {entry.flash_attn} from the index, pinned; no compile with nvcc")
         if prebuilt is None and run.plan.shares_wheel_of is not None:
             prebuilt = self._group_wheel(run, run.plan.shares_wheel_of)
         if prebuilt is not None:
@@ -324,7 +328,7 @@ class Executor:
                 key=(progress.step if progress else 0,),
             )
 
-        assert run.source is not None
+        assert run.source is not None or run.entry.fa4 is not None
 
         def kept(line: str) -> None:
             run.log.write(line)
@@ -423,6 +427,10 @@ class Executor:
             return StepOutcome(note=f"{run.result.wheel} (up to date)", skipped=True)
         entry, dist, staging = run.entry, self.options.dist, run.wheel_dir
         assert staging is not None
+        if contract.WHEEL_STAGE not in run.plan.files:  # FlashAttention-4: no wheel is made
+            shutil.rmtree(staging, ignore_errors=True)
+            run.wheel_dir = None
+            return StepOutcome(note="no wheel: flash-attn-4 is Python, from the index", skipped=True)
         try:
             # Regular files at the top of the stage, never a link: what the builder left is untrusted.
             wheels = sorted(f for f in staging.iterdir() if f.suffix == ".whl" and f.is_file() and not f.is_symlink())

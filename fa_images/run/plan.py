@@ -41,6 +41,8 @@ STAGES = (
 )
 # Those of a runtime image made around a wheel that already exists: nothing compiles.
 PREBUILT_STAGES = tuple(s for s in STAGES if s not in (contract.BUILDER_STAGE, contract.CACHE_STAGE))
+# FlashAttention-4's: Python from the index, its kernels compiled in the install stage; no wheel.
+PYTHON_STAGES = tuple(s for s in PREBUILT_STAGES if s != contract.WHEEL_STAGE)
 # BuildKit's form: the compile's cache is a cache mount, which two stages fill from the host's copy
 # and read back into the cache stage.
 BUILDKIT_STAGES = (
@@ -134,6 +136,8 @@ class EntryPlan:
 
     @property
     def stages(self) -> tuple[str, ...]:
+        if self.entry.fa4 is not None:
+            return PYTHON_STAGES
         if self.around_wheel:
             return PREBUILT_STAGES
         if self.form != "buildkit":
@@ -224,7 +228,9 @@ def runtime_build(entry: Entry) -> BuildTarget:
 
 def from_stages(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_cache: bool) -> tuple[BuildTarget, ...]:
     """What the executor takes from the stages the build made: tagged, or their files read (the
-    compiler cache only where the host keeps one)."""
+    compiler cache only where the host keeps one); nothing for FlashAttention-4, which makes no wheel."""
+    if entry.fa4 is not None:
+        return ()
     wheel = BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel, exported and verified into dist")
     if prebuilt:
         return (wheel,)
@@ -257,7 +263,7 @@ def before_build(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_ca
     - compiler-cache-in, anew, where the host keeps a compiler cache: the compile takes it from the
       group's cache mount, put there first so the compile step's cache key never depends on it.
     """
-    if prebuilt or form != "buildkit":
+    if prebuilt or form != "buildkit" or entry.fa4 is not None:
         return ()
     torch = BuildTarget(
         stage=contract.TORCH_COMMIT_STAGE,
@@ -350,7 +356,9 @@ def make_plan(
             # No compile, no devel base: unless uv makes the Python there.
             bases=tuple(
                 dict.fromkeys(
-                    [e.runtime_image] if e.id in around and python_from != "uv" else [e.devel_image, e.runtime_image]
+                    [e.runtime_image]
+                    if (e.id in around or e.fa4 is not None) and python_from != "uv"
+                    else [e.devel_image, e.runtime_image]
                 )
             ),
             prebuilt=prebuilt.get(e.id),

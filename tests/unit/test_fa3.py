@@ -307,7 +307,7 @@ def test_the_check_runs_the_generation_installed_and_judges_the_arch_by_its_buil
 def test_no_flash_attn_installed_is_a_failed_import() -> None:
     lines: list[str] = []
     assert gpucheck.run(out=lines.append) == 1  # the unit tier installs neither generation
-    assert lines == ["FAIL: import: no flash-attn is installed here (none of flash-attn, flash-attn-3)"]
+    assert lines == ["FAIL: import: no flash-attn is installed here (none of flash-attn, flash-attn-3, flash-attn-4)"]
 
 
 # --- the matrix: FA3 entries, their refusals, their Dockerfile ------------------------------------

@@ -273,6 +273,11 @@ def export(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, opts: Slur
         raise UsageError("no entries to export")
     for entry in entries:
         sharding.check_entry(entry, "a batch script", shards=opts.shards)
+        if entry.fa4 is not None:
+            raise UsageError(
+                f"entry {entry.id!r}: FlashAttention-4 makes no wheel for a node to compile (it is Python, from "
+                "the index, its kernels compiled into its image): build its image with `fa-images build`"
+            )
     fetch = sdist_fetch(matrix, opts)
     texts = {"build.sbatch": build_script(entries, opts, fetch), "link.sbatch": link_script(entries, opts, fetch)}
     texts["submit.sh"] = submit_script()
