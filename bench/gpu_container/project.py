@@ -4,7 +4,7 @@ compat.yaml for them (the sdist's sha256, this machine's torch and Python, numpy
 re-packed into the wheelhouse; FA3's pin is the built-in table's), and one matrix per
 ``FILE=IMAGE:ARCH[:BUILDER]``, each an image of its own (an entry's id names no archs). ARCH
 ``fa3`` is a FlashAttention-3 entry for this GPU, trimmed to head dim 128, fp16 and bf16, forward
-and backward (``FA3_TRIMMED``).
+and backward (``FA3_TRIMMED``); ``fa4`` a FlashAttention-4 entry for it, on the default grid.
 
     python3 project.py REPO PROJECT_DIR PYTHON TORCH PORT NUMPY FILE=IMAGE:ARCH[:BUILDER]...
 """
@@ -27,11 +27,14 @@ FA3_TRIMMED = {
 }
 
 
+FA4_VERSION = "4.0.0b36"  # from the wheelhouse, at the built-in table's pins
+
+
 def main() -> None:
     repo, project, py, torch, port, numpy, *matrices = sys.argv[1:]
     found = sorted((Path(repo) / ".gpu-sdist").glob("flash_attn-*.tar.gz"))
     fa3_found = sorted((Path(repo) / ".gpu-sdist").glob("flash_attn_3-*.tar.gz"))
-    if not found and not fa3_found:
+    if not found and not fa3_found and not any(spec.endswith(":fa4") for spec in matrices):
         sys.exit("no .gpu-sdist/flash_attn-*.tar.gz (python bench/trim_sdist.py SDIST --gpu-check --out .gpu-sdist)")
     out = Path(project)
     (out / "sdists").mkdir(parents=True, exist_ok=True)
@@ -60,6 +63,10 @@ def main() -> None:
             "compat": "compat.yaml",
             "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": version, "archs": [arch]}],
         }
+        if arch == "fa4":
+            matrix["entries"] = [
+                {"python": py, "torch": torch, "cuda": "13.0", "flash_attn": FA4_VERSION, "target": ["H100"]}
+            ]
         if arch == "fa3":
             matrix["fa3"] = FA3_TRIMMED
             matrix["entries"] = [
