@@ -33,7 +33,12 @@ __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", 
 TOP_KEYS = (
     "image", "targets", "matrix", "entries", "bases", "packages", "build", "fa3", "fa4", "compat", "allow_unknown",
 )  # fmt: skip
-FA3_KEYS = ("head_dims", "dtypes", "without")
+# The keys of each generation's section and their shapes: a list of one type, or one number.
+FA3_FIELDS: dict[str, Any] = {"head_dims": [int], "dtypes": [str], "without": [str]}
+FA4_FIELDS: dict[str, Any] = {
+    "head_dims": [int], "dtypes": [str], "causal": [bool], "kv_heads": [int], "heads": int, "batch": int,
+    "seqlen": int, "modes": [str],
+}  # fmt: skip
 FA4_EXAMPLE = "e.g. fa4: {head_dims: [64, 128], dtypes: [bf16], kv_heads: [16, 4], heads: 16, seqlen: 2048}"
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
 FA3_EXAMPLE = "e.g. fa3: {head_dims: [128], dtypes: [bf16, fp16], without: [split, paged_kv]}"
@@ -255,65 +260,47 @@ def _targets(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict[str, list[s
 
 def _fa3(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa3.Fa3Build:
     """What every FlashAttention-3 entry compiles (``fa3:``); upstream's full build where it is absent."""
-    raw = doc.data.get("fa3")
-    if raw is None:
-        return fa3.Fa3Build()
-    if not isinstance(raw, dict):
-        problems.append(doc.problem(("fa3",), f"fa3 must be a mapping, not {kind(raw)}", hint=FA3_EXAMPLE))
-        return fa3.Fa3Build()
-    values: dict[str, tuple] = {}
-    for key, value in raw.items():
-        if key not in FA3_KEYS:
-            problems.append(doc.problem(("fa3", key), f"unknown key fa3.{key}", hint=did_you_mean(str(key), FA3_KEYS)))
-            continue
-        items = tuple(as_list(value))
-        wanted = int if key == "head_dims" else str
-        if not items or not all(isinstance(v, wanted) and not isinstance(v, bool) for v in items):
-            what = "numbers" if wanted is int else "names"
-            problems.append(doc.problem(("fa3", key), f"fa3.{key} must be a list of {what}", hint=FA3_EXAMPLE))
-            continue
-        values[key] = items
-    try:
-        return fa3.Fa3Build(**values)
-    except UsageError as exc:
-        problems.append(doc.problem(("fa3",), str(exc), hint=FA3_EXAMPLE))
-        return fa3.Fa3Build()
+    return _generation_section(doc, problems, "fa3", fa3.Fa3Build, FA3_FIELDS, FA3_EXAMPLE)
 
 
 def _fa4(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa4.Fa4Grid:
     """The calls whose FlashAttention-4 kernels every FA4 image carries compiled (``fa4:``)."""
-    raw = doc.data.get("fa4")
+    return _generation_section(doc, problems, "fa4", fa4.Fa4Grid, FA4_FIELDS, FA4_EXAMPLE)
+
+
+def _generation_section(
+    doc: yamlfile.YamlDoc, problems: list[Problem], key: str, cls: Any, fields: dict[str, Any], example: str
+) -> Any:
+    """A generation's section (``fa3:``, ``fa4:``) -> its frozen settings, every bad key reported;
+    ``fields``: each key's shape, a list of one type (``[int]``) or one number (``int``)."""
+    raw = doc.data.get(key)
     if raw is None:
-        return fa4.Fa4Grid()
+        return cls()
     if not isinstance(raw, dict):
-        problems.append(doc.problem(("fa4",), f"fa4 must be a mapping, not {kind(raw)}", hint=FA4_EXAMPLE))
-        return fa4.Fa4Grid()
-    wanted = {f: type(getattr(fa4.Fa4Grid(), f)) for f in fa4.Fa4Grid.__dataclass_fields__}
-    items = {"head_dims": int, "kv_heads": int, "dtypes": str, "causal": bool, "modes": str}
+        problems.append(doc.problem((key,), f"{key} must be a mapping, not {kind(raw)}", hint=example))
+        return cls()
     values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in wanted:
+    for name, value in raw.items():
+        shape = fields.get(name)
+        if shape is None:
+            hint = did_you_mean(str(name), list(fields))
+            problems.append(doc.problem((key, name), f"unknown key {key}.{name}", hint=hint))
+            continue
+        listed = isinstance(shape, list)
+        item = shape[0] if listed else shape
+        got = tuple(as_list(value)) if listed else (value,)
+        if not got or not all(isinstance(v, item) and (item is bool) == isinstance(v, bool) for v in got):
+            what = {int: "numbers", str: "names", bool: "true or false"}[item] if listed else "a number"
             problems.append(
-                doc.problem(("fa4", key), f"unknown key fa4.{key}", hint=did_you_mean(str(key), list(wanted)))
+                doc.problem((key, name), f"{key}.{name} must be {'a list of ' * listed}{what}", hint=example)
             )
             continue
-        item = items.get(key)
-        if item is not None:
-            listed = tuple(as_list(value))
-            if not listed or not all(isinstance(v, item) and (item is bool or not isinstance(v, bool)) for v in listed):
-                what = {int: "numbers", str: "names", bool: "true or false"}[item]
-                problems.append(doc.problem(("fa4", key), f"fa4.{key} must be a list of {what}", hint=FA4_EXAMPLE))
-                continue
-            values[key] = listed
-        elif isinstance(value, int) and not isinstance(value, bool):
-            values[key] = value
-        else:
-            problems.append(doc.problem(("fa4", key), f"fa4.{key} must be a number", hint=FA4_EXAMPLE))
+        values[name] = got if listed else value
     try:
-        return fa4.Fa4Grid(**values)
+        return cls(**values)
     except UsageError as exc:
-        problems.append(doc.problem(("fa4",), str(exc), hint=FA4_EXAMPLE))
-        return fa4.Fa4Grid()
+        problems.append(doc.problem((key,), str(exc), hint=example))
+        return cls()
 
 
 def _allow_unknown(doc: yamlfile.YamlDoc, problems: list[Problem]) -> bool:

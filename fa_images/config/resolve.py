@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from ..builder import contract, fa3, fa4, generation
+from ..builder import contract, fa3, fa4, generation, gpuarch
 from ..builder.errors import UsageError
 from ..builder.settings import parse_archs
 from ..errors import Problem
@@ -220,7 +220,6 @@ class EntryResolver:
             self.fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
         if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):
             return None
-        variant = release.variant(cuda) if release else None
         fa_rel = self.compat.flash_attn.get(fa)
         return self._made(
             combo,
@@ -232,7 +231,7 @@ class EntryResolver:
             archs=archs,
             ptx=bool(ptx),
             gpus=gpus,
-            cxx11_abi=variant.cxx11_abi if variant else None,
+            release=release,
             sha256=fa_rel.sha256 if fa_rel else None,
         )
 
@@ -248,12 +247,14 @@ class EntryResolver:
         archs: tuple[str, ...],
         ptx: bool,
         gpus: tuple[str, ...],
-        cxx11_abi: bool | None,
+        release: TorchRelease | None,
         sha256: str | None,
         fa3_build: fa3.Fa3Build | None = None,
         fa4_grid: fa4.Fa4Grid | None = None,
     ) -> Entry | None:
-        """The entry, its image tag checked against Docker's grammar before anything is built."""
+        """The entry, its image tag checked against Docker's grammar before anything is built; its
+        C++ ABI that of its torch's variant (None for a torch the table does not know)."""
+        variant = release.variant(cuda) if release else None
         tag = f"fa{fa}-py{python}-torch{torch_v}-{contract.cuda_tag(cuda)}"
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": contract.cuda_tag(cuda)}
         bad_tag = grammar.image_tag(tag)
@@ -270,7 +271,7 @@ class EntryResolver:
             archs=archs,
             ptx=ptx,
             gpus=gpus,
-            cxx11_abi=cxx11_abi,
+            cxx11_abi=variant.cxx11_abi if variant else None,
             sdist_sha256=sha256,
             image=f"{self.image}:{tag}",
             devel_image=fill_placeholders(self.bases.devel, fill),
@@ -337,7 +338,6 @@ class EntryResolver:
             python and torch_v and fa and fa_rel and cuda and cuda_rel and gpus is not None
         ):
             return None
-        variant = release.variant(cuda) if release else None
         return self._made(
             combo,
             python=python,
@@ -348,7 +348,7 @@ class EntryResolver:
             archs=build.archs,
             ptx=False,
             gpus=gpus,
-            cxx11_abi=variant.cxx11_abi if variant else None,
+            release=release,
             sha256=fa_rel.sha256,
             fa3_build=build,
         )
@@ -385,8 +385,7 @@ class EntryResolver:
             )
         if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and targets):
             return None
-        variant = release.variant(cuda) if release else None
-        archs = tuple(sorted({fa4.TARGETS[t][1].removeprefix("sm_") for t in targets}))
+        archs = tuple(gpuarch.sorted_archs({fa4.TARGETS[t][1].removeprefix("sm_") for t in targets}))
         return self._made(
             combo,
             python=python,
@@ -397,7 +396,7 @@ class EntryResolver:
             archs=archs,
             ptx=False,
             gpus=targets,
-            cxx11_abi=variant.cxx11_abi if variant else None,
+            release=release,
             sha256=None,
             fa4_grid=self.fa4_grid,
         )

@@ -98,7 +98,7 @@ ENTRY = 'entries: [{python: "3.12", torch: "2.11.0", flash_attn: "4.0.0b36", tar
 def test_an_fa4_entry_carries_its_grid_for_each_gpu_of_its_target(tmp_path: Path) -> None:
     m = load(tmp_path, "fa4: {head_dims: [128], kv_heads: [16], causal: [true]}\n" + ENTRY)
     (entry,) = m.entries
-    assert entry.generation is generation.FA4 and entry.gpus == ("H100", "B200") and entry.archs == ("100a", "90a")
+    assert entry.generation is generation.FA4 and entry.gpus == ("H100", "B200") and entry.archs == ("90a", "100a")
     assert entry.fa4 == fa4.Fa4Grid(head_dims=(128,), kv_heads=(16,), causal=(True,))
 
 
@@ -157,3 +157,13 @@ def test_a_batch_script_refuses_fa4_which_makes_no_wheel(tmp_path: Path) -> None
     m = load(tmp_path, ENTRY)
     with pytest.raises(UsageError, match="FlashAttention-4 makes no wheel"):
         slurm.export(m, m.entries, tmp_path / "out", slurm.SlurmOptions())
+
+
+def test_the_matrix_reads_every_field_of_a_generations_settings() -> None:
+    from dataclasses import fields
+
+    from fa_images.builder import fa3
+    from fa_images.config import matrix
+
+    assert set(matrix.FA4_FIELDS) == {f.name for f in fields(fa4.Fa4Grid)}
+    assert set(matrix.FA3_FIELDS) == {f.name for f in fields(fa3.Fa3Build)}
