@@ -201,12 +201,17 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
         return 0
     import torch
 
-    if not torch.cuda.is_available():
-        out("NO GPU: torch sees no CUDA device; the GPU check was not run (import check passed)")
+    try:  # a GPU that is visible but busy, lost or in a bad state raises here: a verdict, not a crash
+        if not torch.cuda.is_available():
+            out("NO GPU: torch sees no CUDA device; the GPU check was not run (import check passed)")
+            return EXIT_NO_GPU
+        capability = tuple(torch.cuda.get_device_capability(0))
+        name = torch.cuda.get_device_name(0)
+    except Exception as exc:
+        out(f"NO GPU: the GPU cannot be used ({type(exc).__name__}: {str(exc)[:300]}); the GPU check was not run")
         return EXIT_NO_GPU
     started = time.monotonic()
-    capability = tuple(torch.cuda.get_device_capability(0))
-    out(f"GPU: {torch.cuda.get_device_name(0)} (sm_{''.join(map(str, capability))})")
+    out(f"GPU: {name} (sm_{''.join(map(str, capability))})")
     arch = arch_verdict(capability, checks.code())
     if arch is None:
         out("GPU code: no compiled extension's archs to read (or unreadable); running the kernels to find out")

@@ -231,3 +231,18 @@ def test_an_arch_number_that_is_no_arch_is_left_out_of_the_messages() -> None:
     """A fatbin may name any number: it is not an arch, and it is no reason to call the ELF unreadable."""
     assert gpuarch.where_it_runs({"7", "80", "1234"}, {"x"}) == "8.0 to 8.x (sm_80)"
     assert gpuarch.where_it_runs({"7"}, set()) == "no GPU"
+
+
+def test_a_gpu_that_raises_when_asked_is_a_verdict_not_a_crash(installed, monkeypatch) -> None:
+    """A GPU visible but busy or lost: reading its capability raises a CUDA error."""
+    import torch
+
+    ran = installed(H100, [90])
+
+    def busy(_i=0):
+        raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", busy)
+    lines: list[str] = []
+    assert gpucheck.run(out=lines.append) == contract.EXIT_NO_GPU and ran == []
+    assert lines[-1].startswith("NO GPU: the GPU cannot be used (RuntimeError: CUDA error: all CUDA-capable")
