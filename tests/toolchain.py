@@ -214,6 +214,36 @@ def torch_release(version: str, python_version: str = "3.11") -> Path:
     return dest
 
 
+FA4_VERSION = "4.0.0b36"
+FA4_BINDINGS = ["cuda-bindings==13.5.0", "cuda-pathfinder==1.9.1"]
+
+
+def fa4_site(python_version: str = "3.11") -> Path:
+    """A site directory with FlashAttention-4 and the set compat.yaml pins for it (CUDA 13), less
+    the DSL's CUDA 12 libraries (which its compile does not load): next to the toolchain venv's
+    torch, through ``site.addsitedir`` (the DSL adds its packages with a .pth file). About 100 MB
+    downloaded once."""
+    pins = compat.load().flash_attn_4[FA4_VERSION].pins["13"]
+    # A CUDA 13 torch brings the CUDA Python bindings the DSL needs; the toolchain's 2.9.1 (CUDA 12.8) does not.
+    wanted = [p for p in pins if not p.startswith("nvidia-cutlass-dsl-libs-cu12")] + FA4_BINDINGS
+    dest = cache_dir() / f"fa4-site-{FA4_VERSION}-{_cp_tag(python_version)}"
+    spec = {"pins": wanted, "python_version": python_version}
+    if _is_ready(dest, spec):
+        return dest / "site"
+    with _lock(dest):
+        if _is_ready(dest, spec):
+            return dest / "site"
+        wheels = dest / "wheels"
+        wheels.mkdir(parents=True, exist_ok=True)
+        _log(f"downloading flash-attn-4 {FA4_VERSION} and its pinned set for {_cp_tag(python_version)} (~100 MB)")
+        _pip_download(python_version, wheels, wanted, "--no-deps")
+        shutil.rmtree(dest / "site", ignore_errors=True)
+        command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile"]
+        _run([*command, "--target", str(dest / "site"), *map(str, sorted(wheels.glob("*.whl")))])
+        _mark(dest, spec)
+    return dest / "site"
+
+
 def _pip_download(python_version: str, dest: Path, requirements: Sequence[str], *options: str) -> None:
     """Manylinux x86_64 wheels of ``requirements`` for one CPython into ``dest`` (pip keeps what is
     there already, so an interrupted download resumes)."""

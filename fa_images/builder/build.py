@@ -60,6 +60,8 @@ def prepare(
     ``fa3_build``: what a FlashAttention-3 build compiles (upstream's full build where None)."""
     timeline = timeline or Timeline()
     gen = _generation(version, sdist)
+    if gen is generation.FA4:
+        raise UsageError(f"flash-attn {version} is FlashAttention-4: Python, with no wheel to compile")
     if gen is generation.FA2 and version is not None:
         source.check_supported(version, allow_untested=allow_untested)
     if torch is None:
@@ -124,9 +126,10 @@ def prepare(
 
 
 def _generation(version: str | None, archive: Path | None) -> generation.Generation:
-    """The generation a build names: its version's major, or a local archive's name."""
+    """The generation a build names: its version's major (one no generation has is tried as
+    flash-attn 2's sdist, as ``--allow-untested`` asks), or a local archive's name."""
     if version is not None:
-        return generation.of_version(version)
+        return generation.of_version(version, untested=True)
     if archive is not None and archive.name.startswith("flash_attn_3-"):
         return generation.FA3
     return generation.FA2

@@ -353,11 +353,17 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tuple[str, ...]]:
     """(FA3's build, or None for flash-attn 2; flash-attn 2's archs), each refused before anything is
     probed where the generation cannot take it."""
-    is_fa3 = (
-        generation.of_version(args.flash_attn) is generation.FA3
+    gen = (
+        generation.of_version(args.flash_attn, untested=args.allow_untested)
         if args.flash_attn is not None
-        else args.sdist.name.startswith("flash_attn_3-")
+        else (generation.FA3 if args.sdist.name.startswith("flash_attn_3-") else generation.FA2)
     )
+    if gen is generation.FA4:
+        raise UsageError(
+            f"flash-attn {args.flash_attn} is FlashAttention-4: Python, with no wheel to compile",
+            hint="`fa4-cache` compiles its kernels ahead of their first call",
+        )
+    is_fa3 = gen is generation.FA3
     knobs = (args.fa3_head_dims, args.fa3_dtypes, args.fa3_without)
     if not is_fa3:
         if args.flash_attn is not None:

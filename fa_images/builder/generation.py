@@ -29,6 +29,9 @@ class Generation:
     # abi3: one wheel for every Python from the oldest it names, on torch's stable ABI
     abi3: bool
     source: str  # how it is had: "sdist" (PyPI's, compiled), "archive" (pinned, fa3.py), "pypi" (its wheel)
+    # A top-level module only this generation installs, found without importing it (None: FA4's
+    # flash_attn.cute lies under flash-attn 2's package).
+    own_module: str | None
 
     @property
     def name(self) -> str:
@@ -47,6 +50,7 @@ FA2 = Generation(
     extension_member="flash_attn_2_cuda.",
     abi3=False,
     source="sdist",
+    own_module="flash_attn_2_cuda",
 )
 FA3 = Generation(
     number=3,
@@ -56,6 +60,7 @@ FA3 = Generation(
     extension_member="flash_attn_3/_C.",
     abi3=True,
     source="archive",
+    own_module="flash_attn_interface",
 )
 # Pure Python (the CuTe DSL): its kernels compile at their first call, or ahead of it (fa4.py).
 FA4 = Generation(
@@ -66,12 +71,14 @@ FA4 = Generation(
     extension_member="",
     abi3=False,
     source="pypi",
+    own_module=None,
 )
 GENERATIONS = (FA2, FA3, FA4)
 
 
-def of_version(version: str) -> Generation:
-    """The generation a flash-attn version names: its major version."""
+def of_version(version: str, *, untested: bool = False) -> Generation:
+    """The generation a flash-attn version names: its major version. ``untested``: a major no
+    generation has is tried as flash-attn 2's sdist (``wheel --allow-untested``)."""
     try:
         major = Version(version).major
     except InvalidVersion:
@@ -79,6 +86,8 @@ def of_version(version: str) -> Generation:
     for generation in GENERATIONS:
         if generation.number == major:
             return generation
+    if untested:
+        return FA2
     raise UsageError(
         f"flash-attn {version} names FlashAttention-{major}, which fa-images does not build",
         hint="fa-images knows FlashAttention-2 (2.x), FlashAttention-3 (3.x) and FlashAttention-4 (4.x)",

@@ -105,15 +105,18 @@ def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
 
 
 def installed() -> list[generation.Generation]:
-    """The flash-attn generations installed here, by their distributions' metadata."""
+    """The flash-attn generations installed here: by their distributions' metadata, or, without
+    one (a source tree on the path), by the module only each of them has, found without importing it."""
     import importlib.metadata
+    import importlib.util
 
     found = []
     for gen in generation.GENERATIONS:
         try:
             importlib.metadata.distribution(gen.project)
         except importlib.metadata.PackageNotFoundError:
-            continue
+            if gen.own_module is None or importlib.util.find_spec(gen.own_module) is None:
+                continue
         found.append(gen)
     return found
 

@@ -514,3 +514,10 @@ def test_the_farms_build_fa3_from_the_sources_folder_unsharded(fa3_matrix, tmp_p
         )
     with pytest.raises(UsageError, match="built unsharded"):
         slurm.export(fa3_matrix, fa3_matrix.entries, tmp_path / "out", slurm.SlurmOptions(shards=2))
+
+
+def test_a_generation_on_the_path_without_its_metadata_is_found(tmp_path: Path, monkeypatch) -> None:
+    """A source tree on PYTHONPATH has no dist-info: its own module says which generation it is."""
+    (tmp_path / "flash_attn_interface.py").write_text("# FA3's\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert gpucheck.installed() == [generation.FA3]
