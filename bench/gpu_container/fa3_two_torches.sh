@@ -4,9 +4,10 @@
 # next to torch 2.12 on CPython 3.13 (neither of which it was built with) and checked again.
 #
 # Run from a copy of the repository:  bash bench/gpu_container/fa3_two_torches.sh WORK_DIR STAGE
-# STAGE holds flash_attn_3-3.0.0.tar.gz (`fa-images source fa3`), torch-2.12.0-cp313-*.whl (in
-# parts: torch.part.*), and cpython-3.13.tar.xz: a CPython 3.13 prefix made for
-# /root/.cache/fa-images-tests/cpython-3.13 (the tests' second Python, tests/toolchain.py).
+# STAGE holds flash_attn_3-3.0.0.tar.gz (`fa-images source fa3`), torch 2.12.0's cp313 wheel and
+# the NCCL it needs, nvidia-nccl-cu13 2.29.7 (in parts: torch.part.*, nccl.part.*), and
+# cpython-3.13.tar.xz: a CPython 3.13 prefix made for /root/.cache/fa-images-tests/cpython-3.13
+# (the tests' second Python, tests/toolchain.py). A second run reuses the wheel the first built.
 set -u
 W=${1:-/tmp/two}
 STAGE=${2:-/tmp/stage}
@@ -20,7 +21,7 @@ PIN=$(python3 -c 'import sys; sys.path.insert(0, "."); from fa_images.config imp
 phase "the FA3 wheel, built once next to this machine's torch"
 python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)'
 started=$(date +%s)
-PYTHONPATH=$REPO python3 -m fa_images.builder wheel --flash-attn 3.0.0 --sha256 "$PIN" --sources-dir "$STAGE" \
+ls "$W"/dist/flash_attn_3-*.whl 2>/dev/null || PYTHONPATH=$REPO python3 -m fa_images.builder wheel --flash-attn 3.0.0 --sha256 "$PIN" --sources-dir "$STAGE" \
     "${TRIM[@]}" --out "$W/dist" --work-dir "$W/work" 2>&1 | grep -E "^\[fa-images\]|✓|✕|error" | cut -c1-250
 echo "wheel exited ${PIPESTATUS[0]} after $(($(date +%s) - started)) s"
 WHEEL=$(ls "$W"/dist/flash_attn_3-*.whl) || exit 1
@@ -34,14 +35,18 @@ phase "CPython 3.13 and torch 2.12, next to which it was not built"
 mkdir -p /root/.cache/fa-images-tests && tar -C /root/.cache/fa-images-tests -xJf "$STAGE/cpython-3.13.tar.xz"
 PY313=/root/.cache/fa-images-tests/cpython-3.13/bin/python3.13
 cat "$STAGE"/torch.part.* > "$W/torch-2.12.0-cp313-cp313-manylinux_2_28_x86_64.whl"
+cat "$STAGE"/nccl.part.* > "$W/nvidia_nccl_cu13-2.29.7-py3-none-manylinux_2_18_x86_64.whl"
 rm -rf "$W/site313"
 python3 -m pip install -q --no-deps --target "$W/site313" --python-version 3.13 --only-binary=:all: \
-    "$W/torch-2.12.0-cp313-cp313-manylinux_2_28_x86_64.whl" "$WHEEL"
-# torch's pure-Python dependencies and NVIDIA's CUDA 13 libraries (no Python ABI in either) from this
-# machine's environment: the same packages torch 2.12's wheel names, at the versions here.
+    "$W/torch-2.12.0-cp313-cp313-manylinux_2_28_x86_64.whl" "$W/nvidia_nccl_cu13-2.29.7-py3-none-manylinux_2_18_x86_64.whl" "$WHEEL"
+# torch's pure-Python dependencies and NVIDIA's other CUDA 13 libraries (no Python ABI in either)
+# from this machine's environment, at the versions here; NCCL is 2.12's own (2.11's lacks symbols).
 SITE312=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-for dep in nvidia typing_extensions.py sympy mpmath networkx jinja2 markupsafe fsspec filelock; do
+for dep in typing_extensions.py sympy mpmath networkx jinja2 markupsafe fsspec filelock packaging; do
     [ -e "$SITE312/$dep" ] && ln -sfn "$SITE312/$dep" "$W/site313/$dep"
+done
+for lib in "$SITE312"/nvidia/*; do
+    [ -e "$W/site313/nvidia/$(basename "$lib")" ] || ln -s "$lib" "$W/site313/nvidia/$(basename "$lib")"
 done
 "$PY313" -c 'import sys; print(sys.version)'
 PYTHONPATH=$W/site313:$REPO "$PY313" -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.cuda.is_available())'
