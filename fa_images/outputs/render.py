@@ -80,6 +80,15 @@ def cache_mount_id(entry: Entry) -> str:
     return "fa-images-compiler-cache-" + hashlib.sha256(entry.compile_group.encode()).hexdigest()[:16]
 
 
+def fa4_fingerprint(matrix: Matrix, entry: Entry) -> str:
+    """What a FlashAttention-4 image's kernel cache is made of, as 16 hex digits for its label: the
+    pinned set (FA4's sources and the DSL's versions), the Python, the grid and the GPUs compiled
+    for. Two images with the same one carry the same kernels."""
+    assert entry.fa4 is not None
+    made_of = [wheelhouse.runtime_deps(matrix, entry), entry.python, entry.fa4.to_json(), list(entry.gpus)]
+    return hashlib.sha256(repr(made_of).encode()).hexdigest()[:16]
+
+
 def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt: bool = False) -> str:
     """The entry's Dockerfile for ``builder``; ``prebuilt``: the runtime image around a wheel the
     context carries (``inputs/prebuilt/``), with no compile."""
@@ -106,6 +115,7 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
             # The builder stage compiles a wheel: flash-attn 2 and 3, unless the wheel exists.
             compiles=not prebuilt and entry.fa4 is None,
             fa4_cache=FA4_CACHE,
+            fa4_fingerprint=fa4_fingerprint(matrix, entry) if entry.fa4 is not None else None,
             fa4_cache_env=fa4.CACHE_ENV,
             fa4_cache_on_env=fa4.CACHE_ON_ENV,
             buildkit=builder == "buildkit",

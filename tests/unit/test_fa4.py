@@ -123,7 +123,7 @@ def test_an_fa4_entry_it_cannot_build_is_refused_with_its_reason(text: str, says
 
 
 def test_the_dockerfile_installs_fa4_pinned_and_compiles_its_grid_per_gpu(tmp_path: Path) -> None:
-    from fa_images.outputs.render import FA4_CACHE, render_entry
+    from fa_images.outputs.render import FA4_CACHE, fa4_fingerprint, render_entry
 
     m = load(tmp_path, ENTRY)
     (entry,) = m.entries
@@ -133,6 +133,9 @@ def test_the_dockerfile_installs_fa4_pinned_and_compiles_its_grid_per_gpu(tmp_pa
         assert " flash-attn-4==4.0.0b36 " in text and " nvidia-cutlass-dsl-libs-cu13==4.8.1 " in text
         assert text.count("python -m fa_images.builder fa4-cache") == 2 and "--target B200" in text
         assert f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={FA4_CACHE}" in text and 'fa-images.generation="4"' in text
+        assert f'fa-images.fa4-cache="{fa4_fingerprint(m, entry)}"' in text
+    other = load(tmp_path, "fa4: {head_dims: [64]}\n" + ENTRY)  # another grid: other kernels, another label
+    assert fa4_fingerprint(other, other.entries[0]) != fa4_fingerprint(m, entry)
 
 
 def test_the_plan_and_the_run_make_no_wheel(tmp_path: Path, monkeypatch) -> None:
