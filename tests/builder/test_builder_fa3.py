@@ -1,19 +1,23 @@
 """FlashAttention-3 through the builder, against the suite's real torch (2.9.1+cu128) and CUDA
-toolkit (12.4): its archive made from real git repositories, prepared as the image's builder stage
+toolkit (12.4): its archive made from real git repositories (the same bytes from the same commits,
+its pin the tar's, a wrong clone refused, a clone read bounded), prepared as the image's builder stage
 prepares it, and the compile refused before it starts, with the reason: with CUDA 12.4, FA3's
 setup.py would download nvcc 12.6 and ptxas 12.8. The real compile and GPU check ran on an H100
 (bench/gpu_container/fa3_check.sh); this machine's toolkit cannot build FA3 without a download."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
 from fixtures import tiny_fa3
 
 from fa_images.builder import fa3, safe_io
+from fa_images.builder.errors import SourceError
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +53,59 @@ def test_a_cuda_whose_fa3_build_would_download_a_toolchain_is_refused_before_the
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 1 and "nvcc 12.4" in errors[0] and "downloads nvcc 12.6 and ptxas 12.8" in errors[0]
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").glob("*.whl"))
+
+
+# --- the archive, from real git repositories ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """A cutlass with include/, and a flash-attention whose csrc/cutlass submodule records its commit."""
+    return tiny_fa3.make_repos(tmp_path_factory.mktemp("repos"))
+
+
+def test_the_archive_is_the_same_bytes_from_the_same_commits(repos, tmp_path: Path) -> None:
+    fa, cutlass, commit = repos
+    first, sha = fa3.make_archive(
+        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "a")
+    )
+    again, sha2 = fa3.make_archive(
+        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "b")
+    )
+    assert first.name == "flash_attn_3-3.0.0.tar.gz" and first.read_bytes() == again.read_bytes() and sha == sha2
+    with tarfile.open(first) as tar:
+        names = tar.getnames()
+        assert all(m.mtime == tar.getmembers()[0].mtime and m.uid == 0 for m in tar.getmembers())
+    assert "flash_attn_3-3.0.0/csrc/cutlass/include/cutlass/cutlass.h" in names
+    assert not any("media.png" in n or "csrc/other" in n for n in names)
+    assert fa3.tar_sha256(first) == sha
+
+
+def test_the_pin_is_the_tars_so_a_mirror_may_compress_it_again(repos, tmp_path: Path) -> None:
+    fa, cutlass, commit = repos
+    archive, sha = fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path))
+    plain = tmp_path / "flash_attn_3-3.0.0.tar"
+    plain.write_bytes(gzip.decompress(archive.read_bytes()))
+    assert fa3.tar_sha256(plain) == sha
+    tree = fa3.unpack(plain, tmp_path / "src", sha)
+    assert tree.version == "3.0.0" and tree.path.name == "hopper" and tree.sha256 == sha
+    with pytest.raises(SourceError, match="sha256 mismatch"):
+        fa3.unpack(archive, tmp_path / "src2", "0" * 64)
+
+
+def test_a_cutlass_clone_without_the_submodules_commit_is_refused(repos, tmp_path: Path) -> None:
+    fa, _cutlass, commit = repos
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    tiny_fa3.git(tmp_path, "init", "-q", str(empty))
+    with pytest.raises(SourceError, match="cat-file"):
+        fa3.make_archive(flash_attention=fa, commit=commit, cutlass=empty, out=safe_io.OutputDir(tmp_path / "o"))
+    assert not (tmp_path / "o" / "flash_attn_3-3.0.0.tar.gz").exists()
+
+
+def test_a_clone_whose_archive_outgrows_the_bound_is_refused_nothing_written(repos, tmp_path, monkeypatch) -> None:
+    fa, cutlass, commit = repos
+    monkeypatch.setattr(fa3, "MAX_SOURCE", 64)  # bytes: every archive of the tiny repositories is larger
+    with pytest.raises(SourceError, match="took more than 0 MiB; refusing"):
+        fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o"))
+    assert not list((tmp_path / "o").iterdir())

@@ -1,5 +1,5 @@
-"""FlashAttention-3: its build knobs, its source archive (made from real git repositories, here tiny
-ones), the builder's refusals and environment, `inspect` of an abi3 wheel, the matrix's FA3
+"""FlashAttention-3: its build knobs, its source archive's reading (made from real git repositories
+in the builder tier, test_builder_fa3.py), the builder's refusals and environment, `inspect` of an abi3 wheel, the matrix's FA3
 entries and their Dockerfile, and the GPU check's dispatch. The real build and GPU check ran on
 an H100 (bench/gpu_container/fa3_check.sh, bench/gpu_container.md)."""
 
@@ -12,10 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fixtures import tiny_fa3
 from test_gpu_arch import H100, extension
 
-from fa_images.builder import build, contract, fa3, generation, gpucheck, safe_io, verify
+from fa_images.builder import build, contract, fa3, generation, gpucheck, verify
 from fa_images.builder.environment import NvccInfo
 from fa_images.builder.errors import SourceError, UsageError
 from fa_images.builder.settings import BuildSettings
@@ -86,60 +85,7 @@ def test_a_cuda_whose_build_would_download_a_toolchain_is_refused(cuda: str, ref
     assert (why is None) if refused is None else (refused in (why or ""))
 
 
-# --- the source archive, made from git repositories ---------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """A cutlass with include/, and a flash-attention whose csrc/cutlass submodule records its commit."""
-    return tiny_fa3.make_repos(tmp_path_factory.mktemp("repos"))
-
-
-def test_the_archive_is_the_same_bytes_from_the_same_commits(repos, tmp_path: Path) -> None:
-    fa, cutlass, commit = repos
-    first, sha = fa3.make_archive(
-        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "a")
-    )
-    again, sha2 = fa3.make_archive(
-        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "b")
-    )
-    assert first.name == "flash_attn_3-3.0.0.tar.gz" and first.read_bytes() == again.read_bytes() and sha == sha2
-    with tarfile.open(first) as tar:
-        names = tar.getnames()
-        assert all(m.mtime == tar.getmembers()[0].mtime and m.uid == 0 for m in tar.getmembers())
-    assert "flash_attn_3-3.0.0/csrc/cutlass/include/cutlass/cutlass.h" in names
-    assert not any("media.png" in n or "csrc/other" in n for n in names)
-    assert fa3.tar_sha256(first) == sha
-
-
-def test_the_pin_is_the_tars_so_a_mirror_may_compress_it_again(repos, tmp_path: Path) -> None:
-    fa, cutlass, commit = repos
-    archive, sha = fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path))
-    plain = tmp_path / "flash_attn_3-3.0.0.tar"
-    plain.write_bytes(gzip.decompress(archive.read_bytes()))
-    assert fa3.tar_sha256(plain) == sha
-    tree = fa3.unpack(plain, tmp_path / "src", sha)
-    assert tree.version == "3.0.0" and tree.path.name == "hopper" and tree.sha256 == sha
-    with pytest.raises(SourceError, match="sha256 mismatch"):
-        fa3.unpack(archive, tmp_path / "src2", "0" * 64)
-
-
-def test_a_cutlass_clone_without_the_submodules_commit_is_refused(repos, tmp_path: Path) -> None:
-    fa, _cutlass, commit = repos
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    tiny_fa3.git(tmp_path, "init", "-q", str(empty))
-    with pytest.raises(SourceError, match="cat-file"):
-        fa3.make_archive(flash_attention=fa, commit=commit, cutlass=empty, out=safe_io.OutputDir(tmp_path / "o"))
-    assert not (tmp_path / "o" / "flash_attn_3-3.0.0.tar.gz").exists()
-
-
-def test_a_clone_whose_archive_outgrows_the_bound_is_refused_nothing_written(repos, tmp_path, monkeypatch) -> None:
-    fa, cutlass, commit = repos
-    monkeypatch.setattr(fa3, "MAX_SOURCE", 64)  # bytes: every archive of the tiny repositories is larger
-    with pytest.raises(SourceError, match="took more than 0 MiB; refusing"):
-        fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o"))
-    assert not list((tmp_path / "o").iterdir())
+# --- the source archive, read ---------------------------------------------------------------------
 
 
 def _tar_gz(members: dict[str, bytes]) -> bytes:
@@ -389,15 +335,24 @@ def test_the_dockerfile_asks_the_builder_for_the_build_and_installs_what_fa3_nee
 
 
 @pytest.fixture
-def fa3_matrix(repos, tmp_path: Path, monkeypatch):
-    """Three FA3 entries of one compile group (two torches, two Pythons) and a flash-attn 2 one,
-    the FA3 archive a tiny one pinned by a compat override."""
+def fa3_matrix(tmp_path: Path, monkeypatch):
+    """Three FA3 entries of one compile group (two torches, two Pythons), the FA3 archive a tiny
+    one laid out as `fa-images source fa3` lays it, pinned by a compat override."""
     from fa_images.config import matrix
 
-    fa, cutlass, commit = repos
-    _archive, sha = fa3.make_archive(
-        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "sdists")
+    (tmp_path / "sdists").mkdir()
+    archive = tmp_path / "sdists" / "flash_attn_3-3.0.0.tar.gz"
+    top = "flash_attn_3-3.0.0"
+    archive.write_bytes(
+        _tar_gz(
+            {
+                f"{top}/hopper/setup.py": b"raise SystemExit('not run here')\n",
+                f"{top}/hopper/__init__.py": b'__version__ = "3.0.0"\n',
+                f"{top}/csrc/cutlass/include/cutlass/cutlass.h": b"#pragma once\n",
+            }
+        )
     )
+    sha = fa3.tar_sha256(archive)
     (tmp_path / "compat.yaml").write_text(
         f'flash_attn_3: {{"3.0.0": {{sha256: {sha}, flash_attention: {"a" * 40}, cutlass: {"b" * 40}}}}}\n'
     )
