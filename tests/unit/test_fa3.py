@@ -1,7 +1,7 @@
 """FlashAttention-3: its build knobs, its source archive's reading (made from real git repositories
-in the builder tier, test_builder_fa3.py), the builder's refusals and environment, `inspect` of an abi3 wheel, the matrix's FA3
-entries and their Dockerfile, and the GPU check's dispatch. The real build and GPU check ran on
-an H100 (bench/gpu_container/fa3_check.sh, bench/gpu_container.md)."""
+in the builder tier, test_builder_fa3.py), the builder's refusals and environment, `inspect` of an
+abi3 wheel, the matrix's FA3 entries and their Dockerfile, and the GPU check's dispatch. The real
+build and GPU check ran on an H100 (bench/gpu_container/fa3_check.sh, bench/gpu_container.md)."""
 
 from __future__ import annotations
 
