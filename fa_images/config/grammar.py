@@ -273,12 +273,47 @@ _GIT_TAG_CHARS = re.compile(r"[A-Za-z0-9_.+/-]{1,128}", re.ASCII)
 CRON_FIELD = re.compile(r"[A-Za-z0-9*/,-]{1,40}", re.ASCII)
 
 
+# Each field of a cron schedule as GitHub reads it: its name, its range, and the names it takes.
+_CRON_FIELDS = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day of the month", 1, 31, ()),
+    ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
+    ("day of the week", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")),
+)
+
+
 def cron(value: str) -> str | None:
-    """A POSIX cron schedule as GitHub reads it: five fields (minute hour day month weekday)."""
+    """A POSIX cron schedule as GitHub reads it: five fields (minute hour day month weekday), each
+    a list of ``*``, values, ranges and ``/steps`` within its field's range (GitHub refuses the
+    workflow otherwise)."""
     fields = value.split(" ")
     if len(fields) != 5 or not all(CRON_FIELD.fullmatch(f) for f in fields):
         return f"{value!r} is not a cron schedule of five fields, such as '17 4 * * 1' (Mondays, 04:17 UTC)"
+    for text, (name, low, high, names) in zip(fields, _CRON_FIELDS):
+        if not all(_cron_item(item, low, high, names) for item in text.split(",")):
+            shown = f"{low}-{high}" + (f" or {names[0]}-{names[-1]}" if names else "")
+            return f"{value!r} is not a cron schedule: its {name} field {text!r} is not within {shown}"
     return None
+
+
+def _cron_item(item: str, low: int, high: int, names: tuple[str, ...]) -> bool:
+    """``*``, ``N``, ``N-M``, each with an optional ``/STEP`` (1 to the field's top), within range."""
+    base, slash, step = item.partition("/")
+    if slash and not (step.isdigit() and 1 <= int(step) <= high):
+        return False
+    if base == "*":
+        return True
+    first, dash, last = base.partition("-")
+
+    def value(text: str) -> int | None:
+        if text.isdigit():
+            return int(text) if low <= int(text) <= high else None
+        upper = text.upper()
+        return names.index(upper) + low if upper in names else None
+
+    a, b = value(first), value(last) if dash else value(first)
+    return a is not None and b is not None and a <= b
 
 
 def runner_label(value: str) -> str | None:

@@ -205,6 +205,21 @@ def test_the_scheduled_workflow_names_its_release_and_table(small_matrix: Path) 
         (["--schedule", "17 4 * * 1", "--published", PUBLISHED], "--schedule needs --push"),
         (["--schedule", "17 4 * *", "--published", PUBLISHED, "--push"], "is not a cron schedule of five fields"),
         (["--schedule", "17 4 * * 1 $(id)", "--published", PUBLISHED, "--push"], "is not a cron schedule"),
+        # Values GitHub refuses in each field: the workflow would never run.
+        *(
+            (["--schedule", schedule, "--published", PUBLISHED, "--push"], f"its {field} field")
+            for schedule, field in (
+                ("61 * * * *", "minute"),
+                ("* 24 * * *", "hour"),
+                ("*/0 * * * *", "minute"),
+                ("x x x x x", "minute"),
+                ("* * 0 * *", "day of the month"),
+                ("* * * 13 *", "month"),
+                ("* * * * 7", "day of the week"),
+                ("5-1 * * * *", "minute"),
+                ("* * * JANUARY *", "month"),
+            )
+        ),
         (["--schedule", "17 4 * * 1", "--push", "--published", "https://u:s3cret@acme.github.io/"], "holds a login"),
         (["--schedule", "17 4 * * 1", "--push", "--published", "HTTPS://u:s3cret@acme.github.io/"], "holds a login"),
         (["--schedule", "17 4 * * 1", "--push", "--published", "http://acme/x?a=${{github.token}}"], "does not need"),
