@@ -261,6 +261,16 @@ class EntryResolver:
         if bad_tag:  # Docker refuses it at tag time, after the compile: refuse it now
             self.fail(combo, None, f"the image tag {bad_tag}")
             return None
+        # The bases as this entry fills them: the settings were checked with sample values, and a
+        # table's value (a long CUDA release) can still make a reference Docker refuses.
+        bases = {
+            "devel": fill_placeholders(self.bases.devel, fill),
+            "runtime": fill_placeholders(self.bases.runtime, fill),
+        }
+        for key, ref in bases.items():
+            if bad := grammar.image_reference(ref):
+                self.fail(combo, None, f"bases.{key} becomes {ref!r} for this entry, which {bad}")
+                return None
         return Entry(
             id=tag,
             python=python,
@@ -274,8 +284,8 @@ class EntryResolver:
             cxx11_abi=variant.cxx11_abi if variant else None,
             sdist_sha256=sha256,
             image=f"{self.image}:{tag}",
-            devel_image=fill_placeholders(self.bases.devel, fill),
-            runtime_image=fill_placeholders(self.bases.runtime, fill),
+            devel_image=bases["devel"],
+            runtime_image=bases["runtime"],
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
             fa3=fa3_build,
             fa4=fa4_grid,

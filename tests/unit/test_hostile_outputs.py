@@ -983,3 +983,16 @@ def test_a_write_that_fails_past_the_checks_is_undone(fails: str, move: bool, tm
         dist.add_wheels(out, [dist.Incoming(src / WHEEL_B, record, "test")], move=move)
     assert tree(out) == before
     assert (src / WHEEL_B).is_file()  # a build's wheel is not lost either
+
+
+def test_a_base_a_table_value_makes_too_long_for_docker_is_refused_before_any_build(tmp_path: Path, capsys) -> None:
+    """The bases were checked with sample values; a CUDA release of the table can still make the
+    filled FROM reference a tag Docker refuses (over 128 characters): refused at plan, not at build."""
+    release = "12.8." + "1" * 120
+    (tmp_path / "long.yaml").write_text(f'cuda: {{"12.8": {{release: "{release}", min_driver: "525"}}}}\n')
+    path = tmp_path / "matrix.yaml"
+    path.write_text('entries: [{python: "3.12", torch: "2.9.1", flash_attn: "2.8.3", target: A100}]\n')
+    for command in (["plan"], ["render", "--out", tmp_path / "out"]):
+        code, _out, err = fa_images(capsys, *command, "--matrix", path, "--compat", tmp_path / "long.yaml")
+        assert_clear_error(code, err, 2, "bases.devel becomes", "that Docker refuses")
+    assert not (tmp_path / "out").exists()
