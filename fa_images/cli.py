@@ -423,9 +423,10 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
     wheel_url = args.wheel_url if args.wheel_url.endswith("/") else args.wheel_url + "/"
     result = published.site(args.dist, args.out, wheel_url=wheel_url, published=index)
     new = counted(len([p for p in result.uploads if p.suffix == ".whl"]), "new wheel")
-    print(f"{args.out}: {counted(result.wheels, 'wheel')}, {new}; upload to {wheel_url}:", file=sys.stderr)
+    # Every line through `say`, escaped: --out is a name from outside, as `dist merge`'s names are.
+    say(f"{args.out}: {counted(result.wheels, 'wheel')}, {new}; upload to {wheel_url}:", out=sys.stderr)
     for path in result.uploads:  # stdout: the files to upload, one per line, for a script
-        print(path)
+        say(str(path))
     return 0
 
 

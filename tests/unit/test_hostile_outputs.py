@@ -996,3 +996,22 @@ def test_a_base_a_table_value_makes_too_long_for_docker_is_refused_before_any_bu
         code, _out, err = fa_images(capsys, *command, "--matrix", path, "--compat", tmp_path / "long.yaml")
         assert_clear_error(code, err, 2, "bases.devel becomes", "that Docker refuses")
     assert not (tmp_path / "out").exists()
+
+
+def test_dist_site_prints_its_out_path_escaped_as_dist_merge_does(tmp_path: Path, capsys) -> None:
+    from test_manylinux import a_wheel
+
+    from fa_images.cli import main
+
+    wheel = a_wheel(tmp_path / "built")
+    record = dist.WheelRecord(
+        sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), size=1, flash_attn="2.8.3", python="3.12"
+    )
+    dist.add_wheels(tmp_path / "dist", [dist.Incoming(wheel, record, "a test")])
+    out = tmp_path / "site\x1b[31mred"
+    code = main(
+        ["dist", "site", "--dist", str(tmp_path / "dist"), "--out", str(out), "--wheel-url", "https://x.example/w/"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0 and "\x1b" not in captured.err + captured.out
+    assert "site\\x1b[31mred" in captured.err
