@@ -47,9 +47,10 @@ _URL_PATH = re.compile(r"[A-Za-z0-9._~%/:@+=,-]*", re.ASCII)
 _LOGIN = re.compile(r"(?:[A-Za-z0-9._~+=,:-]|%[0-9A-Fa-f]{2})*", re.ASCII)
 # The authority of each URL inside a value (a pip install target, a cache spec): scheme://authority.
 _AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)", re.ASCII)
-# buildx cache attributes that hold a credential (gha, s3, azblob): buildx reads them from the
-# environment of the job when the spec leaves them out.
-CACHE_SECRET_KEYS = frozenset({"token", "secret_access_key", "session_token", "account_key"})
+# The words of a buildx cache attribute that holds a credential (gha's token and ghtoken, s3's
+# access_key_id, secret_access_key and session_token, azblob's account_key, and any new one named
+# so): buildx reads each from the environment of the job when the spec leaves it out.
+_CACHE_SECRET_WORDS = re.compile(r"token|secret|passw|credential|key", re.ASCII)
 
 
 def repository(value: str) -> str | None:
@@ -369,7 +370,7 @@ def cache_spec(value: str) -> str | None:
     """A buildx cache spec, ``key=value,key=value``: ``type=registry,ref=REG/cache,mode=max``."""
     if not CACHE_SPEC.fullmatch(value):
         return f"{_logins_hidden(value)!r} is not a cache spec such as type=registry,ref=REG/cache"
-    secrets = sorted({pair.partition("=")[0] for pair in value.split(",")} & CACHE_SECRET_KEYS)
+    secrets = sorted(k for k in {pair.partition("=")[0] for pair in value.split(",")} if _CACHE_SECRET_WORDS.search(k))
     if secrets or _carries_login(value):
         what = f"{secrets[0]}=" if secrets else "a URL with a login"
         return (

@@ -329,7 +329,8 @@ def test_a_cache_spec_cannot_inject_into_the_bake_file(spec: str, tmp_path: Path
         (
             grammar.cache_spec,
             ["type=inline", "type=registry,ref=ghcr.io/a/c:x,mode=max", "type=gha,scope=fa"],
-            ["", "ref", "a=b,", "a=$b", "type=gha,token=t", "type=s3,secret_access_key=k", "type=gha,url=http://u:p@h"],
+            ["", "ref", "a=b,", "a=$b", "type=gha,token=t", "type=s3,secret_access_key=k", "type=gha,url=http://u:p@h"]
+            + ["type=gha,ghtoken=t", "type=s3,access_key_id=k", "type=azblob,account_key=k", "type=x,password=p"],
         ),
         (
             grammar.index_url,
