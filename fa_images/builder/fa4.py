@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import safe_io
 from .comparison import CaseResult, sdpa
 from .errors import UsageError
 
@@ -142,11 +143,11 @@ def warm(grid: Fa4Grid, cache: Path, *, target: str, log: Callable[[str], None] 
     """Compiles every call of ``grid`` for the GPU ``target`` (a TARGETS name) into ``cache``,
     under fake tensors: no GPU, no kernel run. Returns the number of kernels the cache holds."""
     arch, _compile_target, sms = TARGETS[target]
-    cache.mkdir(parents=True, exist_ok=True)
+    out = safe_io.OutputDir(cache, what="--out")  # a folder of its own, never reached through a link
     use_cache(cache, target)
     started = time.monotonic()
     _compile(grid, log)
-    (cache / GRID_FILE).write_text(grid.to_json() + "\n")
+    out.write_text(GRID_FILE, grid.to_json() + "\n")
     count = kernels_in(cache)
     log(f"{count} kernels compiled for {target} ({arch}, {sms} SMs) in {time.monotonic() - started:.0f} s")
     return count
