@@ -115,7 +115,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     width = max(len(e.id) for e in entries)
     for e in entries:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
-        say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}")
+        covers = f"  for {', '.join(e.gpus)}" if e.gpus else ""
+        say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}{covers}")
+        if e.cuda_note:
+            say(f"{'':<{width}}  {e.cuda_note}")
     for build in dict.fromkeys(e.fa3 for e in entries if e.fa3 is not None):
         full = " (upstream's full build)" if build.full else ""
         kernels = ", ".join(f"sm_{a}" for a in build.archs)
@@ -134,6 +137,67 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     _matrix_args(plan)
     plan.add_argument("--json", action="store_true", help="print a JSON array")
     plan.set_defaults(func=cmd_plan)
+
+
+GPUS_EXAMPLES = """\
+examples:
+  fa-images gpus                         every GPU and AWS instance family, and the arch it needs
+  fa-images gpus --matrix matrix.yaml    ... and which entries run on each; the GPUs none runs on
+  fa-images gpus --json                  one object per GPU
+
+A GPU runs a flash-attn 2 wheel that holds kernels of its major arch (sm_80 serves every 8.x GPU:
+A10G on g5, L4 on g6, L40S on g6e), or PTX of an older arch. An instance family is a `target`
+name as its GPU is (`target: [g5, g6e, g7e]`); aarch64 (Grace) families are listed, not built.
+"""
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from .config import compat as compat_mod
+    from .config import fleet
+
+    if args.matrix is not None:
+        m = _load(args)
+        table, entries = m.compat, m.entries
+    else:
+        table, entries = compat_mod.load(*([args.compat] if args.compat else [])), None
+    rows = fleet.rows(table, entries)
+    if args.json:
+        print(json.dumps([r.summary() for r in rows], indent=2))
+        return 0
+    columns = "{:<12} {:<8} {:<17} {:<32} {}"
+    say(
+        columns.format(
+            "GPU", "compute", "flash-attn 2 arch", "AWS instance families", "entries" if entries else ""
+        ).rstrip()
+    )
+    for r in rows:
+        families = ", ".join(f"{f} (aarch64, not built)" if f in r.aarch64 else f for f in r.families)
+        runs = "" if r.runs is None else str(len(r.runs)) if r.arch else "-"
+        say(columns.format(r.gpu, r.capability, r.need, families or "-", runs).rstrip())
+    for name, gpus in sorted(table.targets.items()):
+        say(f"target {name}: {', '.join(gpus)}")
+    if entries is not None:
+        covered, missed = fleet.families(rows)
+        say(f"{args.matrix} runs on {', '.join(covered) or 'no instance family'}")
+        if missed:
+            say(f"and not on {', '.join(missed)} (the entries column says which GPUs)")
+    return 0
+
+
+def _add_gpus(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    gpus = sub.add_parser(
+        "gpus",
+        help="list the GPUs and AWS instance families, the arch each needs, and what a matrix covers",
+        epilog=GPUS_EXAMPLES,
+        formatter_class=fmt,
+    )
+    gpus.add_argument("--matrix", type=Path, metavar="FILE", help="also say which of its entries run on each GPU")
+    gpus.add_argument(
+        "--compat", type=Path, metavar="FILE", help="extra compatibility data merged over the built-in table"
+    )
+    gpus.add_argument("--json", action="store_true", help="print a JSON array, one object per GPU")
+    gpus.set_defaults(func=cmd_gpus)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -783,6 +847,8 @@ examples:
   fa-images init                         ./matrix.yaml for this machine's Python, torch and GPUs (as doctor sees them)
   fa-images init --target aws            the same Python and torch, for AWS G5/G6 (A10G, L4: arch 80)
   fa-images init --target H100 --out h100.yaml
+  fa-images init --target g5 --target g6e --target g7e    an entry per GPU class: sm80 (g5, g6e), sm120 (g7e)
+  fa-images init --target g5 --target g7e --one-image     one image for both (archs 80 and 120)
 then: fa-images plan, fa-images build
 
 Exit status: 0 written, 2 bad input (an unknown target, a file already there without --force),
@@ -795,8 +861,16 @@ only where no file is (--force replaces one, atomically), never through a symlin
 
 def cmd_init(args: argparse.Namespace) -> int:
     from . import starter
+    from .config import matrix
 
-    path = starter.write(args.out, force=args.force, python=args.python, target=args.target)
+    path, torch_why = starter.write(
+        args.out, force=args.force, python=args.python, targets=args.target, one_image=args.one_image
+    )
+    if args.target:  # what it chose for the targets, and why: plan's reading of the file it wrote
+        say(torch_why)
+        for e in matrix.load(path).entries:
+            cuda = e.cuda_note or f"CUDA {e.cuda}, torch {e.torch}'s default"
+            say(f"{e.id}: {cuda}; archs {','.join(e.archs)} for {', '.join(e.gpus)}")
     say(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
     return 0
 
@@ -860,8 +934,13 @@ def _add_init(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--out", type=Path, default=Path("matrix.yaml"), metavar="FILE", help="default: ./matrix.yaml")
     init.add_argument(
         "--target",
+        action="append",
         metavar="NAME",
-        help="a target of the compat table (aws) or a GPU (L4, H100, sm_90), not this machine's",
+        help="an AWS instance family (g6e), a target of the compat table (aws) or a GPU (L4, H100, sm_90), not "
+        "this machine's; again for a fleet: an entry per GPU class",
+    )
+    init.add_argument(
+        "--one-image", action="store_true", help="with several --target: one entry for them all, not one per class"
     )
     init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
@@ -913,14 +992,18 @@ take it from there, check the pin, and download nothing.
 
 
 def cmd_source_fa3(args: argparse.Namespace) -> int:
+    from packaging.version import Version
+
     from .builder import fa3, safe_io
     from .config import compat as compat_mod
 
+    table = compat_mod.load()
+    commit = args.commit or table.flash_attn_3[max(table.flash_attn_3, key=Version)].flash_attention
     path, sha = fa3.make_archive(
-        flash_attention=args.flash_attention, commit=args.commit, cutlass=args.cutlass, out=safe_io.OutputDir(args.out)
+        flash_attention=args.flash_attention, commit=commit, cutlass=args.cutlass, out=safe_io.OutputDir(args.out)
     )
     version = path.name.removeprefix("flash_attn_3-").removesuffix(".tar.gz")
-    pinned = compat_mod.load().flash_attn_3.get(version)
+    pinned = table.flash_attn_3.get(version)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     print(f"sha256 of the tar inside: {sha}")
     if pinned is None:
@@ -950,9 +1033,8 @@ def _add_source(sub: argparse._SubParsersAction) -> None:
     fa3.add_argument("--flash-attention", type=Path, required=True, metavar="DIR", help="a clone of flash-attention")
     fa3.add_argument(
         "--commit",
-        default="e2743ab5b3803bb672b16437ba98a3b1d4576c50",
         metavar="REV",
-        help="its commit (default: e2743ab5, upstream's 'v3.0.0 stable')",
+        help="its commit (default: that of the newest FlashAttention-3 the built-in table pins)",
     )
     fa3.add_argument(
         "--cutlass", type=Path, required=True, metavar="DIR", help="a clone of cutlass holding the submodule's commit"
@@ -1049,6 +1131,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         _add_plan,
+        _add_gpus,
         _add_render,
         _add_build,
         _add_dist,

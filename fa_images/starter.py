@@ -1,8 +1,9 @@
 """``fa-images init``: a commented starter ``matrix.yaml``, so a first run can start anywhere.
 
 The entry is the one ``doctor`` suggests for this machine (its Python, its torch's CUDA build,
-its GPUs' archs) or, with ``--target``, the same Python and torch for a named target of the
-compat table (``aws``) or a GPU (``L4``, ``H100``, ``sm_90``). The text is loaded as ``plan``
+its GPUs' archs) or, with ``--target``s, the same Python and torch for each GPU class of the
+targets: AWS instance families (``g6e``), targets of the compat table (``aws``) or GPUs (``L4``,
+``sm_90``), or one entry for them all (``one_image``). The text is loaded as ``plan``
 would load it before it is written, and it is written only where no file is (``--force``
 replaces one), never through a symlink.
 """
@@ -13,6 +14,7 @@ import json
 import re
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
@@ -30,45 +32,74 @@ _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_. -]{0,39}", re.ASCII)
 
 
 def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
+    """Why ``target`` cannot be a starter's target, or None: what plan would say of it, in one line."""
     if not _TARGET.fullmatch(target):
-        return f"--target {target!r} is not a target name or a GPU"
-    if target in table.targets:
-        return None
-    capability = table.capability_of(target)
-    if capability and table.arch_for_capability(capability) and Version(capability) >= Version("8.0"):
-        return None
-    if capability:
-        return f"--target {target} (compute capability {capability}) cannot run flash-attn 2, which needs 8.0 or newer"
-    known = sorted(table.targets) + sorted(table.gpus)
-    return (
-        f"--target {target!r} is neither a target nor a GPU fa-images knows ({compat_mod.did_you_mean(target, known)})"
-    )
+        return f"--target {target!r} is not a target name, an instance family or a GPU"
+    family = table.instances.get(target.lower()) if target not in table.targets else None
+    if family and family.cpu != "x86_64":
+        return f"--target {target} is an {family.cpu} instance family ({family.gpu}): fa-images builds x86_64 images"
+    for gpu in table.target_gpus(target):
+        capability = table.capability_of(gpu)
+        whose = f"{target}'s {gpu}" if compat_mod.gpu_key(gpu) != compat_mod.gpu_key(target) else target
+        if capability is None:
+            hint = compat_mod.did_you_mean(target, table.target_names())
+            return f"--target {target!r} is neither a target nor a GPU fa-images knows ({hint})"
+        if not table.arch_for_capability(capability) or Version(capability) < Version("8.0"):
+            return (
+                f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs 8.0 or newer"
+            )
+    return None
 
 
-def starter_text(*, python: str = sys.executable, target: str | None = None) -> str:
-    """The starter matrix for this machine, or for ``target``; refused when nothing fits."""
+@dataclass(frozen=True)
+class Starter:
+    text: str
+    torch_why: str  # why this Python and torch: --python's own, or what the table suggests for it
+
+
+def starter_text(*, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False) -> Starter:
+    """The starter matrix for this machine, or for ``targets``: an entry per GPU class (targets
+    whose GPUs need the same archs share one), or one for all with ``one_image``; refused when
+    nothing fits."""
     table = compat_mod.load()
-    if target is not None:
+    for target in targets or ():
         problem = _target_problem(target, table)
         if problem:
             raise UsageError(
                 problem,
-                hint=f"e.g. --target aws, --target L4, --target H100 (targets: {', '.join(sorted(table.targets))})",
+                hint="e.g. --target g6e, --target L4, --target H100 (`fa-images gpus` lists them all)",
             )
     report = doctor.run(python=python)
     if report.entry is None:
         why = "; ".join(f.detail for f in report.findings if f.name == "matrix entry") or "no Python doctor can read"
         raise EnvironmentProblem(f"no entry fits this machine: {why}", hint="run `fa-images doctor` to see why")
-    entry = dict(report.entry)
-    if target is not None:
-        entry.pop("archs")
-        entry["target"] = [target]
+    entries = [dict(report.entry)]
+    if targets:
+        base = {k: v for k, v in report.entry.items() if k not in ("archs", "cuda")}
+        groups = [list(dict.fromkeys(targets))] if one_image else _classes(targets, table)
+        entries = [{**base, "target": group} for group in groups]
     facts = report.facts
     version = (facts.get("torch") or {}).get("version")
     torch = f"torch {version}" if version else "no torch"
     gpus = ", ".join(g["name"] for g in facts.get("gpus") or []) or "no GPU seen"
-    made_for = f"target {target}" if target else f"this machine: Python {facts.get('python')}, {torch}, {gpus}"
-    return _render(entry, made_for)
+    here = f"this machine: Python {facts.get('python')}, {torch}, {gpus}"
+    made_for = f"{'target' if len(targets or ()) == 1 else 'targets'} {', '.join(targets)}" if targets else here
+    chose = report.entry["torch"]
+    installed = (version or "").split("+")[0]
+    notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ") if "torch" in n]
+    why = f"the torch of {python}" if installed == chose else "; ".join(notes)
+    return Starter(_render(entries, made_for), f"Python {report.entry['python']} and torch {chose}: {why}")
+
+
+def _classes(targets: list[str], table: compat_mod.Compat) -> list[list[str]]:
+    """The targets grouped by the archs their GPUs need, in the order given: one entry, one image
+    and one wheel per GPU class."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for target in dict.fromkeys(targets):
+        capabilities = (table.capability_of(gpu) or "" for gpu in table.target_gpus(target))
+        archs = tuple(sorted({table.arch_for_capability(cc) or "" for cc in capabilities}))
+        groups.setdefault(archs, []).append(target)
+    return list(groups.values())
 
 
 def _flow(entry: dict) -> str:
@@ -76,7 +107,9 @@ def _flow(entry: dict) -> str:
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items()) + "}"
 
 
-def _render(entry: dict, made_for: str) -> str:
+def _render(entries: list[dict], made_for: str) -> str:
+    entry = entries[0]
+    lines = "\n".join(f"  - {_flow(e)}" for e in entries)
     bases = Bases()
     return f"""\
 # The flash-attn images and wheels to build, written by `fa-images init` for {made_for}.
@@ -90,9 +123,11 @@ def _render(entry: dict, made_for: str) -> str:
 image: {DEFAULT_IMAGE}
 
 entries:
-  # Without `cuda`, torch's PyPI default CUDA build. `target` names GPUs or a target (aws: A10G
-  # and L4, which both run the sm_80 kernels); `archs: [80, 90]` gives the archs directly.
-  - {_flow(entry)}
+  # Without `cuda`, torch's PyPI default CUDA build, or the oldest one its archs need. `target`
+  # names GPUs, AWS instance families or a target (aws: A10G and L4, which both run the sm_80
+  # kernels); `archs: [80, 90]` gives the archs directly. Entries of one torch that differ in
+  # their archs alone are one image and one wheel per GPU class (tags end in -sm80, -sm120).
+{lines}
 
 # More Pythons or torch versions: axes that expand into every combination, as in CI.
 # matrix:
@@ -124,7 +159,10 @@ def _check(text: str) -> None:
             raise EnvironmentProblem(f"the starter matrix does not validate: {exc}") from None
 
 
-def write(out: Path, *, force: bool, python: str = sys.executable, target: str | None = None) -> Path:
+def write(
+    out: Path, *, force: bool, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False
+) -> tuple[Path, str]:
+    """(the file written, why its Python and torch)."""
     if out.name in ("", ".", ".."):
         raise UsageError(f"--out {out} is not a file name")
     folder = safe_io.OutputDir(out.parent, what="--out's folder")
@@ -137,6 +175,8 @@ def write(out: Path, *, force: bool, python: str = sys.executable, target: str |
             f"{out} already exists; fa-images init does not overwrite it",
             hint="--force replaces it, or --out another file",
         )
-    text = starter_text(python=python, target=target)
+    starter = starter_text(python=python, targets=targets, one_image=one_image)
+    text = starter.text
     _check(text)
-    return folder.write_text(out.name, text) if force else folder.create_text(out.name, text)
+    path = folder.write_text(out.name, text) if force else folder.create_text(out.name, text)
+    return path, starter.torch_why

@@ -55,9 +55,11 @@ def prepare(
     torch: environment.TorchInfo | None = None,
     timeline: Timeline | None = None,
     fa3_build: fa3.Fa3Build | None = None,
+    label_archs: bool = False,
 ) -> BuildSettings:
     """``torch``: what ``environment.probe_torch(python)`` said, if the caller asked already.
-    ``fa3_build``: what a FlashAttention-3 build compiles (upstream's full build where None)."""
+    ``fa3_build``: what a FlashAttention-3 build compiles (upstream's full build where None).
+    ``label_archs``: the wheel's +label names its GPU class (a matrix of several classes)."""
     timeline = timeline or Timeline()
     gen = _generation(version, sdist)
     if gen is generation.FA4:
@@ -87,7 +89,9 @@ def prepare(
         if version is None:
             source.check_supported(tree.version, allow_untested=allow_untested)
         local_version = (
-            local_version_label(cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi)
+            local_version_label(
+                cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi, archs=archs if label_archs else ()
+            )
             if tree.honours_local_version
             else None
         )
@@ -116,6 +120,7 @@ def prepare(
         sdist=str(tree.sdist),
         sha256=tree.sha256,
         honours_cuda_archs_env=tree.honours_cuda_archs_env,
+        fetches_toolchain=tree.fetches_toolchain,
         source_date_epoch=tree.source_date_epoch,
         warnings=tuple(warnings),
         generation=gen.number,
@@ -316,7 +321,7 @@ def fa3_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict
 
 def _setup_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
     if settings.generation == generation.FA3.number:
-        if why := fa3.refuse_cuda(nvcc.version):
+        if why := fa3.refuse_cuda(nvcc.version, fetches_toolchain=settings.fetches_toolchain):
             raise environment.EnvironmentProblem(f"nvcc {nvcc.version}: {why}")
         return fa3_environment(settings, nvcc)
     env = build_environment(settings, nvcc)

@@ -135,6 +135,12 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     )
     wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
     wheel.add_argument(
+        "--label-archs",
+        action="store_true",
+        help="name the archs in the wheel's +label (+cu128torch2.9cxx11abitrue.sm120): one wheel per GPU class "
+        "of one torch, side by side in one index",
+    )
+    wheel.add_argument(
         "--max-jobs", type=positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
     )
     wheel.add_argument(
@@ -331,6 +337,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             torch=torch,
             timeline=timeline,
             fa3_build=fa3_build,
+            label_archs=args.label_archs,
         )
         for warning in settings.warnings:
             say(f"warning: {warning}")
@@ -371,7 +378,8 @@ def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tup
         if any(k is not None for k in knobs):
             raise UsageError("--fa3-* flags are for a FlashAttention-3 build (a 3.x version)")
         return None, args.archs or ("80",)
-    for flag, given in (("--archs", args.archs), ("--ptx", args.ptx), ("--shard", args.shard)):
+    flags = (("--archs", args.archs), ("--ptx", args.ptx), ("--shard", args.shard), ("--label-archs", args.label_archs))
+    for flag, given in flags:
         if given:
             raise UsageError(f"{flag} is not for FlashAttention-3: its archs are its own (sm_90a, sm_80), unsharded")
     if args.after_shards:

@@ -9,9 +9,9 @@ sha256 of the tar inside, so a mirror may compress it again without breaking the
 hopper/setup.py is steered by environment variables only: ``FLASH_ATTENTION_DISABLE_*`` shape
 what is compiled, and ``Fa3Build.environment`` sets every one of them, so nothing a caller's
 environment holds changes the build. It would download nvcc 12.6 and ptxas 12.8 for CUDA 12.3 to
-12.9 except 12.8 (``DOWNLOADS_TOOLCHAIN``), try a GitHub wheel unless forced to build, and run
-``git submodule update``; fa-images refuses the first, forces the build, and keeps git inside the
-unpacked tree.
+12.9 except 12.8 (``DOWNLOADS_TOOLCHAIN``; the builder reads whether the archive's setup.py does),
+try a GitHub wheel unless forced to build, and run ``git submodule update``; fa-images refuses the
+first, forces the build, and keeps git inside the unpacked tree.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
 # The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.
 DOWNLOADS_TOOLCHAIN = SpecifierSet(">=12.3,<13.0,!=12.8")
 MIN_CUDA = Version("12.3")
+# Where that toolchain comes from: a setup.py that never names it downloads nothing.
+TOOLCHAIN_SERVER = "developer.download.nvidia.com"
 # FA3's source (hopper/ and cutlass's include/) is about 30 MB as a tar: a bound, not a size.
 MAX_SOURCE = 512 << 20
 GIT_TIMEOUT = 600.0
@@ -177,12 +179,14 @@ def local_version_label(cuda: str | None, build: Fa3Build) -> str:
     return base + (f".{build.label()}" if build.label() else "")
 
 
-def refuse_cuda(cuda: str) -> str | None:
-    """Why FA3 cannot be built with this CUDA here, or None."""
+def refuse_cuda(cuda: str, *, fetches_toolchain: bool = True) -> str | None:
+    """Why FA3 cannot be built with this CUDA here, or None. ``fetches_toolchain``: whether its
+    setup.py downloads a toolchain for DOWNLOADS_TOOLCHAIN, as upstream's does (the plan, which has
+    no archive to read, takes upstream's word; the builder reads the archive's setup.py)."""
     version = Version(cuda)
     if version < MIN_CUDA:
         return f"FlashAttention-3 needs CUDA >= {MIN_CUDA}, not {cuda}"
-    if version in DOWNLOADS_TOOLCHAIN:
+    if fetches_toolchain and version in DOWNLOADS_TOOLCHAIN:
         return (
             f"with CUDA {cuda}, FlashAttention-3's setup.py downloads nvcc 12.6 and ptxas 12.8 at build time; "
             "fa-images downloads nothing while it builds: use CUDA 12.8 or 13.x"
@@ -224,6 +228,9 @@ def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
     match = init.is_file() and re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init.read_text(), re.MULTILINE)
     if not match:
         raise SourceError(f"cannot read __version__ from {SOURCE_SUBDIR}/__init__.py; is this FA3's source?")
+    setup_py = src / "setup.py"
+    if not setup_py.is_file() or setup_py.is_symlink():
+        raise SourceError(f"{archive.name} has no {SOURCE_SUBDIR}/setup.py; is this FA3's source?")
     if not (root / "csrc" / "cutlass" / "include" / "cutlass").is_dir():
         raise SourceError(f"{archive.name} holds no csrc/cutlass/include/cutlass: cutlass is missing")
     return SourceTree(
@@ -233,6 +240,7 @@ def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
         sha256=actual,
         honours_cuda_archs_env=False,
         honours_local_version=True,
+        fetches_toolchain=TOOLCHAIN_SERVER in setup_py.read_text(errors="replace"),
         source_date_epoch=newest,
     )
 

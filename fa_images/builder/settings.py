@@ -37,6 +37,7 @@ class BuildSettings:
     sdist: str
     sha256: str
     honours_cuda_archs_env: bool
+    fetches_toolchain: bool = False  # SourceTree's: FA3's setup.py would download nvcc for some CUDA
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH for the wheel (SourceTree)
     parallelism: str = ""  # why MAX_JOBS and NVCC_THREADS are what they are, for the log
     warnings: tuple[str, ...] = field(default=())
@@ -102,8 +103,17 @@ def parse_archs(text: str, known: Collection[str] = ARCH_CODES) -> tuple[str, ..
     return tuple(sorted(archs, key=int))
 
 
-def local_version_label(*, cuda: str | None, torch: str, cxx11_abi: bool) -> str:
-    """'cu128torch2.9cxx11abitrue': what the wheel is for, in its file name and metadata."""
+def gpu_class(archs: tuple[str, ...]) -> str:
+    """'sm80', 'sm80.120': the GPU class a build of ``archs`` serves, as an entry id, an image tag
+    and a wheel's +label carry it where a matrix builds several classes of one torch."""
+    return "sm" + ".".join(gpuarch.sorted_archs(archs))
+
+
+def local_version_label(*, cuda: str | None, torch: str, cxx11_abi: bool, archs: tuple[str, ...] = ()) -> str:
+    """'cu128torch2.9cxx11abitrue': what the wheel is for, in its file name and metadata; with
+    ``archs``, its GPU class too ('cu128torch2.9cxx11abitrue.sm120'), which pip and uv match as a
+    local version like any other, so a node asks for the one it runs."""
     torch_mm = ".".join(torch.split("+")[0].split(".")[:2])
     cuda_part = cuda_tag(cuda) if cuda else "cpu"
-    return f"{cuda_part}torch{torch_mm}cxx11abi{str(cxx11_abi).lower()}"
+    label = f"{cuda_part}torch{torch_mm}cxx11abi{str(cxx11_abi).lower()}"
+    return f"{label}.{gpu_class(archs)}" if archs else label

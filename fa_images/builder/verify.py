@@ -34,7 +34,11 @@ from .source import sha256_of
 
 # One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
 MAX_EXTENSION = 4 << 30
-_LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>[\d.]+)cxx11abi(?P<abi>true|false)", re.IGNORECASE)
+# flash-attn 2's, with the GPU class where its matrix built several of one torch ('.sm80.120').
+_LABEL = re.compile(
+    r"cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)(?:\.sm(?P<gpu_class>\d+(?:\.\d+)*))?",
+    re.IGNORECASE,
+)
 # FlashAttention-3's: the CUDA major, and a trimmed build's name (fa3.local_version_label).
 _FA3_LABEL = re.compile(r"cu(?P<cuda>\d+)(?:\.k[0-9a-f]{8})?", re.IGNORECASE)
 # A Linux platform tag's architecture: linux_x86_64, manylinux2014_aarch64, manylinux_2_28_x86_64, musllinux_1_2_i686
@@ -261,6 +265,8 @@ def _inspect_members(
             _check_abi(report, so, *_expected_abi(expect_cxx11_abi, torch_here, label))
             _check_label(report, label, torch_here)
         _check_archs(report, so, expect_archs, gpuarch.visible_gpus() if gpus is None else gpus)
+        if gen is not generation.FA3:
+            _check_gpu_class(report, label)
         _check_glibc_floor(report, so, on_this_host=import_check)
         _check_manylinux(report, so, tags)
     except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
@@ -633,6 +639,19 @@ def _check_archs(report: WheelReport, so: Path, expected, gpus: list[tuple[str, 
         report.add("GPU code", "fail", f"missing sm_{', sm_'.join(missing)}; has {found} ({how})")
     else:
         report.add("GPU code", "pass", f"{found} ({how})" + "".join(_gpu_here(report, name, cc) for name, cc in gpus))
+
+
+def _check_gpu_class(report: WheelReport, label: re.Match[str] | None) -> None:
+    """A +label that names a GPU class ('.sm120') names the archs the extension carries: a node
+    asks for its class by that label, and must get kernels it runs."""
+    if label is None or not label["gpu_class"]:
+        return
+    said = gpuarch.sorted_archs(label["gpu_class"].split("."))
+    if said != report.cubin_archs:
+        carries = ", ".join(f"sm_{a}" for a in report.cubin_archs) or "none"
+        report.add("GPU class", "fail", f"its label names sm{label['gpu_class']}, its extension carries {carries}")
+    else:
+        report.add("GPU class", "pass", f"sm{label['gpu_class']}, as its label says")
 
 
 def _gpu_here(report: WheelReport, name: str, capability: tuple[int, int]) -> str:

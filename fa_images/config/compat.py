@@ -33,6 +33,7 @@ SECTIONS = (
     "rules",
     "archs",
     "gpus",
+    "instances",
     "targets",
     "build_tools",
     "build_tools_python",
@@ -101,6 +102,14 @@ class Fa4Release:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Instance:
+    """An AWS instance family: its GPU, and its CPU (an aarch64 family is listed, never built)."""
+
+    gpu: str
+    cpu: str = "x86_64"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compat:
     torch: dict[str, TorchRelease]
     cuda: dict[str, CudaRelease]
@@ -115,6 +124,7 @@ class Compat:
     runtime_deps_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
+    instances: dict[str, Instance] = field(default_factory=dict)  # lower-case family -> its GPU
     flash_attn_3: dict[str, Fa3Release] = field(default_factory=dict)
     flash_attn_4: dict[str, Fa4Release] = field(default_factory=dict)
 
@@ -133,6 +143,46 @@ class Compat:
     def arch_for_capability(self, capability: str) -> str | None:
         major = capability.split(".")[0]
         return next((a for a, (_, cc) in self.archs.items() if cc == major), None)
+
+    def cuda_for(self, release: TorchRelease, archs: tuple[str, ...]) -> tuple[str, str | None]:
+        """The CUDA of an entry that names none: its torch's default, or where an arch needs a newer
+        CUDA, the oldest CUDA build of that torch that compiles every arch (with why); the default
+        where none does, which is then refused or left out with the arch's reason."""
+        need = max((Version(self.archs[a][0]) for a in archs if a in self.archs), default=None)
+        if need is None or Version(release.default_cuda) >= need:
+            return release.default_cuda, None
+        covering = sorted((v.cuda for v in release.variants if Version(v.cuda) >= need), key=Version)
+        if not covering:
+            return release.default_cuda, None
+        arch = next(a for a in archs if a in self.archs and Version(self.archs[a][0]) == need)
+        return covering[0], (
+            f"CUDA {covering[0]}, not torch {release.version}'s default {release.default_cuda}: "
+            f"arch {arch} needs CUDA >= {need}"
+        )
+
+    def target_gpus(self, name: str) -> tuple[str, ...]:
+        """The GPUs a target name stands for: a name under targets:, an instance family, else the
+        name itself (a GPU, sm_XY or X.Y, which capability_of reads)."""
+        if name in self.targets:
+            return self.targets[name]
+        family = self.instances.get(name.lower())
+        return (family.gpu,) if family else (name,)
+
+    def families_of(self, gpu: str) -> tuple[str, ...]:
+        """The instance families whose GPU this is."""
+        return tuple(f for f, i in self.instances.items() if gpu_key(i.gpu) == gpu_key(gpu))
+
+    def gpus_that_run(self, archs, ptx=()) -> list[str]:
+        """The table's GPUs that run this code, each with the instance families that have it:
+        'RTXPRO6000 (AWS g7e)'. Where to check an image that this GPU cannot run."""
+        return [
+            gpu + (f" (AWS {', '.join(families)})" if (families := self.families_of(gpu)) else "")
+            for gpu in gpuarch.gpus_that_run(archs, ptx, self.gpus)
+        ]
+
+    def target_names(self) -> list[str]:
+        """Every name a `target` may take besides a compute capability, for hints."""
+        return sorted(self.targets) + sorted(self.instances) + sorted(self.gpus)
 
     def capability_of(self, gpu: str) -> str | None:
         """'L4', 'sm_89' or '8.9' -> '8.9'."""
@@ -322,6 +372,38 @@ def _targets(c: _Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[s
     return targets
 
 
+_FAMILY = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*", re.ASCII)
+CPUS = ("x86_64", "aarch64")
+
+
+def _instances(
+    c: _Checker, data: dict, gpus: dict[str, str], targets: dict[str, tuple[str, ...]]
+) -> dict[str, Instance]:
+    """AWS instance families: each names a GPU of the gpus table, and no family shadows a GPU or a
+    target of the same name (a `target` would then mean two things)."""
+    out = {}
+    for name, raw in c.mapping(("instances",), data.get("instances", {})).items():
+        family = str(name).lower()
+        raw = c.mapping(("instances", name), raw)
+        gpu, cpu = raw.get("gpu"), raw.get("cpu", "x86_64")
+        if not _FAMILY.fullmatch(family) or len(family) > 32:
+            c.fail(("instances", name), f"instance family {name!r} must be a name such as g6e or p6-b200")
+        elif set(raw) - {"gpu", "cpu"}:
+            c.fail(
+                ("instances", name),
+                f"instance family {name!r}: only gpu and cpu, not {sorted(set(raw) - {'gpu', 'cpu'})}",
+            )
+        elif not isinstance(gpu, str) or (isinstance(data.get("gpus"), dict) and gpu_key(gpu) not in gpus):
+            c.fail(("instances", name), f"instance family {name!r} names a GPU the gpus section lacks: {gpu!r}")
+        elif cpu not in CPUS:
+            c.fail(("instances", name), f"instance family {name!r}: cpu {cpu!r} is not one of {', '.join(CPUS)}")
+        elif gpu_key(family) in gpus or family in {t.lower() for t in targets}:
+            c.fail(("instances", name), f"instance family {name!r} is also a GPU or a target name")
+        else:
+            out[family] = Instance(gpu=gpu, cpu=cpu)
+    return out
+
+
 def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
     """What plan and render accept: the builder's own SUPPORTED_FLASH_ATTN, which is the one fact.
     A table (or an override) may narrow it with flash_attn_range; it can never widen it, since
@@ -443,6 +525,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     archs = _archs(c, data)
     gpus = _gpus(c, data)
     targets = _targets(c, data, gpus)
+    instances = _instances(c, data, gpus, targets)
     supported = _flash_attn_range(c, data)
     flash = _flash_attn(c, data, supported)
     flash3 = _flash_attn_3(c, data)
@@ -470,6 +553,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         runtime_deps_python=runtime_per_python,
         flash_attn_range=supported,
         targets=targets,
+        instances=instances,
         flash_attn_3=flash3,
         flash_attn_4=flash4,
     )

@@ -18,7 +18,6 @@ from packaging.version import Version
 
 from ..builder import fa3, fa4
 from ..builder.errors import UsageError
-from ..builder.settings import local_version_label
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
@@ -138,8 +137,7 @@ def wheel_name_key(entry: Entry) -> tuple[str, str, str]:
     FlashAttention-3's abi3 wheel is its compile group's, shared by design: each entry is its own."""
     if entry.fa3 is not None:
         return (entry.flash_attn, entry.id, entry.compile_group)
-    label = local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=bool(entry.cxx11_abi))
-    return (entry.flash_attn, entry.python, label)
+    return (entry.flash_attn, entry.python, entry.wheel_label())
 
 
 def _one_wheel_per_name(builder: EntryResolver, made: list[tuple[Entry, Combo]]) -> list[Entry]:
@@ -334,19 +332,27 @@ def _entries(
 
 
 def _distinct_entries(builder: EntryResolver, combos: list[Combo]) -> list[tuple[Entry, Combo]]:
-    """Each combination's entry, with the combination it came from; a second one of an id is refused."""
+    """Each combination's entry, with the combination it came from; a second one of an id is refused.
+    Where two entries differ in their archs alone (a target axis of several GPU classes), every
+    entry is named by its GPU class: one image and one wheel per class, side by side."""
+    resolved = [(entry, combo) for combo in combos if (entry := builder.entry(combo)) is not None]
+    archs_of: dict[str, set[tuple[str, ...]]] = {}
+    for entry, _ in resolved:
+        archs_of.setdefault(entry.id, set()).add(entry.archs)
+    if any(len(archs) > 1 for archs in archs_of.values()):
+        resolved = [(named, combo) for entry, combo in resolved if (named := builder.by_gpu_class(entry, combo))]
     made: list[tuple[Entry, Combo]] = []
     seen: dict[str, str] = {}
-    for combo in combos:
-        entry = builder.entry(combo)
-        if entry is None:
-            continue
+    for entry, combo in resolved:
         if entry.id in seen:
+            one_class = f": both are GPU class {entry.gpu_class}" if entry.gpu_class else ""
             builder.fail(
                 combo,
                 None,
-                f"expands to {entry.id}, which {seen[entry.id]} already builds",
-                hint="remove one, or change an exclude/include rule",
+                f"expands to {entry.id}, which {seen[entry.id]} already builds{one_class}",
+                hint="name GPUs of one class in one target value, e.g. target: [[g5, g6e], g7e]"
+                if entry.gpu_class
+                else "remove one, or change an exclude/include rule",
             )
             continue
         seen[entry.id] = combo.label

@@ -12,6 +12,7 @@ from typing import Any
 from ..builder import contract, fa3, generation
 from ..builder.fa3 import Fa3Build
 from ..builder.fa4 import Fa4Grid
+from ..builder.settings import local_version_label
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
 from . import builders, grammar
@@ -90,6 +91,17 @@ class Entry:
     fa3: Fa3Build | None = None  # what a FlashAttention-3 entry compiles; None for flash-attn 2
     # FlashAttention-4: the calls whose kernels its image carries compiled, for each GPU of ``gpus``.
     fa4: Fa4Grid | None = None
+    cuda_note: str | None = None  # why its CUDA is not its torch's default (Compat.cuda_for)
+    # 'sm120': the GPU class its id, image tag and wheel label carry, where its matrix builds several
+    # classes of one Python, torch and CUDA (settings.gpu_class); None where it builds one.
+    gpu_class: str | None = None
+
+    def wheel_label(self, cxx11_abi: bool | None = None) -> str:
+        """The +label of its flash-attn 2 wheel: torch series, CUDA, C++ ABI, and its GPU class where
+        the matrix builds several."""
+        abi = self.cxx11_abi if cxx11_abi is None else cxx11_abi
+        archs = self.archs if self.gpu_class else ()
+        return local_version_label(cuda=self.cuda, torch=self.torch, cxx11_abi=bool(abi), archs=archs)
 
     @property
     def cuda_tag(self) -> str:
@@ -137,8 +149,9 @@ class Entry:
             data["fa3"] = {"build": self.fa3.describe(), **{k: list(v) for k, v in asdict(self.fa3).items()}}
         else:
             data.pop("fa3")
-        if self.fa4 is None:
-            data.pop("fa4")
+        for optional in ("fa4", "cuda_note", "gpu_class"):
+            if data[optional] is None:
+                data.pop(optional)
         return data
 
 

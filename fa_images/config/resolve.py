@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable
+from dataclasses import replace
 
 from packaging.version import Version
 
 from ..builder import contract, fa3, fa4, generation, gpuarch
 from ..builder.errors import UsageError
-from ..builder.settings import parse_archs
+from ..builder.settings import gpu_class, parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
 from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean, gpu_key
@@ -154,18 +155,26 @@ class EntryResolver:
 
     def _target_gpus(self, combo: Combo) -> list[tuple[str, str, str]] | None:
         """(GPU name, compute capability, the arch it needs) of each GPU the `target` names."""
-        gpus: list[str] = []
+        gpus: list[tuple[str, str]] = []  # (the name written, a GPU it stands for)
         for name in as_list(combo.values["target"]):
             if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
                 self.fail(combo, "target", f"target {name!r} must be a name or a compute capability")
                 return None
             name = as_written(name)
-            gpus += self.targets.get(name) or list(self.compat.targets.get(name, [name]))
+            family = self.compat.instances.get(name.lower()) if name not in self.targets else None
+            if family and family.cpu != "x86_64":
+                self.fail(
+                    combo,
+                    "target",
+                    f"{name} is an {family.cpu} instance family ({family.gpu}): fa-images builds x86_64 images",
+                )
+                return None
+            gpus += [(name, g) for g in self.targets.get(name) or self.compat.target_gpus(name)]
         found: list[tuple[str, str, str]] = []
-        for gpu in gpus:
+        for name, gpu in gpus:
             cc = self.compat.capability_of(gpu)
             if cc is None:
-                known = list(self.targets) + sorted(self.compat.targets) + sorted(self.compat.gpus)
+                known = list(self.targets) + self.compat.target_names()
                 self.fail(
                     combo,
                     "target",
@@ -175,10 +184,11 @@ class EntryResolver:
                 return None
             arch = self.compat.arch_for_capability(cc)
             if arch is None or Version(cc) < Version("8.0"):
+                whose = f"{name}'s {gpu}" if gpu_key(name) != gpu_key(gpu) else gpu
                 self.fail(
                     combo,
                     "target",
-                    f"{gpu} (compute capability {cc}) cannot run flash-attn 2",
+                    f"{whose} (compute capability {cc}) cannot run flash-attn 2",
                     hint="flash-attn 2 needs Ampere (8.0) or newer",
                 )
                 return None
@@ -212,7 +222,7 @@ class EntryResolver:
             if reason:
                 self.left_out.append(LeftOut(combination=combo.label, reason=reason))
                 return None
-        release, cuda = self._torch(combo, python, torch_v, cuda)
+        release, cuda, cuda_note = self._torch(combo, python, torch_v, cuda, archs)
         cuda_rel = self._cuda(combo, cuda, torch_v)
         self._flash_attn(combo, fa if gen is not None else None)  # a generation refused is said once
         self._archs(combo, archs, cuda)
@@ -233,6 +243,7 @@ class EntryResolver:
             gpus=gpus,
             release=release,
             sha256=fa_rel.sha256 if fa_rel else None,
+            cuda_note=cuda_note,
         )
 
     def _made(
@@ -251,6 +262,7 @@ class EntryResolver:
         sha256: str | None,
         fa3_build: fa3.Fa3Build | None = None,
         fa4_grid: fa4.Fa4Grid | None = None,
+        cuda_note: str | None = None,
     ) -> Entry | None:
         """The entry, its image tag checked against Docker's grammar before anything is built; its
         C++ ABI that of its torch's variant (None for a torch the table does not know)."""
@@ -289,7 +301,18 @@ class EntryResolver:
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
             fa3=fa3_build,
             fa4=fa4_grid,
+            cuda_note=cuda_note,
         )
+
+    def by_gpu_class(self, entry: Entry, combo: Combo) -> Entry | None:
+        """The entry named by its GPU class (its id and image tag end in '-sm120', its wheel's
+        +label in '.sm120'), the tag checked against Docker's grammar again."""
+        named = gpu_class(entry.archs)
+        tag = f"{entry.id}-{named}"
+        if bad_tag := grammar.image_tag(tag):
+            self.fail(combo, None, f"the image tag {bad_tag}")
+            return None
+        return replace(entry, id=tag, image=f"{self.image}:{tag}", gpu_class=named)
 
     def _generation(self, combo: Combo, fa: str | None) -> generation.Generation | None:
         if fa is None:
@@ -325,7 +348,7 @@ class EntryResolver:
             if reason:
                 self.left_out.append(LeftOut(combination=combo.label, reason=reason))
                 return None
-        release, cuda = self._torch(combo, python, torch_v, cuda)
+        release, cuda, _ = self._torch(combo, python, torch_v, cuda)
         cuda_rel = self._cuda(combo, cuda, torch_v)
         fa_rel = self.compat.flash_attn_3.get(fa) if fa else None
         if fa and fa_rel is None:
@@ -374,7 +397,7 @@ class EntryResolver:
         targets = self._fa4_targets(combo)
         if python is not None and (python not in self.compat.pythons or Version(python) < Version("3.10")):
             self.fail(combo, "python", f"FlashAttention-4 needs Python >= 3.10 (its DSL's wheels), not {python}")
-        release, cuda = self._torch(combo, python, torch_v, cuda)
+        release, cuda, _ = self._torch(combo, python, torch_v, cuda)
         cuda_rel = self._cuda(combo, cuda, torch_v)
         fa_rel = self.compat.flash_attn_4.get(fa) if fa else None
         if fa and fa_rel is None:
@@ -482,7 +505,7 @@ class EntryResolver:
         if given and cuda not in self.compat.cuda:
             return None  # a CUDA the table does not know is a mistake, not a missing build
         cuda_ruled = "cuda" in ruled if given else "torch" in ruled
-        cuda = cuda if given else release.default_cuda
+        cuda = cuda if given else self.compat.cuda_for(release, archs)[0]
         if ruled & {"python", "torch"} and python not in release.pythons:
             return f"torch {torch_v} has no wheels for Python {python}"
         if not cuda:
@@ -496,16 +519,18 @@ class EntryResolver:
         return None
 
     def _torch(
-        self, combo: Combo, python: str | None, torch_v: str | None, cuda: str | None
-    ) -> tuple[TorchRelease | None, str | None]:
-        """The torch release (None if unknown) and the CUDA variant: as given, else its default."""
+        self, combo: Combo, python: str | None, torch_v: str | None, cuda: str | None, archs: tuple[str, ...] = ()
+    ) -> tuple[TorchRelease | None, str | None, str | None]:
+        """The torch release (None if unknown), the CUDA variant (as given, else the one its archs
+        need: Compat.cuda_for) and why that CUDA where it is not the torch's default."""
         release = self.compat.torch.get(torch_v) if torch_v else None
+        note = None
         if torch_v and release is None:
             if self._known(combo, "torch", torch_v, list(self.compat.torch), "torch") and cuda is None:
                 self.fail(combo, "cuda", f"torch {torch_v} is not in the compat table, so cuda must be given")
-            return None, cuda
+            return None, cuda, note
         if release is None:
-            return None, cuda
+            return None, cuda, note
         if python and python not in release.pythons and not self.allow_unknown:
             self.fail(
                 combo,
@@ -514,7 +539,7 @@ class EntryResolver:
                 hint=f"torch {torch_v} supports {', '.join(release.pythons)}",
             )
         if "cuda" not in combo.values:
-            cuda = release.default_cuda
+            cuda, note = self.compat.cuda_for(release, archs)
         if cuda and release.variant(cuda) is None:
             self.fail(
                 combo,
@@ -522,7 +547,7 @@ class EntryResolver:
                 f"torch {torch_v} has no CUDA {cuda} build",
                 hint=f"its variants: {', '.join(v.cuda for v in release.variants)}",
             )
-        return release, cuda
+        return release, cuda, note
 
     def _cuda(self, combo: Combo, cuda: str | None, torch_v: str | None) -> CudaRelease | None:
         """The CUDA release of the table, checked against the torch it goes with."""

@@ -497,7 +497,7 @@ class Executor:
             said = [line for line in outcome.output if line.startswith(WRONG_ARCH_PREFIX)]
             reason = untrusted.shown(said[-1].removeprefix(WRONG_ARCH_PREFIX).strip()[:500]) if said else ""
             ptx = gpuarch.built_ptx(run.entry.archs, run.entry.ptx)
-            where = gpuarch.gpus_that_run(run.entry.archs, ptx, self.matrix.compat.gpus)
+            where = self.matrix.compat.gpus_that_run(run.entry.archs, ptx)
             if where:  # the builder knows archs; the names of the GPUs that run them are the table's
                 reason += f"{'; ' if reason else ''}GPUs that run it: {', '.join(where)}"
             run.result.gpu_check_reason = reason or None

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, safe_io, untrusted
+from ..builder import contract, safe_io, untrusted
 from ..builder.cli import exit_code_of
 from ..builder.wording import counted
 from ..config import grammar
@@ -71,7 +71,8 @@ class ImageCheck:
     arch: str | None = None  # "sm_86"
     image_id: str | None = None
     labels: dict[str, str | None] = field(default_factory=dict)  # flash_attn, torch, cuda, python, archs, entry
-    runs_on: list[str] = field(default_factory=list)  # wrong arch: the compat table's GPUs that run the image
+    # wrong arch: the compat table's GPUs that run the image, each with its AWS instance families
+    runs_on: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -154,7 +155,7 @@ def _gpus_that_run(archs_label: str | None) -> list[str]:
     from ..config import compat
 
     archs = [a.strip() for a in (archs_label or "").split(",") if a.strip()]
-    return gpuarch.gpus_that_run(archs, (), compat.load().gpus) if archs else []
+    return compat.load().gpus_that_run(archs) if archs else []
 
 
 def _verdict(code: int) -> Verdict:

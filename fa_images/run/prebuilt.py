@@ -21,7 +21,6 @@ from packaging.version import Version
 
 from ..builder import dist as dist_dir
 from ..builder import fa3, wheelfile
-from ..builder.settings import local_version_label
 from ..config.matrix import Entry
 from ..errors import UsageError
 
@@ -64,7 +63,7 @@ def _is_for(wheel: Path, entry: Entry) -> bool:
     if _recorded_for(wheel) == entry.id:
         return True
     abis = (True, False) if entry.cxx11_abi is None else (entry.cxx11_abi,)
-    labels = {local_version_label(cuda=entry.cuda, torch=entry.torch, cxx11_abi=abi) for abi in abis}
+    labels = {entry.wheel_label(abi) for abi in abis}
     return version.local in labels
 
 

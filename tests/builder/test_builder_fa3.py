@@ -1,9 +1,10 @@
 """FlashAttention-3 through the builder, against the suite's real torch (2.9.1+cu128) and CUDA
 toolkit (12.4): its archive made from real git repositories (the same bytes from the same commits,
 its pin the tar's, a wrong clone refused, a clone read bounded), prepared as the image's builder stage
-prepares it, and the compile refused before it starts, with the reason: with CUDA 12.4, FA3's
-setup.py would download nvcc 12.6 and ptxas 12.8. The real compile and GPU check ran on an H100
-(bench/gpu_container/fa3_check.sh); this machine's toolkit cannot build FA3 without a download."""
+prepares it, and the compile refused before it starts, with the reason: with CUDA 12.4, upstream's
+setup.py would download nvcc 12.6 and ptxas 12.8. A tiny FA3 whose setup.py downloads nothing
+(tests/fixtures/tiny_fa3_hopper/) is compiled with the same toolkit into a sound abi3 wheel. The
+real compile and GPU check ran on an H100 (bench/gpu_container/fa3_check.sh)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,34 @@ def test_a_cuda_whose_fa3_build_would_download_a_toolchain_is_refused_before_the
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 1 and "nvcc 12.4" in errors[0] and "downloads nvcc 12.6 and ptxas 12.8" in errors[0]
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").glob("*.whl"))
+
+
+def test_a_setup_py_that_downloads_nothing_is_compiled_with_that_cuda_into_a_sound_abi3_wheel(
+    run_fa_images, venv_python, toolchain_venv: Path, cuda_home: Path, tmp_path: Path
+) -> None:
+    fa, cutlass, commit = tiny_fa3.make_repos(tmp_path / "repos", version="3.0.0.dev0", buildable=True)
+    path, sha = fa3.make_archive(
+        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "s")
+    )
+    env = {"CUDA_HOME": str(cuda_home), "PATH": f"{toolchain_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    args = [
+        "wheel",
+        "--flash-attn",
+        "3.0.0.dev0",
+        "--sha256",
+        sha,
+        "--sources-dir",
+        path.parent,
+        "--out",
+        tmp_path / "o",
+    ]
+    proc = run_fa_images([*args, "--fa3-without", "sm80"], python=venv_python, module="fa_images.builder", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    label = fa3.local_version_label("12.8", fa3.Fa3Build(without=("sm80",)))
+    (wheel,) = (tmp_path / "o").glob("*.whl")
+    assert wheel.name.startswith(f"flash_attn_3-3.0.0.dev0+{label}-cp39-abi3-manylinux_2_"), wheel.name
+    said = proc.stdout + proc.stderr  # the report and the log go where run_fa_images sends them
+    assert "✓ GPU code: sm_90a (cuobjdump)" in said and "✓ import: imports next to torch 2.9.1" in said
 
 
 # --- the archive, from real git repositories ------------------------------------------------------

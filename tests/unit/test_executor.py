@@ -117,7 +117,8 @@ def test_a_wrong_arch_gpu_skips_the_gpu_check_with_its_reason(tiny_matrix, tmp_p
     assert [r.status for r in results] == ["ok", "ok"]
     assert {r.gpu_check for r in results} == {"skipped: this GPU cannot run the image's GPU code"}
     assert results[0].gpu_check_reason.startswith(said) and "\x1b" not in results[0].gpu_check_reason
-    assert "; GPUs that run it: A100, " in results[0].gpu_check_reason and "H100" not in results[0].gpu_check_reason
+    assert "; GPUs that run it: A100 (AWS p4d, p4de), " in results[0].gpu_check_reason
+    assert "A10G (AWS g5)" in results[0].gpu_check_reason and "H100" not in results[0].gpu_check_reason
     write_report(tmp_path / "report.json", results, "fake engine")
     entry = json.loads((tmp_path / "report.json").read_text())["entries"][0]
     assert entry["gpu_check"] == "skipped: this GPU cannot run the image's GPU code"

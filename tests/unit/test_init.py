@@ -4,6 +4,7 @@ never over a file that is there (without --force), never through a symlink."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,13 +62,38 @@ def test_init_for_a_target(here: Path, target: str, archs: tuple[str, ...]) -> N
     assert entry.archs == archs
 
 
+def test_init_for_a_fleet_writes_an_entry_per_gpu_class_and_says_what_it_chose(here: Path, capsys) -> None:
+    """Torch 2.9.1's default CUDA is 12.8, which sm_120 needs: no CUDA note; a torch on 12.6 gets one."""
+    assert cli.main(["init", "--target", "g5", "--target", "g6e", "--target", "G7e", "--target", "p5"]) == 0
+    text = (here / "matrix.yaml").read_text()
+    assert "for targets g5, g6e, G7e, p5." in text.splitlines()[0]
+    entries = matrix.load(here / "matrix.yaml").entries
+    assert [(e.id, e.gpus) for e in entries] == [
+        ("fa2.8.3-py3.12-torch2.9.1-cu128-sm80", ("A10G", "L40S")),
+        ("fa2.8.3-py3.12-torch2.9.1-cu128-sm120", ("RTXPRO6000",)),
+        ("fa2.8.3-py3.12-torch2.9.1-cu128-sm90", ("H100",)),
+    ]
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "Python 3.12 and torch 2.9.1: the torch of " + sys.executable  # the fake doctor's
+    assert said[2] == "fa2.8.3-py3.12-torch2.9.1-cu128-sm120: CUDA 12.8, torch 2.9.1's default; archs 120 for RTXPRO6000"
+    assert said[-1].startswith("wrote matrix.yaml")
+
+
+def test_init_for_a_fleet_in_one_image_and_the_cuda_its_newest_gpu_needs(here: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "run", lambda python: machine({**ENTRY, "torch": "2.7.1"}))
+    assert cli.main(["init", "--target", "g5", "--target", "g7e", "--one-image"]) == 0
+    (entry,) = matrix.load(here / "matrix.yaml").entries
+    assert (entry.id, entry.archs, entry.cuda) == ("fa2.8.3-py3.12-torch2.7.1-cu128", ("80", "120"), "12.8")
+    assert "CUDA 12.8, not torch 2.7.1's default 12.6: arch 120 needs CUDA >= 12.8" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("target", "says"),
     [
         ("L5", "neither a target nor a GPU fa-images knows"),
         ("T4", "compute capability 7.5) cannot run flash-attn 2"),
-        ("aws\nimage: x", "is not a target name or a GPU"),
-        ("-rf", "is not a target name or a GPU"),
+        ("aws\nimage: x", "is not a target name, an instance family or a GPU"),
+        ("-rf", "is not a target name, an instance family or a GPU"),
     ],
 )
 def test_init_refuses_a_target_it_does_not_know(here: Path, capsys, target: str, says: str) -> None:

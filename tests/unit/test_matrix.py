@@ -1661,6 +1661,9 @@ def test_cli_plan_text_defaults_to_matrix_yaml_in_the_current_directory() -> Non
         "old",
         "ABI",
         "ghcr.io/fa-images/flash-attn:fa2.8.3-py3.11-torch2.6.0-cu124",
+        "for",
+        "A10G,",
+        "L4",
     ]
     assert lines[3].split()[:5] == ["fa2.8.3-py3.10-torch2.9.1-cu128", "archs", "80,90", "new", "ABI"]
 

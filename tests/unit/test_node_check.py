@@ -106,7 +106,8 @@ def test_the_json_shape_and_the_report(monkeypatch, capsys, tmp_path: Path) -> N
     assert data["error"] is None
     (image,) = data["images"]
     runs_on = image["runs_on"]  # the compat table's GPUs of compute capability 8.x: where to check it
-    assert {"A100", "A10G", "L4"} <= set(runs_on) and not {"H100", "B200", "T4"} & set(runs_on)
+    assert {"A100 (AWS p4d, p4de)", "A10G (AWS g5)", "L4 (AWS g6)", "A30"} <= set(runs_on)
+    assert not {"H100", "B200", "T4"} & {gpu.split()[0] for gpu in runs_on}
     assert image == {
         "image": IMAGE,
         "verdict": "wrong arch",

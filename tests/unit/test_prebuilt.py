@@ -75,6 +75,25 @@ def test_an_entry_takes_the_wheel_for_its_version_python_and_label(tiny_matrix, 
     assert prebuilt.find((entry,), [paths[found]]) == {entry.id: paths[found].resolve()}
 
 
+def test_an_entry_of_a_gpu_class_takes_the_wheel_of_its_class(tiny_matrix, tmp_path) -> None:
+    """Two GPU classes of one torch: each entry takes the wheel whose +label names its archs."""
+    import dataclasses
+
+    entry = tiny_matrix.entries[0]
+    sm80 = dataclasses.replace(entry, id=f"{entry.id}-sm80", archs=("80",), gpu_class="sm80")
+    sm90 = dataclasses.replace(entry, id=f"{entry.id}-sm90", archs=("90",), gpu_class="sm90")
+    paths = {
+        label: wheel(tmp_path / "w", f"flash_attn-2.8.3+{label}-cp311-cp311-linux_x86_64.whl")
+        for label in (LABEL, f"{LABEL}.sm80", f"{LABEL}.sm90", f"{LABEL}.sm80.90")
+    }
+    found = prebuilt.find((sm80, sm90, entry), [tmp_path / "w"])
+    assert found == {
+        sm80.id: paths[f"{LABEL}.sm80"].resolve(),
+        sm90.id: paths[f"{LABEL}.sm90"].resolve(),
+        entry.id: paths[LABEL].resolve(),
+    }
+
+
 def test_a_manifest_beside_the_wheel_names_its_entry(tiny_matrix, tmp_path) -> None:
     entry = tiny_matrix.entries[0]
     unlabelled = wheel(tmp_path / "dist", "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl")

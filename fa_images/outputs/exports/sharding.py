@@ -65,6 +65,7 @@ def wheel_args(
         args += entry.fa3.arguments()
     else:
         args += ["--archs", ",".join(entry.archs)] + (["--ptx"] if entry.ptx else [])
+        args += ["--label-archs"] if entry.gpu_class else []
     args += ["--sha256", entry.sdist_sha256] if entry.sdist_sha256 else []
     args += ["--sources-dir", fetch.sources_dir] if fetch.sources_dir else []
     args += ["--index-url", fetch.index_url] if entry.fa3 is None else []
