@@ -825,7 +825,8 @@ reported as findings, never a crash; what they print is escaped before it reache
 
 COMPAT_EXAMPLES = """\
 examples:
-  fa-images compat refresh                       rewrite fa_images/config/compat.yaml from PyPI and the torch index
+  fa-images compat refresh                       the built-in table, refreshed from PyPI and torch, into ./compat.yaml
+  fa-images compat refresh --matrix matrix.yaml  ... into the file the matrix's compat: names
   fa-images compat refresh --out new.yaml --pypi https://mirror.local/simple
   fa-images compat refresh --json                what changed as one JSON object, for CI
 
@@ -890,7 +891,13 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         if problem:
             raise UsageError(f"--{name.replace('_', '-')} {problem}")
     table = args.table or compat.DEFAULT_FILE
-    out = args.out or table
+    out = args.out or args.table or _refreshed_table_file(args.matrix)
+    package = Path(compat.__file__).resolve().parents[1]
+    if out.resolve().is_relative_to(package):  # an upgrade of fa-images would undo it, silently
+        raise UsageError(
+            f"--out {out} is inside fa-images's installed package ({package}); fa-images never writes there",
+            hint="write ./compat.yaml (the default) and name it with the matrix's compat: or --compat",
+        )
     # The output's folder is checked before any index is asked; the text is validated in full
     # (compatgen.refresh) before it replaces the file, by a rename: a refusal leaves it as it was.
     target = safe_io.OutputDir(out.parent, what="--out's folder")
@@ -908,6 +915,14 @@ def cmd_compat_refresh(args: argparse.Namespace) -> int:
         say(line)
     say(f"wrote {out}")
     return status
+
+
+def _refreshed_table_file(matrix_file: Path | None) -> Path:
+    """Where `compat refresh` writes by default: the matrix's compat: file, or ./compat.yaml."""
+    from .config import matrix
+
+    named = matrix.compat_file_of(matrix_file) if matrix_file else None
+    return named or Path("compat.yaml")
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
@@ -961,7 +976,14 @@ def _add_compat(sub: argparse._SubParsersAction) -> None:
         formatter_class=fmt,
     )
     refresh.add_argument("--table", type=Path, metavar="FILE", help="the table to refresh (default: the built-in)")
-    refresh.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: over --table)")
+    refresh.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="where to write it (default: over --table; for the built-in, the --matrix's compat: file, "
+        "else ./compat.yaml; never inside the installed package)",
+    )
+    refresh.add_argument("--matrix", type=Path, metavar="FILE", help="write to the compat: file this matrix names")
     refresh.add_argument(
         "--pypi", default="https://pypi.org/simple", metavar="URL", help="a simple index (PEP 691 JSON or PEP 503 HTML)"
     )
@@ -1059,12 +1081,14 @@ flash-attn's forward and backward against torch's SDPA, after the GPU's compute 
 compared with the GPU code the image's extension carries. One line per image: the verdict, the GPU
 and its arch, the image's flash-attn, torch and CUDA (from its labels), and the check's last word.
 
-Verdicts and exit status: 0 pass; 1 fail (the check failed or could not run, or --gpus devices
-passed GPUs the image cannot see); 3 no GPU (none
-visible in the container: --gpus none, no GPU runtime, a GPU-less host; the import was checked) or
-an image that cannot be pulled; 8 wrong arch (this GPU cannot run the image's code, e.g. an archs-80
-image on an H100: the line names the archs that can); 2 bad input (an IMAGE that is not an image
-reference, a flag); 7 no engine. With several images, the worst: fail, then wrong arch, then no GPU.
+Verdicts and exit status, one code each: 0 pass; 1 fail (the check failed or could not run, or
+--gpus devices passed GPUs the image cannot see); 3 no GPU (none visible in the container: --gpus
+none, no GPU runtime, a GPU-less host; the import was checked); 8 wrong arch (this GPU cannot run
+the image's code, e.g. an archs-80 image on an H100: the line names the GPUs and AWS instance
+families that can); 11 an image cannot be pulled (nothing was checked); 12 not an fa-images image
+(no fa-images labels, so no check of its own); 2 bad input (an IMAGE that is not an image
+reference, a flag); 7 no engine. With several images, the worst: fail, then not fa-images, then
+wrong arch, then no GPU. --json prints its object on every exit, with "exit_code" and "error".
 
 protected: every IMAGE is checked against Docker's reference grammar before the engine sees it;
 labels and output come from the image and are bounded and escaped before they are printed;
@@ -1109,8 +1133,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     failure: BaseException | None = None
     try:
         results = node_check.run(engine, refs, pull=args.pull, access=access, console=console)
-    except BaseException as exc:  # a pull that failed: the report says so, as build's does
+    except BaseException as exc:  # a pull that failed: the report and --json say so, as build's does
         failure = exc
+        if args.json:
+            print(node_check.to_json(results, description, failure))
         raise
     finally:
         if args.report:

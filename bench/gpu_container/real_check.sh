@@ -28,13 +28,13 @@ IMG80=gc.local/fa-images/flash-attn-sm$OTHER:$ID
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 
 for archs in 90 "$OTHER"; do
-    if [ $archs = 90 ]; then m=matrix.yaml logs=logs; else m=matrix-$archs.yaml logs=logs-$archs; fi
+    if [ "$archs" = 90 ]; then m=matrix.yaml logs=logs; else m="matrix-$archs.yaml" logs="logs-$archs"; fi
     phase "fa-images build --gpus devices: archs $archs, on this $GPU"
     started=$(date +%s)
-    python3 -m fa_images build --matrix $m --gpus devices --log-dir $logs --dist dist-$archs --report report-$archs.json
+    python3 -m fa_images build --matrix "$m" --gpus devices --log-dir "$logs" --dist "dist-$archs" --report "report-$archs.json"
     echo "fa-images build exited $? after $(($(date +%s) - started)) s"
     grep -E "time by phase|GPU:|PASS|FAIL|WRONG|ARCH|cannot run|kernels" "$logs/$ID.log" | cut -c1-300 | tail -n 25
-    ls -la dist-$archs/
+    ls -la "dist-$archs/"
 done
 
 phase "fa-images inspect: the archs-$OTHER wheel, on this GPU"

@@ -30,18 +30,19 @@ class PublishedIndex:
     def read(cls, url: str) -> tuple[PublishedIndex, list[str]]:
         """The index at ``url``, and notes for the console. Nothing there yet is an empty index;
         an index that cannot be read is an error, not a reason to rebuild or republish it all."""
-        base = url if url.endswith("/") else url + "/"
+        base, shown = url if url.endswith("/") else url + "/", untrusted.shown_url(url)
         notes = []
         raw = _fetch(base + dist.MANIFEST, url)
         manifest = dist.Manifest() if raw is None else _parsed(raw, base + dist.MANIFEST)
         if raw is None:
-            notes.append(f"published: {url} has no {dist.MANIFEST} yet: nothing there is current")
+            notes.append(f"published: {shown} has no {dist.MANIFEST} yet: nothing there is current")
         files: dict[str, simple_index.File] = {}
         for project in sorted({generation_project(name) for name in manifest.wheels}):
             page_url = f"{base}{dist.SIMPLE}/{project}/"
             body = _fetch(page_url, url, accept=simple_index.ACCEPT)
             if body is None:
-                notes.append(f"published: {url} serves no {page_url}: none of its {project} wheels is current")
+                page = untrusted.shown_url(page_url)
+                notes.append(f"published: {shown} serves no {page}: none of its {project} wheels is current")
                 continue
             files.update(_served(body, page_url, url))
         return cls(base, manifest, files), notes
@@ -58,30 +59,39 @@ def generation_project(wheel_name: str) -> str:
 
 
 def _served(body: tuple[bytes, str], page_url: str, url: str) -> dict[str, simple_index.File]:
-    """The files a project page serves: not yanked, printable links, metadata hashes of 64 hex digits."""
+    """The files a project page serves: not yanked, printable links without a login, metadata
+    hashes of 64 hex digits."""
     try:
         page = simple_index.parse(body[0], body[1], url=page_url)
     except ValueError as exc:  # UntrustedInput included
-        raise SourceError(f"--published {url}: its page {page_url} cannot be read: {exc}") from None
-    # A link that is not printable would reach the console and the report: not served.
-    files = {f.filename: f for f in page.files if not f.yanked and f.url.isprintable() and " " not in f.url}
+        where = f"--published {untrusted.shown_url(url)}: its page {untrusted.shown_url(page_url)}"
+        raise SourceError(f"{where} cannot be read: {exc}") from None
+    # A link that is not printable, or holds a login, would reach the console, the report and the
+    # next site's page: not served. A published index is read, and links, without one.
+    files = {f.filename: f for f in page.files if not f.yanked and _showable(f.url)}
     # A metadata hash is written into the next site's HTML: 64 hex digits, or none.
     return {
         n: f if dist.SHA256.fullmatch(f.metadata_sha256 or "") else replace(f, metadata=None) for n, f in files.items()
     }
 
 
+def _showable(link: str) -> bool:
+    """A link the console, the report and the next site may show as it is: printable, no login."""
+    return link.isprintable() and " " not in link and "@" not in untrusted.split_url(link).netloc
+
+
 def _fetch(url: str, published: str, *, accept: str | None = None) -> tuple[bytes, str] | None:
     """A published file's body and Content-Type; None when the server says it has none (404)."""
+    where, shown = untrusted.shown_url(published), untrusted.shown_url(url)
     try:
         return untrusted.fetch(url, {"Accept": accept} if accept else None, limit=untrusted.MAX_MANIFEST)
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410):
             return None
-        raise SourceError(f"--published {published}: {url} answered HTTP {exc.code}") from None
+        raise SourceError(f"--published {where}: {shown} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, not HTTP, cut, too large
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise SourceError(f"--published {published}: cannot read {url}: {untrusted.shown(str(reason))}") from None
+        raise SourceError(f"--published {where}: cannot read {shown}: {untrusted.shown(str(reason))}") from None
 
 
 def _parsed(raw: tuple[bytes, str], url: str) -> dist.Manifest:
@@ -114,9 +124,10 @@ def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedInde
     for name, record in (published.manifest.wheels if published else {}).items():
         served = published.serves(name, record.sha256) if published else None
         if served is None:  # a page half-published or cached apart from its manifest: lose nothing
+            where = untrusted.shown_url(published.url) if published else ""
             raise SourceError(
-                f"--published {published.url if published else ''}: its manifest records {name}, which its page "
-                "does not serve with that sha256; refusing to write a site without it"
+                f"--published {where}: its manifest records {name}, which its page does not serve with that "
+                "sha256; refusing to write a site without it"
             )
         records[name], hrefs[name], metadata[name] = record, served.url, served.metadata_sha256
     uploads = []

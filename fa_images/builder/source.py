@@ -7,15 +7,12 @@ the sha256 the index publishes, and against a pinned sha256 when one is known.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
 import tarfile
 import tempfile
 import urllib.error
-import urllib.parse
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,24 +74,8 @@ def check_supported(version: str, *, allow_untested: bool = False) -> None:
 
 
 def _open(url: str, accept: str | None = None):
-    """urlopen that takes credentials from ``https://user:token@host/...`` without logging them."""
-    parts = urllib.parse.urlsplit(url)
-    headers = {"User-Agent": "fa-images"}
-    if accept:
-        headers["Accept"] = accept
-    if parts.username:
-        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        # Everything after the userinfo, as written: hostname would drop IPv6 brackets, and is None for "u@/x".
-        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return untrusted.open_url(urllib.request.Request(url, headers=headers))
-
-
-def _redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if not parts.username:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+    """urlopen that sends the login of ``https://user:token@host/...`` as Basic auth, never in a log."""
+    return untrusted.open_url(untrusted.url_request(url, {"Accept": accept} if accept else None))
 
 
 def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]:
@@ -102,18 +83,18 @@ def find_on_index(version: str, index_url: str = PYPI_SIMPLE) -> tuple[str, str]
     project_url = index_url.rstrip("/") + "/flash-attn/"
     try:
         with _open(project_url, accept=simple_index.ACCEPT) as resp:
-            body = untrusted.read_response(resp, url=_redact(project_url))
+            body = untrusted.read_response(resp, url=project_url)
             page = simple_index.parse(body, resp.headers.get("Content-Type", ""), url=project_url)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot read {_redact(project_url)}: {exc}") from None
+        raise SourceError(f"cannot read {untrusted.shown_url(project_url)}: {exc}") from None
     wanted = sdist_name(version)
     for entry in page.files:
         if entry.filename == wanted:
             if not entry.sha256:
-                raise SourceError(f"{_redact(project_url)} publishes no sha256 for {wanted}")
+                raise SourceError(f"{untrusted.shown_url(project_url)} publishes no sha256 for {wanted}")
             return entry.url, entry.sha256
     raise SourceError(
-        f"flash-attn {version} has no sdist on {_redact(index_url)}",
+        f"flash-attn {version} has no sdist on {untrusted.shown_url(index_url)}",
         hint=f"newest versions there: {', '.join((page.versions or page.sdist_versions('flash-attn'))[-8:]) or 'none'}",
     )
 
@@ -125,11 +106,11 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, _open(url) as resp:
-            untrusted.copy_response(resp, out, url=_redact(url), limit=MAX_SDIST, timeout=DOWNLOAD_TIMEOUT)
+            untrusted.copy_response(resp, out, url=url, limit=MAX_SDIST, timeout=DOWNLOAD_TIMEOUT)
         verify_sha256(tmp, sha256, shown_as=dest.name)
         tmp.replace(dest)
     except (urllib.error.URLError, OSError, untrusted.UntrustedInput) as exc:
-        raise SourceError(f"download of {_redact(url)} failed: {exc}") from None
+        raise SourceError(f"download of {untrusted.shown_url(url)} failed: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return dest
@@ -178,7 +159,8 @@ def obtain_sdist(
     url, index_sha = find_on_index(version, index_url)
     if sha256 and sha256.lower() != index_sha.lower():
         raise SourceError(
-            f"{_redact(index_url)} publishes sha256 {index_sha} for flash-attn {version}, but {sha256} is pinned",
+            f"{untrusted.shown_url(index_url)} publishes sha256 {index_sha} for flash-attn {version}, "
+            f"but {sha256} is pinned",
         )
     path = download(url, dest_dir / sdist_name(version), index_sha)
     return path, index_sha

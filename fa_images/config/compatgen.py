@@ -64,15 +64,17 @@ Fetch = Callable[[str, dict[str, str]], bytes]
 
 
 def http_fetch(url: str, headers: dict[str, str]) -> bytes:
-    """The body of ``url``, bounded in size and time (``untrusted.fetch``)."""
+    """The body of ``url``, bounded in size and time (``untrusted.fetch``). Errors name the URL as
+    shown (``untrusted.shown_url``): a mirror's login goes to it as Basic auth, never into a message."""
+    shown = untrusted.shown_url(url)
     try:
         return untrusted.fetch(url, headers, timeout=TIMEOUT)[0]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise FileNotFoundError(url) from None
-        raise IndexUnreachable(f"{url}: HTTP {exc.code}") from None
+            raise FileNotFoundError(shown) from None
+        raise IndexUnreachable(f"{shown}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise IndexUnreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        raise IndexUnreachable(f"{shown}: {untrusted.shown(str(getattr(exc, 'reason', exc)))}") from None
 
 
 @dataclass
@@ -81,6 +83,7 @@ class TorchFacts:
     pythons: list[str]
     default_cuda: str | None
     variants: dict[str, bool] = field(default_factory=dict)  # CUDA -> cxx11_abi
+    unread: str | None = None  # why the default CUDA could not be read, where it could not
 
 
 def _final(version: str) -> Version | None:
@@ -101,23 +104,47 @@ def default_cuda_of(metadata: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def _range(fetch: Fetch, url: str, spec: str) -> bytes:
-    return fetch(url, {"Range": f"bytes={spec}"})
+# A wheel's METADATA is a few kB (torch's, with its long description, ~40 kB).
+MAX_METADATA = 4 << 20
+_TAIL = 65536  # the zip's end record is in its last 64 KiB (a comment is at most 65535 bytes)
+
+
+def _range(fetch: Fetch, url: str, start: int, size: int, *, limit: int) -> bytes:
+    """``size`` bytes of ``url`` from ``start`` (a negative start: the last ``size``), at most
+    ``limit`` of them asked for, and no more taken: a server that ignores Range sends the wheel."""
+    if not 0 < size <= limit:
+        raise ValueError(f"{untrusted.shown_url(url)}: a zip record of {size} bytes; at most {limit} are read")
+    data = fetch(url, {"Range": f"bytes=-{size}" if start < 0 else f"bytes={start}-{start + size - 1}"})
+    if len(data) > size:
+        raise ValueError(f"{untrusted.shown_url(url)} answers {len(data)} bytes to a range of {size}; Range ignored?")
+    return data
+
+
+def _inflated(data: bytes, method: int, *, what: str) -> bytes:
+    """A zip member's bytes, stored or deflated: at most MAX_METADATA once inflated, the bound
+    PEP 658's ``.metadata`` file has (1 MB of deflate can inflate to 1 GB)."""
+    if method != 8:
+        return data
+    out = zlib.decompressobj(-15).decompress(data, MAX_METADATA + 1)
+    if len(out) > MAX_METADATA:
+        raise ValueError(f"{what}: more than {MAX_METADATA >> 20} MiB of METADATA")
+    return out
 
 
 def metadata_by_range(fetch: Fetch, url: str) -> str:
     """A wheel's METADATA through HTTP range requests: the zip's end record, its directory, one member."""
-    tail = _range(fetch, url, "-65536")
+    shown = untrusted.shown_url(url)
+    tail = _range(fetch, url, -1, _TAIL, limit=_TAIL)
     end = tail.rfind(b"PK\x05\x06")
     if end < 0:
-        raise ValueError(f"{url}: no zip end record in the last 64 KiB")
+        raise ValueError(f"{shown}: no zip end record in the last 64 KiB")
     cd_size, cd_offset = struct.unpack("<II", tail[end + 12 : end + 20])
     if cd_offset == 0xFFFFFFFF:
         locator = tail.rfind(b"PK\x06\x07")
         (zip64_end,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
-        record = _range(fetch, url, f"{zip64_end}-{zip64_end + 55}")
+        record = _range(fetch, url, zip64_end, 56, limit=56)
         cd_size, cd_offset = struct.unpack("<QQ", record[40:56])
-    directory = _range(fetch, url, f"{cd_offset}-{cd_offset + cd_size - 1}")
+    directory = _range(fetch, url, cd_offset, cd_size, limit=untrusted.MAX_PAGE)
     pos = 0
     while directory[pos : pos + 4] == b"PK\x01\x02":
         method, _t, _d, _crc, size, _usize, name_len, extra_len, comment_len = struct.unpack(
@@ -127,16 +154,12 @@ def metadata_by_range(fetch: Fetch, url: str) -> str:
         name = directory[pos + 46 : pos + 46 + name_len].decode()
         pos += 46 + name_len + extra_len + comment_len
         if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
-            local = _range(fetch, url, f"{offset}-{offset + 29}")
+            local = _range(fetch, url, offset, 30, limit=30)
             local_name, local_extra = struct.unpack("<HH", local[26:30])
-            start = offset + 30 + local_name + local_extra
-            data = _range(fetch, url, f"{start}-{start + size - 1}")
-            return (zlib.decompress(data, -15) if method == 8 else data).decode()
-    raise ValueError(f"{url}: no .dist-info/METADATA in the wheel")
-
-
-# A wheel's METADATA is a few kB (torch's, with its long description, ~40 kB).
-MAX_METADATA = 4 << 20
+            data = _range(fetch, url, offset + 30 + local_name + local_extra, size, limit=MAX_METADATA)
+            what = untrusted.shown(name)
+            return untrusted.decode_text(_inflated(data, method, what=what), what=what)
+    raise ValueError(f"{shown}: no .dist-info/METADATA in the wheel")
 
 
 def wheel_metadata(fetch: Fetch, wheel: simple_index.File) -> str:
@@ -197,11 +220,14 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
         sample = by_python[pythons[-1]]  # the newest Python's wheel: any one carries the same pins
+        default, unread = None, None
         try:
             default = default_cuda_of(wheel_metadata(fetch, sample))
-        except (FileNotFoundError, IndexUnreachable, ValueError, struct.error, zlib.error):
-            default = None  # reported by refresh(): the release keeps what the table knows
-        out[version] = TorchFacts(version=version, pythons=[_py(p) for p in pythons], default_cuda=default)
+        except (FileNotFoundError, IndexUnreachable, ValueError, struct.error, zlib.error) as exc:
+            unread = str(exc)  # reported by refresh(): the release keeps what the table knows
+        out[version] = TorchFacts(
+            version=version, pythons=[_py(p) for p in pythons], default_cuda=default, unread=unread
+        )
     return out
 
 
@@ -472,7 +498,8 @@ def refresh(
         shas = flash_attn_sdists(fetch, pypi)
     except (IndexUnreachable, FileNotFoundError, ValueError, KeyError) as exc:
         raise UsageError(
-            f"cannot refresh from {pypi}: {exc}", hint="PyPI, or a PEP 691 mirror given with --pypi, must answer"
+            f"cannot refresh from {untrusted.shown_url(pypi)}: {exc}",
+            hint="PyPI, or a PEP 691 mirror given with --pypi, must answer",
         ) from None
     try:
         variants: dict[str, set[str]] | None = torch_variants(fetch, torch_index)
@@ -494,7 +521,10 @@ def refresh(
             notes.append(f"torch {version}: CUDA {', '.join(unknown)} not in the cuda section; left out")
             cudas -= set(unknown)
         if facts.default_cuda not in cudas:
-            notes.append(f"torch {version}: default CUDA {facts.default_cuda} is not usable here; release left out")
+            why = f" (its METADATA: {facts.unread})" if facts.unread else ""
+            notes.append(
+                f"torch {version}: default CUDA {facts.default_cuda} is not usable here{why}; release left out"
+            )
             found_but_unusable.add(version)
             continue
         abis = {v.cuda: v.cxx11_abi for v in old.variants} if old else {}

@@ -17,6 +17,8 @@ from typing import Literal, get_args
 
 from packaging.version import InvalidVersion, Version
 
+from ..builder.untrusted import shown_url
+
 # distribution/reference's grammar, as the Docker Engine applies it.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN = (
@@ -116,7 +118,7 @@ def pin(value: str) -> str | None:
 
 def index_url(value: str) -> str | None:
     """An http(s) or file URL of a package index or a find-links page."""
-    shown = repr(_redacted(value))  # an error line must not print the token it complains about
+    shown = repr(shown_url(value))  # an error line must not print the token it complains about
     if not value.isprintable() or " " in value:
         return f"{shown} holds spaces or control characters"
     try:
@@ -150,7 +152,7 @@ def url_without_login(value: str, *, why: str = "a generated file never holds on
     """An index URL that a generated file holds as it is (``bases.python_mirror``): no login."""
     problem = index_url(value)
     if problem is None and has_credentials(value):
-        problem = f"{without_credentials(value)!r} holds a login; {why}"
+        problem = f"{shown_url(value)!r} holds a login; {why}"
     return problem
 
 
@@ -159,13 +161,6 @@ def find_links(value: str) -> str | None:
     if value.startswith("/"):
         return None if _URL_PATH.fullmatch(value) else f"{value!r} holds characters a path here may not"
     return index_url(value)
-
-
-def _redacted(url: str) -> str:
-    try:
-        return without_credentials(url)
-    except ValueError:
-        return "<a malformed URL>"
 
 
 def has_credentials(url: str) -> bool:

@@ -18,6 +18,7 @@ from packaging.version import Version
 
 from ..builder import fa3, fa4
 from ..builder.errors import UsageError
+from ..builder.settings import gpu_class
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
@@ -205,15 +206,32 @@ def _check_top_keys(doc: yamlfile.YamlDoc, problems: list[Problem]) -> None:
             problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
 
 
+def _compat_file(doc: yamlfile.YamlDoc, path: Path, problems: list[Problem]) -> Path | None:
+    """The matrix's own ``compat:`` file, beside the matrix."""
+    compat_file = doc.data.get("compat")
+    if compat_file is not None and not (isinstance(compat_file, str) and compat_file):
+        problems.append(doc.problem(("compat",), f"compat must be a file path, not {kind(compat_file)}"))
+        return None
+    return (path.parent / compat_file).resolve() if compat_file else None
+
+
+def compat_file_of(path: Path) -> Path | None:
+    """The ``compat:`` file a matrix names, read without the rest of the matrix (whose versions
+    the table may not hold yet: `compat refresh` writes that file)."""
+    doc = yamlfile.load(path, what="matrix file", hint=_missing_hint(path))
+    problems: list[Problem] = []
+    found = _compat_file(doc, path, problems)
+    if problems:
+        raise ConfigError(problems)
+    return found
+
+
 def _compat_table(
     doc: yamlfile.YamlDoc, path: Path, compat_override: Path | None, problems: list[Problem]
 ) -> compat_mod.Compat:
     """The built-in table, then the matrix's own ``compat:`` file (beside the matrix), then the override."""
-    compat_file = doc.data.get("compat")
-    if compat_file is not None and not (isinstance(compat_file, str) and compat_file):
-        problems.append(doc.problem(("compat",), f"compat must be a file path, not {kind(compat_file)}"))
-        compat_file = None
-    overrides = [(path.parent / compat_file).resolve()] if compat_file else []
+    compat_file = _compat_file(doc, path, problems)
+    overrides = [compat_file] if compat_file else []
     return compat_mod.load(*overrides, *([compat_override] if compat_override else []))
 
 
@@ -345,13 +363,14 @@ def _distinct_entries(builder: EntryResolver, combos: list[Combo]) -> list[tuple
     seen: dict[str, str] = {}
     for entry, combo in resolved:
         if entry.id in seen:
-            one_class = f": both are GPU class {entry.gpu_class}" if entry.gpu_class else ""
+            by_target = "target" in combo.values  # two targets of one GPU class: one entry, written twice
+            one_class = f": both are GPU class {gpu_class(entry.archs)}" if by_target else ""
             builder.fail(
                 combo,
                 None,
                 f"expands to {entry.id}, which {seen[entry.id]} already builds{one_class}",
                 hint="name GPUs of one class in one target value, e.g. target: [[g5, g6e], g7e]"
-                if entry.gpu_class
+                if by_target
                 else "remove one, or change an exclude/include rule",
             )
             continue

@@ -112,7 +112,7 @@ class PublishedDist:
 
     @property
     def where(self) -> str:
-        return self.index.url
+        return untrusted.shown_url(self.index.url)
 
     def wheel(self, entry: str, inputs: str | None) -> Wheel | None:
         for name, record in _recorded(self.index.manifest, entry, inputs):

@@ -23,25 +23,37 @@ from ..builder.cli import exit_code_of
 from ..builder.wording import counted
 from ..config import grammar
 from ..config.grammar import PullPolicy
-from ..errors import StepFailed, UsageError
+from ..errors import EnvironmentProblem, StepFailed, UsageError
 from . import bases
 from .engine import Engine
 from .gpus import GpuAccess, HostGpus
 from .logger import Console, duration
 from .report import message_of
 
-Verdict = Literal["pass", "fail", "no GPU", "wrong arch"]
-# Exit code of each verdict: the builder's own for no GPU and wrong arch, so the host's exit code is the
-# check's. 3 is also the code of `build` when the machine cannot do it (here: an image cannot be pulled).
+Verdict = Literal["pass", "fail", "no GPU", "wrong arch", "not fa-images"]
+# Exit code of each verdict, one each, so a script can tell them apart: the builder's own for no
+# GPU and wrong arch, so the host's exit code is the check's.
+EXIT_NOT_FA_IMAGES = 12  # the image carries no fa-images labels: it has no check of its own to run
 EXIT_CODES: dict[Verdict, int] = {
     "pass": 0,
     "fail": 1,
     "no GPU": contract.EXIT_NO_GPU,
     "wrong arch": contract.EXIT_WRONG_ARCH,
+    "not fa-images": EXIT_NOT_FA_IMAGES,
 }
 # Several images: the worst verdict is the exit code. A failure is worst (a broken image), then an
-# image this GPU cannot run, then a check that could not run for want of a GPU.
-WORST_FIRST: tuple[Verdict, ...] = ("fail", "wrong arch", "no GPU", "pass")
+# image that is no fa-images image, then one this GPU cannot run, then a check that could not run
+# for want of a GPU.
+WORST_FIRST: tuple[Verdict, ...] = ("fail", "not fa-images", "wrong arch", "no GPU", "pass")
+
+
+class CannotPull(EnvironmentProblem):
+    """An image to check could not be provided (a pull that failed, or --pull never): nothing was
+    checked. A code of its own, apart from a node without a GPU (3)."""
+
+    exit_code = 11
+
+
 # The labels the template sets on every runtime image (templates/Dockerfile.j2), and the JSON keys.
 LABELS = {
     "flash_attn": "fa-images.flash-attn",
@@ -123,6 +135,11 @@ def check_image(engine: Engine, ref: str, access: GpuAccess, on_line: Callable[[
     labels = {key: _text((info.labels if info else {}).get(label)) for key, label in LABELS.items()}
     gpu, why_none = _gpu_for(engine, access)
     result = ImageCheck(ref, "fail", 1, "", access.mode, image_id=info.id if info else None, labels=labels)
+    if not labels["flash_attn"]:  # not made by fa-images: it has no check of its own to run
+        result.verdict, result.exit_code = "not fa-images", EXIT_NOT_FA_IMAGES
+        result.detail = f"NOT FA-IMAGES: no {LABELS['flash_attn']} label; fa-images checks the images it built"
+        result.seconds = round(time.monotonic() - started, 1)
+        return result
     try:
         run = engine.run(ref, list(contract.GPU_CHECK_COMMAND), gpu=gpu, keep=False, on_line=on_line)
     except StepFailed as exc:
@@ -194,7 +211,10 @@ def write_report(path: Path, results: list[ImageCheck], engine: str, failure: Ba
 def run(engine: Engine, refs: list[str], *, pull: PullPolicy, access: GpuAccess, console: Console) -> list[ImageCheck]:
     """Provides every image first (a pull that fails stops here, before any check), then checks each."""
     started = time.monotonic()
-    bases.provide(engine, refs, pull, console, what="image", offline=OFFLINE)
+    try:
+        bases.provide(engine, refs, pull, console, what="image", offline=OFFLINE)
+    except EnvironmentProblem as exc:
+        raise CannotPull(exc.message, hint=exc.hint) from None
     results = [check_image(engine, ref, access, lambda _line: None) for ref in refs]
     console.line(f"checked {counted(len(results), 'image')} in {duration(time.monotonic() - started)}")
     return results

@@ -526,3 +526,37 @@ def test_metadata_not_announced_is_read_from_the_wheel(index: str, table: Path) 
     """PEP 658: a client fetches ``.metadata`` only where the page announces it."""
     refresh(table, index)
     assert _wheel_requests("metadata") == [] and _wheel_requests("wheel")
+
+
+# --- where a refresh writes: never into the installed package --------------------------------------
+
+
+def test_a_refresh_of_the_built_in_table_writes_beside_the_user_never_into_the_package(
+    index: str, table: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The built-in table (here the small one of these tests, as it) is read; ./compat.yaml is
+    written, or the file the matrix's compat: names; the table read is left as it was."""
+    from fa_images import cli
+
+    monkeypatch.setattr(compat, "DEFAULT_FILE", table)
+    work = tmp_path / "work"
+    (work / "team").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    flags = ["--pypi", f"{index}/simple", "--torch-index", f"{index}/whl", "--json"]
+    assert cli.main(["compat", "refresh", *flags]) == EXIT_TABLE_CHANGED
+    assert json.loads(capsys.readouterr().out)["wrote"] == "compat.yaml"
+    assert "2.11.0" in compat.load(work / "compat.yaml").torch and table.read_text() == TABLE
+    (work / "team" / "matrix.yaml").write_text("compat: ours.yaml\nentries: []\n")
+    assert cli.main(["compat", "refresh", "--matrix", "team/matrix.yaml", *flags]) == EXIT_TABLE_CHANGED
+    assert json.loads(capsys.readouterr().out)["wrote"] == str(work / "team" / "ours.yaml")
+    assert "2.11.0" in compat.load(work / "team" / "ours.yaml").torch
+
+
+def test_an_out_inside_the_installed_package_is_refused_before_any_index_is_asked(
+    index: str, table: Path, run_fa_images
+) -> None:
+    inside = Path(compat.__file__).resolve().parent / "compat.yaml"
+    before = inside.read_bytes()
+    proc = run_fa_images(["compat", "refresh", "--out", inside, "--pypi", f"{index}/simple"])
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: --out {inside} is inside fa-images's installed")
+    assert IndexHandler.requests == [] and inside.read_bytes() == before

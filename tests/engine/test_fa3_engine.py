@@ -62,7 +62,7 @@ def built(project: Project, first_build) -> Fa3Build:
         "build": {"network": "host", "builder": "sdk"},  # the first build's, whose torch stage it takes
         "compat": "compat-fa3.yaml",
         "fa3": {"head_dims": list(BUILD.head_dims), "without": list(BUILD.without)},
-        "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION}],
+        "entries": [{"python": "3.11", "torch": "2.9.1", "cuda": "12.8", "flash_attn": VERSION, "target": ["H100"]}],
     }
     (project.dir / "fa3.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     started = time.monotonic()

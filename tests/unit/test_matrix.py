@@ -582,7 +582,7 @@ REFUSED = [
           flash_attn: ["2.8.3"]
           target: [A100]
         entries:
-          - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", archs: [90]}
+          - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "2.8.3", archs: [80]}
         """,
         Want(
             7,
@@ -593,16 +593,23 @@ REFUSED = [
         ),
     ),
     refused(
-        "targets that differ only in GPUs collide",
+        "targets of one GPU class collide (two classes are an entry each: test_fleet.py)",
         """
         matrix:
           python: ["3.12"]
           torch: ["2.9.1"]
           flash_attn: ["2.8.3"]
-          target: [A100, H100]
+          target: [A100, A10G]
         """,
         Want(
-            1, Like(holds=("expands to fa2.8.3-py3.12-torch2.9.1-cu128, which matrix[", "target=A100] already builds"))
+            1,
+            Like(
+                holds=(
+                    "expands to fa2.8.3-py3.12-torch2.9.1-cu128, which matrix[",
+                    "target=A100] already builds: both are GPU class sm80",
+                )
+            ),
+            hint="name GPUs of one class in one target value, e.g. target: [[g5, g6e], g7e]",
         ),
     ),
     # --- targets -> archs

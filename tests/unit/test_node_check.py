@@ -12,7 +12,7 @@ from fakes import FakeEngine
 
 from fa_images import cli
 from fa_images.builder import contract
-from fa_images.run import gpus
+from fa_images.run import gpus, node_check
 from fa_images.run.engine import DockerEngine, RunResult
 
 IMAGE = "ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128"
@@ -133,7 +133,7 @@ def test_the_json_shape_and_the_report(monkeypatch, capsys, tmp_path: Path) -> N
 def test_a_missing_image_is_pulled_first_and_never_pull_names_every_missing_one(monkeypatch, capsys) -> None:
     refs = ["reg.local/fa:a", "reg.local/fa:b"]
     engine = Node(dict.fromkeys(refs, 0), missing=frozenset(refs))
-    assert check(monkeypatch, engine, *refs, "--pull", "never") == 3
+    assert check(monkeypatch, engine, *refs, "--pull", "never") == node_check.CannotPull.exit_code == 11
     err = capsys.readouterr().err
     assert "error: 2 images not in the engine: reg.local/fa:a, reg.local/fa:b; --pull never forbids pulling" in err
     assert not [c for c in engine.calls if c[0] in ("pull", "run")]
@@ -143,7 +143,7 @@ def test_a_missing_image_is_pulled_first_and_never_pull_names_every_missing_one(
 
 def test_a_failed_pull_is_one_error_before_any_check(monkeypatch, capsys) -> None:
     engine = Node({IMAGE: 0}, missing=frozenset({IMAGE}), unpullable=frozenset({IMAGE}))
-    assert check(monkeypatch, engine, IMAGE) == 3
+    assert check(monkeypatch, engine, IMAGE) == 11  # not 3: a node without a GPU is another story
     err = capsys.readouterr().err
     assert f"error: cannot pull image {IMAGE}: pull of {IMAGE} failed: manifest unknown" in err
     assert "docker login ghcr.io" in err and "Traceback" not in err
@@ -201,7 +201,7 @@ def test_every_image_that_cannot_be_pulled_is_named_in_one_error(monkeypatch, ca
     """As `build` with its bases: each pull is tried, then one error names every failure."""
     other = "reg.local/fa:b"
     engine = Node({IMAGE: 0, other: 0}, missing=frozenset({IMAGE, other}), unpullable=frozenset({IMAGE, other}))
-    assert check(monkeypatch, engine, IMAGE, other) == 3
+    assert check(monkeypatch, engine, IMAGE, other) == 11
     err = capsys.readouterr().err
     assert f"error: cannot pull 2 images: {IMAGE}: " in err and f"; {other}: " in err, err
     assert "docker login ghcr.io" in err and "docker login reg.local" in err
@@ -213,7 +213,35 @@ def test_the_report_is_written_when_a_pull_stops_the_check(monkeypatch, capsys, 
     report = tmp_path / "check.json"
     report.write_text('{"ok": true}')  # an earlier run's success must not stand
     engine = Node({IMAGE: 0}, missing=frozenset({IMAGE}), unpullable=frozenset({IMAGE}))
-    assert check(monkeypatch, engine, IMAGE, "--report", str(report)) == 3
+    assert check(monkeypatch, engine, IMAGE, "--report", str(report)) == 11
     data = json.loads(report.read_text())
-    assert data["ok"] is False and data["exit_code"] == 3 and data["images"] == []
+    assert data["ok"] is False and data["exit_code"] == 11 and data["images"] == []
     assert data["error"].startswith(f"cannot pull image {IMAGE}: ")
+
+
+def test_json_prints_its_object_when_a_pull_stops_the_check(monkeypatch, capsys) -> None:
+    engine = Node({IMAGE: 0}, missing=frozenset({IMAGE}), unpullable=frozenset({IMAGE}))
+    assert check(monkeypatch, engine, IMAGE, "--json") == 11
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # stdout is the JSON alone, on this exit too
+    assert data["exit_code"] == 11 and data["ok"] is False and data["images"] == []
+    assert data["error"].startswith(f"cannot pull image {IMAGE}: ")
+    assert f"\nerror: cannot pull image {IMAGE}: " in captured.err
+
+
+def test_an_image_fa_images_did_not_build_is_said_so_with_a_code_of_its_own(monkeypatch, capsys) -> None:
+    other = "docker.io/library/python:3.12"
+    engine = Node({IMAGE: 8, other: 0})
+    engine.labels[other] = {}
+    assert check(monkeypatch, engine, other) == node_check.EXIT_NOT_FA_IMAGES == 12
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{other}: NOT FA-IMAGES · no GPU seen · no fa-images labels · NOT FA-IMAGES: no ")
+    assert not [c for c in engine.calls if c[0] == "run"]  # no check of its own to run
+    assert check(monkeypatch, engine, IMAGE, other, "--json") == 12  # worse than wrong arch
+    verdicts = [i["verdict"] for i in json.loads(capsys.readouterr().out)["images"]]
+    assert verdicts == ["wrong arch", "not fa-images"]
+
+
+def test_each_verdict_has_an_exit_code_of_its_own() -> None:
+    codes = [*node_check.EXIT_CODES.values(), node_check.CannotPull.exit_code]
+    assert len(set(codes)) == len(codes) == 6
