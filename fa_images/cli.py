@@ -15,6 +15,7 @@ from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
+from .config import grammar
 from .config.grammar import BUILDER_CHOICES, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
@@ -116,7 +117,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for e in entries:
         abi = {True: "new ABI", False: "old ABI", None: "ABI ?"}[e.cxx11_abi]
         covers = f"  for {', '.join(e.gpus)}" if e.gpus else ""
-        say(f"{e.id:<{width}}  archs {','.join(e.archs):<7} {abi:<8} {e.image}{covers}")
+        archs = ",".join(e.archs) + ("+PTX" if e.ptx else "")  # PTX of the newest arch, for newer GPUs
+        say(f"{e.id:<{width}}  archs {archs:<7} {abi:<8} {e.image}{covers}")
         if e.cuda_note:
             say(f"{'':<{width}}  {e.cuda_note}")
     for build in dict.fromkeys(e.fa3 for e in entries if e.fa3 is not None):
@@ -472,7 +474,6 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
 
 def cmd_dist_site(args: argparse.Namespace) -> int:
     from .builder import published
-    from .config import grammar
     from .errors import UsageError
 
     for flag, value in (("--wheel-url", args.wheel_url), ("--published", args.published)):
@@ -615,13 +616,14 @@ def _add_dist_site(sub: argparse._SubParsersAction) -> None:
         "--wheel-url",
         required=True,
         metavar="URL",
-        help="where the new wheels and their .metadata files are uploaded, e.g. a release's "
-        "https://github.com/ORG/REPO/releases/download/TAG/",
+        help=f"where the new wheels and their .metadata files are uploaded: {grammar.PUBLIC_URL_RULE}, e.g. a "
+        "release's https://github.com/ORG/REPO/releases/download/TAG/",
     )
     site.add_argument(
         "--published",
         metavar="URL",
-        help="the index published so far (its manifest.json and simple/): its wheels stay, with their links",
+        help=f"the index published so far (its manifest.json and simple/), {grammar.PUBLIC_URL_RULE}: its "
+        "wheels stay, with their links",
     )
     site.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the site is written")
     site.set_defaults(func=cmd_dist_site)
@@ -752,7 +754,8 @@ def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
         default="",
         metavar="SHELL",
         help="one line of shell run per entry, after its FA_IMAGES_ENTRY, FA_IMAGES_PYTHON, FA_IMAGES_TORCH and "
-        "FA_IMAGES_CUDA are set, e.g. 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate'; "
+        "FA_IMAGES_CUDA are set, e.g. 'module load cuda/$FA_IMAGES_CUDA; "
+        "source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate'; "
         "written shell-quoted and run with eval (in the link job, in a subshell per entry)",
     )
     sl.add_argument("--partition", metavar="NAME", help="sbatch --partition")
@@ -800,7 +803,8 @@ def _add_export_bake(sub: argparse._SubParsersAction) -> None:
 SLURM_EXAMPLES = """\
 examples:
   fa-images export slurm --out-dir /nfs/fa-build --shards 4 --cpus 16 --partition cpu \\
-      --setup 'module load cuda/12.8; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate' && /nfs/fa-build/submit.sh
+      --setup 'module load cuda/$FA_IMAGES_CUDA; source /nfs/envs/py$FA_IMAGES_PYTHON/bin/activate'
+  /nfs/fa-build/submit.sh
 
 Each compile group's kernels are split over 4 array tasks (16 CPUs and the memory the builder's
 sizing needs for them, no GPU); a job after them links every entry from the shared compiler cache,
@@ -864,14 +868,14 @@ def cmd_init(args: argparse.Namespace) -> int:
     from . import starter
     from .config import matrix
 
-    path, torch_why = starter.write(
+    path, torch_why, archs_why = starter.write(
         args.out, force=args.force, python=args.python, targets=args.target, one_image=args.one_image
     )
-    if args.target:  # what it chose for the targets, and why: plan's reading of the file it wrote
-        say(torch_why)
-        for e in matrix.load(path).entries:
-            cuda = e.cuda_note or f"CUDA {e.cuda}, torch {e.torch}'s default"
-            say(f"{e.id}: {cuda}; archs {','.join(e.archs)} for {', '.join(e.gpus)}")
+    say(torch_why)  # what it chose, and why: plan's reading of the file it wrote
+    for e in matrix.load(path).entries:
+        cuda = e.cuda_note or f"CUDA {e.cuda}, torch {e.torch}'s default"
+        gpus = f"for {', '.join(e.gpus)}" if e.gpus else f"({archs_why})"
+        say(f"{e.id}: {cuda}; archs {','.join(e.archs)} {gpus}")
     say(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
     return 0
 
@@ -883,7 +887,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_compat_refresh(args: argparse.Namespace) -> int:
-    from .config import compat, compatgen, grammar
+    from .config import compat, compatgen
     from .errors import EXIT_TABLE_CHANGED, UsageError
 
     for name in ("pypi", "torch_index"):
@@ -1069,7 +1073,7 @@ def _add_source(sub: argparse._SubParsersAction) -> None:
 
 CHECK_EXAMPLES = """\
 examples:
-  fa-images check ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128
+  fa-images check ghcr.io/acme/flash-attn:fa2.8.3-py3.12-torch2.9.1-cu128
                                    pull it if the engine lacks it, run its GPU check on this node's GPU
   fa-images check IMAGE1 IMAGE2 --pull always --json      every image, as one JSON object
   fa-images check IMAGE --gpus devices --report check.json  no NVIDIA Container Toolkit needed

@@ -55,6 +55,7 @@ def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
 class Starter:
     text: str
     torch_why: str  # why this Python and torch: --python's own, or what the table suggests for it
+    archs_why: str  # why its archs, without a target: this machine's GPUs, or none seen
 
 
 def starter_text(*, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False) -> Starter:
@@ -86,9 +87,10 @@ def starter_text(*, python: str = sys.executable, targets: list[str] | None = No
     made_for = f"{'target' if len(targets or ()) == 1 else 'targets'} {', '.join(targets)}" if targets else here
     chose = report.entry["torch"]
     installed = (version or "").split("+")[0]
-    notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ") if "torch" in n]
-    why = f"the torch of {python}" if installed == chose else "; ".join(notes)
-    return Starter(_render(entries, made_for), f"Python {report.entry['python']} and torch {chose}: {why}")
+    notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ")]
+    why = f"the torch of {python}" if installed == chose else "; ".join(n for n in notes if "torch" in n)
+    archs = next((n for n in notes if n.startswith("no GPU seen")), f"for this machine's GPUs: {gpus}")
+    return Starter(_render(entries, made_for), f"Python {report.entry['python']} and torch {chose}: {why}", archs)
 
 
 def _classes(targets: list[str], table: compat_mod.Compat) -> list[list[str]]:
@@ -161,8 +163,8 @@ def _check(text: str) -> None:
 
 def write(
     out: Path, *, force: bool, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False
-) -> tuple[Path, str]:
-    """(the file written, why its Python and torch)."""
+) -> tuple[Path, str, str]:
+    """(the file written, why its Python and torch, why its archs where no target names them)."""
     if out.name in ("", ".", ".."):
         raise UsageError(f"--out {out} is not a file name")
     folder = safe_io.OutputDir(out.parent, what="--out's folder")
@@ -179,4 +181,4 @@ def write(
     text = starter.text
     _check(text)
     path = folder.write_text(out.name, text) if force else folder.create_text(out.name, text)
-    return path, starter.torch_why
+    return path, starter.torch_why, starter.archs_why

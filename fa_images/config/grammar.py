@@ -140,12 +140,19 @@ def index_url(value: str) -> str | None:
     return None
 
 
+PUBLIC_URL_RULE = "an http(s):// URL without a login"  # said the same way in --help and in errors
+
+
 def public_url(value: str) -> str | None:
-    """An http(s) URL read or linked to without a login: a published index, where its wheels are."""
-    problem = url_without_login(value, why="a published index is read without one")
-    if problem is None and urllib.parse.urlsplit(value).scheme.lower() not in ("http", "https"):
-        problem = f"{value!r} is not an http(s):// URL"
-    return problem
+    """An http(s) URL read or linked to without a login: a published index, where its wheels are.
+    One rule (PUBLIC_URL_RULE), checked scheme first, so a folder or a file:// URL hears it too."""
+    try:
+        scheme = urllib.parse.urlsplit(value).scheme.lower()
+    except ValueError:
+        scheme = ""
+    if scheme not in ("http", "https"):
+        return f"{shown_url(value)!r} is not {PUBLIC_URL_RULE}"
+    return url_without_login(value, why=f"it must be {PUBLIC_URL_RULE}")
 
 
 def url_without_login(value: str, *, why: str = "a generated file never holds one") -> str | None:

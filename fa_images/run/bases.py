@@ -96,12 +96,25 @@ def provide(
     if pulled:
         console.line(f"pulled {counted(pulled, what)} in {took} (--pull {policy})")
     if failed:
-        if len(failed) == 1:
-            ((ref, why),) = failed.items()
-            message = f"cannot pull {what} {ref}: {why}"
-        else:
-            message = f"cannot pull {counted(len(failed), what)}: " + "; ".join(f"{r}: {w}" for r, w in failed.items())
+        message = provide_failures_message(failed, what)
         raise EnvironmentProblem(message, hint=provide_hint(list(failed), policy, offline))
+
+
+def provide_failures_message(failed: dict[str, str], what: str) -> str:
+    """One line per cause, with the images it hit: four bases that fail for one DNS reason are
+    one cause, not four copies of it."""
+    if len(failed) == 1:
+        ((ref, why),) = failed.items()
+        return f"cannot pull {what} {ref}: {why}"
+    causes: dict[str, list[str]] = {}
+    for ref, why in failed.items():
+        cause = why.removeprefix(f"pull of {ref} failed: ").removeprefix(f"pull of {ref}: ").replace(ref, "IMAGE")
+        causes.setdefault(cause, []).append(ref)
+    if len(causes) == 1:
+        ((cause, refs),) = causes.items()
+        return f"cannot pull {counted(len(refs), what)} ({', '.join(refs)}): {cause}"
+    lines = [f"  {', '.join(refs)}: {cause}" for cause, refs in causes.items()]
+    return f"cannot pull {counted(len(failed), what)}, for {len(causes)} causes:\n" + "\n".join(lines)
 
 
 def provide_hint(missing: list[str], policy: PullPolicy, offline: str = OFFLINE_BASES) -> str:

@@ -108,7 +108,7 @@ def checked_refs(refs: list[str]) -> list[str]:
     if bad:
         raise UsageError(
             f"not an image reference: {'; '.join(bad)}",
-            hint="e.g. ghcr.io/acme/flash-attn:2.8.3-py3.12-torch2.9.1-cu128 (name[:tag][@sha256:…])",
+            hint="e.g. ghcr.io/acme/flash-attn:fa2.8.3-py3.12-torch2.9.1-cu128 (name[:tag][@sha256:…])",
         )
     return list(dict.fromkeys(refs))
 

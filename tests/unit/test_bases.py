@@ -107,10 +107,7 @@ def test_every_failed_pull_is_named_in_one_error_with_a_hint_for_the_policy(tiny
         lines = capsys.readouterr().err.splitlines()
         assert sorted(c[1] for c in engine.calls if c[0] == "pull") == sorted([DEVEL, RUNTIME])  # each one tried
         (error,) = [line for line in lines if line.startswith("error:")]
-        assert error == (
-            f"error: cannot pull 2 base images: {RUNTIME}: pull of {RUNTIME} failed: manifest unknown; "
-            f"{DEVEL}: pull of {DEVEL} failed: manifest unknown"
-        )
+        assert error == f"error: cannot pull 2 base images ({RUNTIME}, {DEVEL}): manifest unknown"  # one cause, once
         hint = lines[lines.index(error) + 1]
         assert "check that docker.io is reachable from the engine and has these tags" in hint
         assert "--pull missing" not in hint and "docker load -i" in hint
@@ -206,3 +203,20 @@ def test_the_reports_exit_code_is_the_commands(exc: BaseException, capsys) -> No
     except SystemExit as exited:
         code = exited.code
     assert builder_cli.exit_code_of(exc) == code
+
+
+def test_pull_failures_are_one_line_per_cause_with_the_images_it_hit() -> None:
+    """Issue 43: four bases that fail for one DNS reason gave one line repeating the cause four times."""
+    from fa_images.run import bases
+
+    dns = "Get https://{}/v2/: dial tcp: lookup nvcr.io: no such host"
+    refs = [f"nvcr.io/nvidia/cuda:12.{m}.1-devel" for m in (4, 6, 8, 9)]
+    failed = {ref: f"pull of {ref} failed: " + dns.format("nvcr.io") for ref in refs}
+    failed["docker.io/x:1"] = "pull of docker.io/x:1 failed: manifest for docker.io/x:1 not found"
+    message = bases.provide_failures_message(failed, "base image")
+    assert message.splitlines() == [
+        "cannot pull 5 base images, for 2 causes:",
+        f"  {', '.join(refs)}: " + dns.format("nvcr.io"),
+        "  docker.io/x:1: manifest for IMAGE not found",
+    ]
+    assert message.count("no such host") == 1

@@ -319,3 +319,28 @@ def test_the_plan_names_the_published_wheel_it_makes_the_image_around(published_
     assert made.stages == plan.PREBUILT_STAGES and made.bases == (tiny_matrix.entries[0].runtime_image,)
     assert made.to_dict()["published"] == final[tiny_matrix.entries[0].id].location
     assert "(published: made around it, no compile)" in "\n".join(made.describe())
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("/srv/wheels", "'/srv/wheels' is not an http(s):// URL without a login"),
+        ("file:///srv/wheels", "'file:///srv/wheels' is not an http(s):// URL without a login"),
+        ("ftp://h/x", "'ftp://h/x' is not an http(s):// URL without a login"),
+        ("https://u:t@h/x", "'https://***@h/x' holds a login; it must be an http(s):// URL without a login"),
+    ],
+)
+@pytest.mark.parametrize("flag", ["--wheel-url", "--published"])
+def test_dist_site_says_its_one_rule_for_urls_the_same_way_in_help_and_errors(flag, value, said, tmp_path, capsys):
+    """Issue 43: a folder was refused as "not an http(s):// or file:// URL", then file:// as "not http(s)"."""
+    from fa_images import cli
+    from fa_images.config import grammar
+
+    urls = {"--wheel-url": "https://h/w/", flag: value}
+    args = ["dist", "site", "--out", str(tmp_path / "site")] + [part for item in urls.items() for part in item]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"error: {flag}: {said}"
+    assert not (tmp_path / "site").exists()
+    with pytest.raises(SystemExit):
+        cli.main(["dist", "site", "--help"])
+    assert " ".join(capsys.readouterr().out.split()).count(grammar.PUBLIC_URL_RULE) == 2

@@ -45,7 +45,8 @@ SCRIPTS = ("build.sbatch", "link.sbatch", "submit.sh")
 class SlurmOptions:
     shards: int = 1  # 1: one task per entry, no split
     cpus: int = 16  # per task
-    setup: str = ""  # shell run per entry, e.g. 'module load cuda/12.8; source env/py$FA_IMAGES_PYTHON/bin/activate'
+    # shell run per entry, e.g. 'module load cuda/$FA_IMAGES_CUDA; source env/py$FA_IMAGES_PYTHON/bin/activate'
+    setup: str = ""
     partition: str | None = None
     account: str | None = None
     time: str = "4:00:00"
