@@ -39,7 +39,11 @@ def test_init_writes_a_commented_matrix_for_this_machine_that_plan_loads(here: P
     assert "#   pull: missing" in text and "docker load -i" in text and "#   python: uv" in text
     (entry,) = matrix.load(here / "matrix.yaml").entries
     assert (entry.python, entry.torch, entry.cuda, entry.archs) == ("3.12", "2.9.1", "12.8", ("80",))
-    assert capsys.readouterr().out.startswith("wrote matrix.yaml; next: fa-images plan")
+    said = capsys.readouterr().out.splitlines()  # what it chose and why, then what it wrote
+    assert said[0] == "Python 3.12 and torch 2.9.1: the torch of " + sys.executable
+    chosen = "fa2.8.3-py3.12-torch2.9.1-cu128: CUDA 12.8, torch 2.9.1's default"
+    assert said[1] == f"{chosen}; archs 80 (for this machine's GPUs: NVIDIA L4)"
+    assert said[2].startswith("wrote matrix.yaml; next: fa-images plan")
     assert cli.main(["plan"]) == 0
 
 
