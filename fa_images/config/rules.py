@@ -2,7 +2,8 @@
 
 An axis lists its values, as a CI matrix does. An axis whose versions the table knows (python,
 torch, cuda, flash_attn) may instead name them by a rule: a PEP 440 specifier
-(``torch: ">=2.9"``), the newest N releases (``torch: {newest: 3}``), or both
+(``torch: ">=2.9"``), the newest N (``torch: {newest: 3}``: for torch, the newest release of each
+of the N newest series, since one wheel serves a series; for the other axes, N releases), or both
 (``{versions: ">=2.9", newest: 2}``: the newest two the specifier admits). A rule is resolved
 when the matrix is loaded, into the table's versions in version order, so what a matrix builds
 changes only with the table: ``dockerfiles/`` and ``render --check`` stay deterministic for a
@@ -97,7 +98,7 @@ def resolve(axis: str, value: str | dict, compat: Compat) -> ResolvedRule:
     ]
     chosen.sort(key=Version)
     if newest is not None:
-        chosen = chosen[-newest:]
+        chosen = _newest_series(chosen, newest) if axis == "torch" else chosen[-newest:]
     rule = ResolvedRule(axis=axis, versions=versions, newest=newest, values=tuple(chosen))
     if not chosen:
         raise BadRule(
@@ -106,6 +107,16 @@ def resolve(axis: str, value: str | dict, compat: Compat) -> ResolvedRule:
             hint=f"it knows {', '.join(sorted(known, key=Version)) or 'none'}",
         )
     return rule
+
+
+def _newest_series(versions: list[str], count: int) -> list[str]:
+    """The newest release of each of the ``count`` newest torch series: one wheel serves a series
+    (flash-attn labels it +...torch2.9...), so `{newest: 3}` is three wheels, not three releases."""
+    newest_of: dict[tuple[int, int], str] = {}
+    for version in versions:  # oldest first: the last of a series is its newest
+        release = Version(version).release
+        newest_of[(release[0], release[1] if len(release) > 1 else 0)] = version
+    return list(newest_of.values())[-count:]
 
 
 def _specifier(axis: str, key: tuple, where: str, value: Any) -> SpecifierSet:

@@ -1244,15 +1244,15 @@ REFUSED = [
         """
         matrix:
           python: ["3.9"]
-          torch: {versions: ">=2.9,<2.10", newest: 2}
+          torch: {versions: ">=2.9,<2.11", newest: 2}
           flash_attn: ["2.8.3"]
           target: [A100]
         """,
         Want(
             1,
             "the matrix expands to no entries: the compat table has no build of its 2 combinations",
-            hint="matrix[python=3.9, torch=2.9.0, flash_attn=2.8.3, target=A100]: "
-            "torch 2.9.0 has no wheels for Python 3.9, and 1 more",
+            hint="matrix[python=3.9, torch=2.9.1, flash_attn=2.8.3, target=A100]: "
+            "torch 2.9.1 has no wheels for Python 3.9, and 1 more",
         ),
     ),
 ]
@@ -1323,6 +1323,20 @@ def test_two_torch_releases_of_one_series_written_by_hand_are_refused(tmp_path: 
     # Another CUDA, Python or flash-attn is another name: each stays.
     other = text.replace('["2.9.0", "2.9.1"]', '["2.9.1"]').replace('["3.12"]', '["3.11", "3.12"]')
     assert len(load(tmp_path, other).entries) == 2
+
+
+def test_newest_torch_counts_series_one_wheel_each(tmp_path: Path) -> None:
+    """Issue 43: {newest: 3} resolved to 2.14.0, 2.14.1, 2.15.0, then dropped 2.14.0: two wheels."""
+    text = 'matrix:\n  python: ["3.12"]\n  torch: {newest: 3}\n  flash_attn: ["2.8.3"]\n  target: [A100]\n'
+    m = load(tmp_path, text)
+    series = sorted({".".join(v.split(".")[:2]) for v in m.compat.torch if not Version(v).is_prerelease}, key=Version)
+    assert [".".join(v.split(".")[:2]) for v in m.rules[0].values] == series[-3:]
+    assert len(m.entries) == 3 and not m.left_out
+    for value in m.rules[0].values:  # each the newest release of its series
+        same = [v for v in m.compat.torch if v.startswith(value.rsplit(".", 1)[0] + ".")]
+        assert value == max(same, key=Version)
+    python = load(tmp_path, text.replace("torch: {newest: 3}", 'torch: ["2.9.1"]').replace('["3.12"]', "{newest: 2}"))
+    assert len(python.rules[0].values) == 2  # the other axes count releases
 
 
 def test_newest_takes_the_newest_releases_and_never_a_pre_release(tmp_path: Path) -> None:
