@@ -497,16 +497,17 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
 
 def cmd_export_github(args: argparse.Namespace) -> int:
     from .errors import UsageError
-    from .outputs.exports import github
+    from .outputs.exports import github, this_install
 
     m = _load(args)
+    install = args.install or this_install.this_fa_images(Path.cwd())
     opts = github.GithubOptions(
         matrix_file=str(args.matrix),
         runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
         merge_runs_on=tuple(args.merge_runs_on or ("ubuntu-latest",)),
         timeout_minutes=args.timeout_minutes,
         python=args.python,
-        install=args.install,
+        install=install,
         push=args.push,
         registry_username_secret=args.registry_username_secret,
         registry_password_secret=args.registry_password_secret,
@@ -670,7 +671,12 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     gh.add_argument(
         "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"
     )
-    gh.add_argument("--install", default=".", metavar="SPEC", help="what pip installs to get fa-images (default: .)")
+    gh.add_argument(
+        "--install",
+        metavar="SPEC",
+        help="what the jobs' pip installs to get fa-images (default: the fa-images writing it, pinned: "
+        "git+URL@COMMIT from its install record, or fa-images==VERSION; `.` in fa-images's own repository)",
+    )
     gh.add_argument("--push", action="store_true", help="push the images, logging in with the two secrets below")
     gh.add_argument(
         "--registry-username-secret",

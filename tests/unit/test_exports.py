@@ -278,6 +278,13 @@ def _every_option() -> dict[str, dict]:
                     name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
                     out[name] = {"shards": shards, "push": push, "release": release, **labels}
     out["other-python-and-install"] = {"python": "3.13", "install": "fa-images==0.1.0", "timeout_minutes": 30}
+    pinned = f"git+https://github.com/acme/fa-images@{'0a1b2c3d' * 5}"  # this_install's form for a VCS install
+    out["git-pinned-install-schedule"] = {
+        "install": pinned,
+        "schedule": "17 4 * * 1",
+        "published": PUBLISHED,
+        "push": True,
+    }
     for release in (None, "v1.2"):
         for where, labels in runners.items():
             scheduled = {"schedule": "17 4 * * 1", "published": PUBLISHED, "table": "config/compat.yaml", "push": True}

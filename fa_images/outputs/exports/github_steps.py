@@ -40,7 +40,7 @@ class GithubOptions:
     merge_runs_on: tuple[str, ...] = ("ubuntu-latest",)
     timeout_minutes: int = 360
     python: str = "3.11"
-    install: str = "."  # what `pip install` gets to provide the fa-images command
+    install: str = "."  # what `pip install` gets to provide the fa-images command (this_install.py)
     push: bool = False
     registry_username_secret: str = "REGISTRY_USERNAME"
     registry_password_secret: str = "REGISTRY_TOKEN"
