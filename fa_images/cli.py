@@ -506,6 +506,8 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
         merge_runs_on=tuple(args.merge_runs_on or ("ubuntu-latest",)),
         timeout_minutes=args.timeout_minutes,
+        runner_cpus=args.runner_cpus,
+        runner_memory_gib=args.runner_memory,
         python=args.python,
         install=install,
         push=args.push,
@@ -644,6 +646,8 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_export_github(sub: argparse._SubParsersAction) -> None:
+    from .outputs.exports import runner_fit
+
     fmt = argparse.RawDescriptionHelpFormatter
     gh = sub.add_parser(
         "github",
@@ -667,6 +671,21 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     )
     gh.add_argument(
         "--timeout-minutes", type=builder_cli.positive, default=360, metavar="N", help="per build job (default: 360)"
+    )
+    gh.add_argument(
+        "--runner-cpus",
+        type=builder_cli.positive,
+        default=runner_fit.HOSTED_CPUS,
+        metavar="N",
+        help=f"the build runner's CPUs (default: {runner_fit.HOSTED_CPUS}, GitHub's ubuntu-latest): each job's "
+        "compile, from flash-attn's measured kernel costs x its archs, must fit --timeout-minutes there",
+    )
+    gh.add_argument(
+        "--runner-memory",
+        type=builder_cli.positive,
+        default=runner_fit.HOSTED_MEMORY_GIB,
+        metavar="GIB",
+        help=f"the build runner's memory in GiB (default: {runner_fit.HOSTED_MEMORY_GIB}); 5 GiB per nvcc job"
     )
     gh.add_argument(
         "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"

@@ -62,7 +62,8 @@ def check_schema(path: Path) -> subprocess.CompletedProcess:
 def test_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa_images) -> None:
     out = tmp_path / "fa-images.yml"
     args = ["export", "github", "--matrix", REPO / "matrix.yaml", "--out", out, "--push", "--release", "wheels"]
-    proc = run_fa_images([*args, "--runs-on", "self-hosted", "--runs-on", "docker", "--timeout-minutes", "240"])
+    runner = ["--runs-on", "self-hosted", "--runs-on", "docker", "--runner-cpus", "32", "--runner-memory", "128"]
+    proc = run_fa_images([*args, *runner, "--timeout-minutes", "240"])
     assert proc.returncode == 0, proc.stderr
     checked = check_schema(out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -76,7 +77,13 @@ def test_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa
 
 def test_workflow_builds_each_entry_then_merges(small_matrix: Path, tmp_path: Path) -> None:
     m = matrix.load(small_matrix)
-    opts = github.GithubOptions(matrix_file="matrix.yaml", runs_on=("self-hosted", "gpu-builder"), timeout_minutes=90)
+    opts = github.GithubOptions(
+        matrix_file="matrix.yaml",
+        runs_on=("self-hosted", "gpu-builder"),
+        timeout_minutes=90,
+        runner_cpus=32,
+        runner_memory_gib=128,
+    )
     text = github.render(m, m.entries, opts)
     assert text == github.render(m, m.entries, opts), "deterministic"
     data = yaml.safe_load(text)
@@ -243,7 +250,7 @@ def test_check_reports_a_stale_workflow(small_matrix: Path, tmp_path: Path, run_
     base = ["export", "github", "--matrix", small_matrix, "--out", out]
     assert run_fa_images(base, cwd=tmp_path).returncode == 0
     assert run_fa_images([*base, "--check"], cwd=tmp_path).returncode == 0
-    stale = run_fa_images([*base, "--check", "--timeout-minutes", "30"], cwd=tmp_path)
+    stale = run_fa_images([*base, "--check", "--timeout-minutes", "400"], cwd=tmp_path)
     assert stale.returncode == 1 and "out of date" in stale.stderr
 
 
@@ -277,7 +284,13 @@ def _every_option() -> dict[str, dict]:
                 for where, labels in runners.items():
                     name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
                     out[name] = {"shards": shards, "push": push, "release": release, **labels}
-    out["other-python-and-install"] = {"python": "3.13", "install": "fa-images==0.1.0", "timeout_minutes": 30}
+    out["other-python-and-install"] = {
+        "python": "3.13",
+        "install": "fa-images==0.1.0",
+        "timeout_minutes": 45,
+        "runner_cpus": 64,
+        "runner_memory_gib": 320,
+    }
     pinned = f"git+https://github.com/acme/fa-images@{'0a1b2c3d' * 5}"  # this_install's form for a VCS install
     out["git-pinned-install-schedule"] = {
         "install": pinned,
@@ -630,3 +643,37 @@ def test_bake_cli_writes_the_file(small_matrix: Path, tmp_path: Path, run_fa_ima
         cwd=small_matrix.parent,
     )
     assert bad.returncode == 2 and "is not a cache spec" in bad.stderr and not (tmp_path / "b2").exists()
+
+
+# --- build jobs that fit their runner -----------------------------------------------------------
+
+
+def test_a_build_job_that_would_pass_its_timeout_on_its_runner_is_refused_with_what_fits(run_fa_images) -> None:
+    """Issue 43: a three-arch entry on a 4-CPU hosted runner compiles for hours, near the timeout."""
+    three = [REPO / "matrix.yaml", "--only", "fa2.8.3-py3.10-torch2.9.1-cu128"]  # archs 80, 90
+    refused = run_fa_images(["export", "github", "--matrix", *three, "--timeout-minutes", "120"])
+    assert refused.returncode == 2 and refused.stdout == ""
+    (error, hint) = refused.stderr.splitlines()
+    assert error == (
+        "error: 1 build job would pass --timeout-minutes 120 on a runner of 4 CPUs and 16 GiB: "
+        "fa2.8.3-py3.10-torch2.9.1-cu128 compiles 2 arch(s) of flash-attn's kernels, about 355 min with 1 nvcc job at once"
+    )
+    assert hint.startswith(
+        "  hint: a runner of 7 CPUs and 35 GiB (--runs-on, --runner-cpus, --runner-memory); or --shards "
+    )
+    bigger = run_fa_images(["export", "github", "--matrix", *three, "--timeout-minutes", "120", "--runner-cpus", "8",
+                            "--runner-memory", "40"])  # fmt: skip
+    assert bigger.returncode == 0, bigger.stderr
+    sharded = run_fa_images(["export", "github", "--matrix", *three, "--timeout-minutes", "120", "--shards", "8"])
+    assert sharded.returncode == 0, sharded.stderr
+
+
+def test_the_estimate_is_the_measured_kernel_costs_times_the_archs() -> None:
+    from fa_images.outputs.exports import runner_fit
+
+    entries = {e.id: e for e in matrix.load(REPO / "matrix.yaml").entries}
+    one, two = entries["fa2.8.3-py3.12-torch2.9.1-cu128"], entries["fa2.8.3-py3.10-torch2.9.1-cu128"]
+    assert runner_fit.compile_core_minutes(two) == 2 * runner_fit.compile_core_minutes(one) == 2 * 20100 / 60
+    # 16 GiB: 3 nvcc jobs of one arch at once; of two archs, one job of two threads.
+    assert runner_fit.fit(one, cpus=4, memory_gib=16) == runner_fit.Fit(entry=one.id, minutes=132, jobs=3)
+    assert runner_fit.fit(two, cpus=4, memory_gib=16) == runner_fit.Fit(entry=two.id, minutes=355, jobs=1)

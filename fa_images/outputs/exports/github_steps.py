@@ -39,6 +39,9 @@ class GithubOptions:
     runs_on: tuple[str, ...] = ("ubuntu-latest",)
     merge_runs_on: tuple[str, ...] = ("ubuntu-latest",)
     timeout_minutes: int = 360
+    # The runner's size, which the build jobs' compile must fit within timeout_minutes (runner_fit.py).
+    runner_cpus: int = 4
+    runner_memory_gib: int = 16
     python: str = "3.11"
     install: str = "."  # what `pip install` gets to provide the fa-images command (this_install.py)
     push: bool = False
