@@ -685,7 +685,7 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
         type=builder_cli.positive,
         default=runner_fit.HOSTED_MEMORY_GIB,
         metavar="GIB",
-        help=f"the build runner's memory in GiB (default: {runner_fit.HOSTED_MEMORY_GIB}); 5 GiB per nvcc job"
+        help=f"the build runner's memory in GiB (default: {runner_fit.HOSTED_MEMORY_GIB}); 5 GiB per nvcc job",
     )
     gh.add_argument(
         "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"

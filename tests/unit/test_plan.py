@@ -379,13 +379,13 @@ RULED_MATRIX = """\
 image: reg.local/fa
 matrix:
   python: ["3.9", "3.12"]
-  torch: {versions: "<2.10", newest: 2}
+  torch: ">=2.9,<2.10"
   cuda: ">=12.9,<13.1"
   flash_attn: ["2.8.3"]
   target: [A100]
 """
 RULED_NOTES = [
-    'matrix.torch {versions: "<2.10", newest: 2} resolves to 2.9.0, 2.9.1',
+    'matrix.torch ">=2.9,<2.10" resolves to 2.9.0, 2.9.1',
     'matrix.cuda ">=12.9,<13.1" resolves to 12.9, 13.0',
     *(
         f"left out matrix[python=3.9, torch={t}, cuda={c}, flash_attn=2.8.3, target=A100]: "

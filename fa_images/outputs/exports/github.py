@@ -12,7 +12,7 @@ compiler cache of its own, uploaded with its shard record; per entry a link job 
 every shard's artifact of its group into one cache (their entries are distinct files), links
 with ``wheel --after-shards`` (which names a shard that did not finish) and uploads the wheel;
 per entry a build job as above, but around that wheel (``build --wheels``: no compile); then
-the merge. Artifacts rather than sccache's GitHub Actions cache backend: the README says why.
+the merge. Artifacts rather than sccache's GitHub Actions cache backend: docs/build-farms.md says why.
 
 Secrets are written as ``${{ secrets.NAME }}`` references, never as values. Those references,
 ``${{ !cancelled() }}`` and ``${{ matrix.shard }}`` (of a matrix of whole numbers written here)
