@@ -15,8 +15,7 @@ from . import __version__
 from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
-from .config import grammar
-from .config.grammar import BUILDER_CHOICES, PULL_POLICIES
+from .config.grammar import BUILDER_CHOICES, PUBLIC_URL_RULE, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
 from .run.logger import say
@@ -474,6 +473,7 @@ def cmd_dist_merge(args: argparse.Namespace) -> int:
 
 def cmd_dist_site(args: argparse.Namespace) -> int:
     from .builder import published
+    from .config import grammar
     from .errors import UsageError
 
     for flag, value in (("--wheel-url", args.wheel_url), ("--published", args.published)):
@@ -497,7 +497,7 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
 
 def cmd_export_github(args: argparse.Namespace) -> int:
     from .errors import UsageError
-    from .outputs.exports import github, this_install
+    from .outputs.exports import github, runner_fit, this_install
 
     m = _load(args)
     install = args.install or this_install.this_fa_images(Path.cwd())
@@ -506,8 +506,8 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
         merge_runs_on=tuple(args.merge_runs_on or ("ubuntu-latest",)),
         timeout_minutes=args.timeout_minutes,
-        runner_cpus=args.runner_cpus,
-        runner_memory_gib=args.runner_memory,
+        runner_cpus=args.runner_cpus or runner_fit.HOSTED_CPUS,
+        runner_memory_gib=args.runner_memory or runner_fit.HOSTED_MEMORY_GIB,
         python=args.python,
         install=install,
         push=args.push,
@@ -619,13 +619,13 @@ def _add_dist_site(sub: argparse._SubParsersAction) -> None:
         "--wheel-url",
         required=True,
         metavar="URL",
-        help=f"where the new wheels and their .metadata files are uploaded: {grammar.PUBLIC_URL_RULE}, e.g. a "
+        help=f"where the new wheels and their .metadata files are uploaded: {PUBLIC_URL_RULE}, e.g. a "
         "release's https://github.com/ORG/REPO/releases/download/TAG/",
     )
     site.add_argument(
         "--published",
         metavar="URL",
-        help=f"the index published so far (its manifest.json and simple/), {grammar.PUBLIC_URL_RULE}: its "
+        help=f"the index published so far (its manifest.json and simple/), {PUBLIC_URL_RULE}: its "
         "wheels stay, with their links",
     )
     site.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the site is written")
@@ -646,8 +646,6 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_export_github(sub: argparse._SubParsersAction) -> None:
-    from .outputs.exports import runner_fit
-
     fmt = argparse.RawDescriptionHelpFormatter
     gh = sub.add_parser(
         "github",
@@ -675,17 +673,15 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     gh.add_argument(
         "--runner-cpus",
         type=builder_cli.positive,
-        default=runner_fit.HOSTED_CPUS,
         metavar="N",
-        help=f"the build runner's CPUs (default: {runner_fit.HOSTED_CPUS}, GitHub's ubuntu-latest): each job's "
-        "compile, from flash-attn's measured kernel costs x its archs, must fit --timeout-minutes there",
+        help="the build runner's CPUs (default: GitHub's ubuntu-latest runner's): each job's compile, from "
+        "flash-attn's measured kernel costs x its archs, must fit --timeout-minutes there",
     )
     gh.add_argument(
         "--runner-memory",
         type=builder_cli.positive,
-        default=runner_fit.HOSTED_MEMORY_GIB,
         metavar="GIB",
-        help=f"the build runner's memory in GiB (default: {runner_fit.HOSTED_MEMORY_GIB}); 5 GiB per nvcc job",
+        help="the build runner's memory in GiB (default: GitHub's ubuntu-latest runner's); 5 GiB per nvcc job",
     )
     gh.add_argument(
         "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"
@@ -912,7 +908,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_compat_refresh(args: argparse.Namespace) -> int:
-    from .config import compat, compatgen
+    from .config import compat, compatgen, grammar
     from .errors import EXIT_TABLE_CHANGED, UsageError
 
     for name in ("pypi", "torch_index"):

@@ -55,3 +55,15 @@ def test_the_builder_command_line_runs_without_host_dependencies() -> None:
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "--no-import" in proc.stdout
+
+
+def test_the_host_command_line_parses_without_host_dependencies() -> None:
+    """`python -m fa_images wheel ...` runs in a torch venv without yaml, jinja2 or docker (the builder
+    tier's toolchain venv, a node): building the parser must import none of them, whatever a
+    subcommand's own code imports once it runs."""
+    script = BLOCKER.replace(
+        "import fa_images.builder as builder",
+        "from fa_images import cli\ncli.build_parser()\nimport fa_images.builder as builder",
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
