@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from fixtures.small_compat import TABLE
 
 from fa_images.builder import published, source, untrusted
 from fa_images.builder.errors import SourceError
@@ -311,29 +312,3 @@ def test_a_wheel_with_a_small_metadata_is_still_read_by_ranges(wheel_server: Cal
     url = wheel_server(_wheel(text.encode()))
     assert compatgen.metadata_by_range(compatgen.http_fetch, url) == text
     assert all(asked.startswith("bytes=") for asked in _Ranged.asked)
-
-
-# A compat table the refresh accepts (tests/builder/test_compatgen.py's).
-TABLE = """\
-pythons: ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]
-# BEGIN generated torch
-torch:
-  "2.5.1":
-    python: ["3.9"]
-    default_cuda: "12.4"
-    cuda:
-      "12.4": {cxx11_abi: false}
-# END generated torch
-cuda:
-  "12.4": {release: "12.4.1", min_driver: "525"}
-  "12.8": {release: "12.8.1", min_driver: "525"}
-archs:
-  "80": {min_cuda: "11.7", compute_capability: "8"}
-gpus: {A100: "8.0"}
-build_tools: ["ninja==1.13.2"]
-flash_attn_range: ">=2.5.0,<=2.8.3.post2"
-# BEGIN generated flash_attn
-flash_attn:
-  "2.8.2": {sha256: 740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54, cuda_archs_env: true}
-# END generated flash_attn
-"""
