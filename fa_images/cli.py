@@ -887,16 +887,16 @@ only where no file is (--force replaces one, atomically), never through a symlin
 
 def cmd_init(args: argparse.Namespace) -> int:
     from . import starter
-    from .config import matrix
 
-    path, torch_why, archs_why = starter.write(
+    written = starter.write(
         args.out, force=args.force, python=args.python, targets=args.target, one_image=args.one_image
     )
-    say(torch_why)  # what it chose, and why: plan's reading of the file it wrote
-    for e in matrix.load(path).entries:
+    say(written.torch_why)  # what it chose, and why: plan's reading of the file it wrote
+    for e in written.entries:
         cuda = e.cuda_note or f"CUDA {e.cuda}, torch {e.torch}'s default"
-        gpus = f"for {', '.join(e.gpus)}" if e.gpus else f"({archs_why})"
+        gpus = f"for {', '.join(e.gpus)}" if e.gpus else f"({written.archs_why})"
         say(f"{e.id}: {cuda}; archs {','.join(e.archs)} {gpus}")
+    path = written.path
     say(f"wrote {path}; next: fa-images plan --matrix {path}, then fa-images build --matrix {path}")
     return 0
 

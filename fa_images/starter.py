@@ -17,14 +17,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
-
 from . import doctor
 from .builder import safe_io
 from .config import compat as compat_mod
 from .config import matrix
 from .config.grammar import PULL_POLICIES
-from .config.model import DEFAULT_IMAGE, Bases
+from .config.model import DEFAULT_IMAGE, Bases, Entry
 from .errors import ConfigError, EnvironmentProblem, UsageError
 
 # A target as the command line may give it: a name of the compat table, a GPU, sm_XY or X.Y.
@@ -35,18 +33,18 @@ def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
     """Why ``target`` cannot be a starter's target, or None: what plan would say of it, in one line."""
     if not _TARGET.fullmatch(target):
         return f"--target {target!r} is not a target name, an instance family or a GPU"
-    family = table.instances.get(target.lower()) if target not in table.targets else None
-    if family and family.cpu != "x86_64":
-        return f"--target {target} is an {family.cpu} instance family ({family.gpu}): fa-images builds x86_64 images"
+    if why := table.unbuilt_family(target):
+        return f"--target {why}"
     for gpu in table.target_gpus(target):
         capability = table.capability_of(gpu)
         whose = f"{target}'s {gpu}" if compat_mod.gpu_key(gpu) != compat_mod.gpu_key(target) else target
         if capability is None:
             hint = compat_mod.did_you_mean(target, table.target_names())
             return f"--target {target!r} is neither a target nor a GPU fa-images knows ({hint})"
-        if not table.arch_for_capability(capability) or Version(capability) < Version("8.0"):
+        if not table.fa2_arch(capability):
             return (
-                f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs 8.0 or newer"
+                f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs "
+                f"{compat_mod.FA2_MIN_CAPABILITY} or newer"
             )
     return None
 
@@ -150,21 +148,28 @@ entries:
 """
 
 
-def _check(text: str) -> None:
-    """Loads the text as ``plan`` would: a starter that does not validate is never written."""
+def _check(text: str) -> tuple[Entry, ...]:
+    """Loads the text as ``plan`` would, into its entries: a starter that does not validate is never written."""
     with tempfile.TemporaryDirectory(prefix="fa-init-") as tmp:
         path = Path(tmp) / "matrix.yaml"
         path.write_text(text)
         try:
-            matrix.load(path)
+            return matrix.load(path).entries
         except ConfigError as exc:  # a bug here, not the user's input
             raise EnvironmentProblem(f"the starter matrix does not validate: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    entries: tuple[Entry, ...]  # what `plan` makes of it
+    torch_why: str  # why its Python and torch
+    archs_why: str  # why its archs, where no target names them
+
+
 def write(
     out: Path, *, force: bool, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False
-) -> tuple[Path, str, str]:
-    """(the file written, why its Python and torch, why its archs where no target names them)."""
+) -> Written:
     if out.name in ("", ".", ".."):
         raise UsageError(f"--out {out} is not a file name")
     folder = safe_io.OutputDir(out.parent, what="--out's folder")
@@ -179,6 +184,6 @@ def write(
         )
     starter = starter_text(python=python, targets=targets, one_image=one_image)
     text = starter.text
-    _check(text)
+    entries = _check(text)
     path = folder.write_text(out.name, text) if force else folder.create_text(out.name, text)
-    return path, starter.torch_why, starter.archs_why
+    return Written(path, entries, starter.torch_why, starter.archs_why)

@@ -101,6 +101,9 @@ class Fa4Release:
     pins: dict[str, tuple[str, ...]]
 
 
+FA2_MIN_CAPABILITY = Version("8.0")  # flash-attn 2 needs Ampere or newer
+
+
 @dataclass(frozen=True, kw_only=True)
 class Instance:
     """An AWS instance family: its GPU, and its CPU (an aarch64 family is listed, never built)."""
@@ -143,6 +146,18 @@ class Compat:
     def arch_for_capability(self, capability: str) -> str | None:
         major = capability.split(".")[0]
         return next((a for a, (_, cc) in self.archs.items() if cc == major), None)
+
+    def fa2_arch(self, capability: str) -> str | None:
+        """The flash-attn 2 arch a GPU of ``capability`` runs; None for one older than FA2_MIN_CAPABILITY."""
+        return self.arch_for_capability(capability) if Version(capability) >= FA2_MIN_CAPABILITY else None
+
+    def unbuilt_family(self, name: str) -> str | None:
+        """Why an instance family cannot be a target (an aarch64 one), or None. A name under
+        targets: is the targets' and never a family."""
+        family = self.instances.get(name.lower()) if name not in self.targets else None
+        if family is None or family.cpu == "x86_64":
+            return None
+        return f"{name} is an {family.cpu} instance family ({family.gpu}): fa-images builds x86_64 images"
 
     def cuda_for(self, release: TorchRelease, archs: tuple[str, ...]) -> tuple[str, str | None]:
         """The CUDA of an entry that names none: its torch's default, or where an arch needs a newer

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from .compat import Compat, arch_runs_on
+from .compat import FA2_MIN_CAPABILITY, Compat, arch_runs_on
 from .model import Entry
-
-MIN_CAPABILITY = Version("8.0")  # flash-attn 2 needs Ampere or newer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +22,7 @@ class GpuRow:
 
     @property
     def need(self) -> str:
-        return f"sm_{self.arch}" if self.arch else f"none (needs {MIN_CAPABILITY}+)"
+        return f"sm_{self.arch}" if self.arch else f"none (needs {FA2_MIN_CAPABILITY}+)"
 
     def summary(self) -> dict:
         data = {
@@ -43,7 +41,7 @@ def rows(compat: Compat, entries: tuple[Entry, ...] | None = None) -> list[GpuRo
     """One row per GPU of the table, by compute capability; with ``entries``, which run on it."""
     out = []
     for gpu, capability in sorted(compat.gpus.items(), key=lambda kv: (Version(kv[1]), kv[0])):
-        arch = compat.arch_for_capability(capability) if Version(capability) >= MIN_CAPABILITY else None
+        arch = compat.fa2_arch(capability)
         families = compat.families_of(gpu)
         runs = None
         if entries is not None:

@@ -161,13 +161,8 @@ class EntryResolver:
                 self.fail(combo, "target", f"target {name!r} must be a name or a compute capability")
                 return None
             name = as_written(name)
-            family = self.compat.instances.get(name.lower()) if name not in self.targets else None
-            if family and family.cpu != "x86_64":
-                self.fail(
-                    combo,
-                    "target",
-                    f"{name} is an {family.cpu} instance family ({family.gpu}): fa-images builds x86_64 images",
-                )
+            if name not in self.targets and (why := self.compat.unbuilt_family(name)):
+                self.fail(combo, "target", why)
                 return None
             gpus += [(name, g) for g in self.targets.get(name) or self.compat.target_gpus(name)]
         found: list[tuple[str, str, str]] = []
@@ -182,8 +177,8 @@ class EntryResolver:
                     hint=f"{did_you_mean(gpu, known)}; or write its compute capability, e.g. sm_86",
                 )
                 return None
-            arch = self.compat.arch_for_capability(cc)
-            if arch is None or Version(cc) < Version("8.0"):
+            arch = self.compat.fa2_arch(cc)
+            if arch is None:
                 whose = f"{name}'s {gpu}" if gpu_key(name) != gpu_key(gpu) else gpu
                 self.fail(
                     combo,

@@ -10,6 +10,7 @@ not in the measured table, and are not estimated.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -31,13 +32,17 @@ class Fit:
     jobs: int  # nvcc jobs at once on the runner
 
 
+@functools.cache
+def _arch_core_seconds() -> float:
+    """The measured compile seconds of all of flash-attn's kernels, for one arch: read once."""
+    return float(sum(json.loads(setup_shim.COSTS_FILE.read_text())["kernels"].values()))
+
+
 def compile_core_minutes(entry: Entry) -> float | None:
     """Core-minutes of the entry's kernels, all archs (and PTX); None where none is measured."""
     if entry.fa3 is not None or entry.fa4 is not None:
         return None
-    kernels = json.loads(setup_shim.COSTS_FILE.read_text())["kernels"]
-    targets = len(entry.archs) + int(entry.ptx)
-    return sum(kernels.values()) * targets / 60
+    return _arch_core_seconds() * (len(entry.archs) + int(entry.ptx)) / 60
 
 
 def fit(entry: Entry, *, cpus: int, memory_gib: int, shards: int = 1) -> Fit | None:
