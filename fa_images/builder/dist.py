@@ -35,7 +35,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import generation, safe_io, untrusted, wheelfile
+from . import generation, safe_io, settings, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -376,8 +376,7 @@ _Saved = tuple[dict[str, "bytes | None"], list[str]]
 
 def _save(out: safe_io.OutputDir, paths: list[str]) -> _Saved:
     files = {p: out.read_bytes(p, limit=untrusted.MAX_PAGE) for p in paths}
-    folders = [SIMPLE] + [f"{SIMPLE}/{name}" for name in out.list(SIMPLE)]
-    return files, [f for f in folders if out.kind(f) == "dir"]
+    return files, _index_folders(out)
 
 
 def _restore(out: safe_io.OutputDir, saved: _Saved, new_wheels: list[str]) -> None:
@@ -389,23 +388,33 @@ def _restore(out: safe_io.OutputDir, saved: _Saved, new_wheels: list[str]) -> No
     for rel, data in files.items():
         with contextlib.suppress(OSError, UsageError):
             out.write_bytes(rel, data) if data is not None else out.remove_file(rel)
-    for name in out.list(SIMPLE) if out.kind(SIMPLE) == "dir" else []:
-        if f"{SIMPLE}/{name}" not in folders:
-            out.remove_owned_dir(f"{SIMPLE}/{name}", lambda _: False)  # only if empty
-    if SIMPLE not in folders:
-        out.remove_owned_dir(SIMPLE, lambda _: False)
+    for folder in reversed(_index_folders(out)):  # the deepest first: each only if empty
+        if folder not in folders:
+            out.remove_owned_dir(folder, lambda _: False)
+
+
+def _index_folders(out: safe_io.OutputDir) -> list[str]:
+    """The index folders dist/ holds now, each before those inside it: simple/, every GPU
+    class's <class>/ and <class>/simple/, and their project folders."""
+    roots = [SIMPLE] + [
+        f"{name}/{SIMPLE}" for name in out.list() if settings.GPU_CLASS.fullmatch(name) and out.kind(name) == "dir"
+    ]
+    folders: list[str] = []
+    for root in roots:
+        if out.kind(root) != "dir":
+            continue
+        if root != SIMPLE:
+            folders.append(root.split("/")[0])
+        folders.append(root)
+        folders += [f"{root}/{name}" for name in out.list(root) if out.kind(f"{root}/{name}") == "dir"]
+    return folders
 
 
 def _stale_pages(out: safe_io.OutputDir, present: list[str]) -> list[str]:
-    """The pages of project folders the new index no longer lists: write_simple_index removes them."""
-    if out.kind(SIMPLE) != "dir":
-        return []
-    projects = _projects(present)
-    return [
-        f"{SIMPLE}/{name}/index.html"
-        for name in out.list(SIMPLE)
-        if name not in projects and out.kind(f"{SIMPLE}/{name}") == "dir"
-    ]
+    """The pages the new indexes no longer have (a project, a GPU class): write_simple_index removes them."""
+    keep = set(_pages(present, lambda name, _depth: name))
+    pages = [f"{folder}/index.html" for folder in _index_folders(out)]
+    return [page for page in pages if page not in keep and out.kind(page) == "file"]
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -441,12 +450,52 @@ def _projects(names: Iterable[str]) -> dict[str, list[str]]:
     return projects
 
 
+def gpu_class(name: str) -> str | None:
+    """The GPU class a wheel's file name names in its +label ('sm80'), None where it names none."""
+    return settings.gpu_class_of(parse_wheel_filename(name)[1].local)
+
+
+def indexes(names: Iterable[str]) -> dict[str, list[str]]:
+    """Each index dist/ serves, as its folder, and the wheels it lists: ``simple`` every wheel;
+    ``<class>/simple`` for each GPU class a wheel names, that class's wheels and those that name
+    none. pip and uv rank local labels as text (``.sm90`` over ``.sm80``), so a node of a class
+    takes its class's index, where no other class's kernels are offered."""
+    every = sorted(names)
+    named = {name: gpu_class(name) for name in every}
+    found = {SIMPLE: every}
+    for cls in sorted({c for c in named.values() if c}):
+        found[f"{cls}/{SIMPLE}"] = [name for name in every if named[name] in (None, cls)]
+    return found
+
+
+@dataclass(frozen=True)
+class _Page:
+    """One page of an index: its title and links (href, text); ``project``: its links are wheels."""
+
+    title: str
+    links: list[tuple[str, str]]
+    project: bool
+
+
+def _pages(present: Iterable[str], href: Callable[[str, int], str]) -> dict[str, _Page]:
+    """Every page of the indexes of ``present``, by path; a wheel's href is ``href(name, depth)``,
+    depth its page's folders below the top."""
+    pages: dict[str, _Page] = {}
+    for root, names in indexes(present).items():
+        projects = _projects(names)
+        pages[f"{root}/index.html"] = _Page("Simple index", [(f"{quote(p)}/", p) for p in projects], project=False)
+        depth = root.count("/") + 2
+        for project, wheels in projects.items():
+            links = [(href(n, depth), n) for n in wheels]
+            pages[f"{root}/{project}/index.html"] = _Page(f"Links for {project}", links, project=True)
+    return pages
+
+
 def _outputs(present: list[str]) -> list[str]:
     """Every path of dist/ that adding wheels writes when ``present`` are its wheels afterwards:
     each wheel and its ``.metadata``, the manifest, the index pages."""
     paths = [p for name in present for p in (name, f"{name}{METADATA_SUFFIX}")]
-    paths += [MANIFEST, f"{SIMPLE}/index.html"]
-    return paths + [f"{SIMPLE}/{project}/index.html" for project in _projects(present)]
+    return paths + [MANIFEST, *_pages(present, lambda name, _depth: name)]
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -493,31 +542,39 @@ def _link(href: str, name: str, sha256: str, metadata_sha256: str | None) -> str
 
 
 def _index_file(name: str) -> bool:
-    """The files of dist/simple/<project>/ that write_simple_index makes (and so may remove)."""
+    """The files of an index folder that write_simple_index makes (and so may remove)."""
     return name == "index.html"
 
 
+def _write_pages(
+    out: safe_io.OutputDir, pages: dict[str, _Page], sha256: dict[str, str], metadata: dict[str, str | None]
+) -> None:
+    """Writes ``pages``: a project page links each wheel with its sha256 and its ``.metadata``'s."""
+    for path, page in pages.items():
+        anchors = [
+            _link(href, name, sha256[name], metadata.get(name))
+            if page.project
+            else f'<a href="{html.escape(href)}">{html.escape(name)}</a><br>'
+            for href, name in page.links
+        ]
+        out.write_text(path, _page(page.title, anchors))
+
+
 def write_simple_index(directory: Path, manifest: Manifest) -> None:
-    """dist/simple/: a PEP 503 index of the recorded wheels (hrefs relative, so file://,
-    --find-links and any static server work). Each page is replaced by a rename, through
-    safe_io: a symlinked simple/ or project dir is refused, and a stale project dir loses only
-    the page written here."""
+    """dist/simple/ and each GPU class's dist/<class>/simple/ (``indexes``): PEP 503 indexes of
+    the recorded wheels (hrefs relative, so file://, --find-links and any static server work).
+    Each page is replaced by a rename, through safe_io: a symlinked folder is refused, and a
+    stale folder loses only the page written here."""
     out = safe_io.OutputDir(directory, what="dist directory")
     present = [name for name in manifest.wheels if out.kind(name) == "file"]
     out.check_writable(_outputs(present))
-    projects = _projects(present)
-    for project, names in projects.items():
-        links = [_link(f"../../{quote(n)}", n, manifest.wheels[n].sha256, _metadata_sha256(out, n)) for n in names]
-        out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
-    _write_root_page(out, projects)
-    for stale in out.list(SIMPLE):
-        if stale not in projects and out.kind(f"{SIMPLE}/{stale}") == "dir":
-            out.remove_owned_dir(f"{SIMPLE}/{stale}", _index_file)
-
-
-def _write_root_page(out: safe_io.OutputDir, projects: Iterable[str]) -> None:
-    root_links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)]
-    out.write_text(f"{SIMPLE}/index.html", _page("Simple index", root_links))
+    pages = _pages(present, lambda name, depth: "../" * depth + quote(name))
+    metadata = {name: _metadata_sha256(out, name) for name in present}
+    _write_pages(out, pages, {n: manifest.wheels[n].sha256 for n in present}, metadata)
+    kept = {path.rsplit("/", 1)[0] for path in pages} | {path.split("/")[0] for path in pages}
+    for folder in reversed(_index_folders(out)):  # the deepest first
+        if folder not in kept:
+            out.remove_owned_dir(folder, _index_file)
 
 
 def write_site(
@@ -528,13 +585,10 @@ def write_site(
     its absolute URL in ``hrefs``, its ``.metadata``'s sha256 in ``metadata`` (None: it has none).
     The paths written, every one checked before the first write."""
     out = safe_io.OutputDir(directory, what="site directory")
-    projects = _projects(manifest.wheels)
-    paths = [MANIFEST, f"{SIMPLE}/index.html", *(f"{SIMPLE}/{p}/index.html" for p in projects)]
+    pages = _pages(manifest.wheels, lambda name, _depth: hrefs[name])
+    paths = [MANIFEST, *pages]
     out.check_writable(paths)
-    for project, names in projects.items():
-        links = [_link(hrefs[n], n, manifest.wheels[n].sha256, metadata.get(n)) for n in names]
-        out.write_text(f"{SIMPLE}/{project}/index.html", _page(f"Links for {project}", links))
-    _write_root_page(out, projects)
+    _write_pages(out, pages, {n: r.sha256 for n, r in manifest.wheels.items()}, metadata)
     out.write_text(MANIFEST, manifest.to_json())
     return paths
 

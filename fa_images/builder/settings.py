@@ -7,6 +7,7 @@ so what was asked, what was compiled and what is checked cannot drift apart.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -107,6 +108,19 @@ def gpu_class(archs: tuple[str, ...]) -> str:
     """'sm80', 'sm80.120': the GPU class a build of ``archs`` serves, as an entry id, an image tag
     and a wheel's +label carry it where a matrix builds several classes of one torch."""
     return "sm" + ".".join(gpuarch.sorted_archs(archs))
+
+
+# The GPU class a wheel's +label names, at its end: '2.8.3+cu128torch2.9cxx11abitrue.sm80.120' -> 'sm80.120'.
+_CLASS_IN_LABEL = re.compile(r"\.(sm\d{2,3}[af]?(?:\.\d{2,3}[af]?)*)", re.ASCII)
+# A GPU class as a folder name (dist/sm80/simple/): the same text, alone.
+GPU_CLASS = re.compile(r"sm\d{2,3}[af]?(?:\.\d{2,3}[af]?)*", re.ASCII)
+
+
+def gpu_class_of(local_label: str | None) -> str | None:
+    """The GPU class a wheel's local version label names ('sm80'), None where it names none: a
+    wheel for every GPU its archs run on."""
+    found = _CLASS_IN_LABEL.search(local_label or "")
+    return found[1] if found and found.end() == len(local_label or "") else None
 
 
 def local_version_label(*, cuda: str | None, torch: str, cxx11_abi: bool, archs: tuple[str, ...] = ()) -> str:

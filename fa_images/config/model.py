@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..builder import contract, fa3, generation
+from ..builder import contract, dist, fa3, generation
 from ..builder.fa3 import Fa3Build
 from ..builder.fa4 import Fa4Grid
 from ..builder.settings import local_version_label
@@ -104,6 +104,38 @@ class Entry:
         return local_version_label(cuda=self.cuda, torch=self.torch, cxx11_abi=bool(abi), archs=archs)
 
     @property
+    def wheel_version(self) -> str | None:
+        """Its wheel's version, +label included; None where it installs its generation's release
+        from the package index (FlashAttention-4, pure Python)."""
+        if self.fa4 is not None:
+            return None
+        label = fa3.local_version_label(self.cuda, self.fa3) if self.fa3 is not None else self.wheel_label()
+        return f"{self.flash_attn}+{label}"
+
+    @property
+    def requirement(self) -> str:
+        """What pip and uv are asked for to install its wheel: 'flash-attn==2.8.3+cu128torch2.9cxx11abitrue.sm80'."""
+        return f"{self.generation.project}=={self.wheel_version or self.flash_attn}"
+
+    @property
+    def wheel_index(self) -> str | None:
+        """The folder of dist/ whose index serves its wheel: ``<class>/simple`` where its wheel names a
+        GPU class (a node of that class takes that index), else ``simple``; None: the package index's."""
+        if self.wheel_version is None:
+            return None
+        return f"{self.gpu_class}/{dist.SIMPLE}" if self.gpu_class else dist.SIMPLE
+
+    @property
+    def wheel_file(self) -> str | None:
+        """Its wheel's file name as a glob: the platform tag (manylinux_2_X) is the one the compiled
+        extension's imports allow, known once it is built; abi3 serves every Python from its oldest."""
+        if self.wheel_version is None:
+            return None
+        cp = "cp" + self.python.replace(".", "")
+        tags = "*-abi3" if self.generation.abi3 else f"{cp}-{cp}"
+        return f"{self.generation.project.replace('-', '_')}-{self.wheel_version}-{tags}-*.whl"
+
+    @property
     def cuda_tag(self) -> str:
         return contract.cuda_tag(self.cuda)
 
@@ -145,6 +177,7 @@ class Entry:
             data["torch_index"] = grammar.without_credentials(self.torch_index)
         data["gpus"] = list(self.gpus)
         data["generation"] = self.generation.number
+        data["wheel"] = {"requirement": self.requirement, "file": self.wheel_file, "index": self.wheel_index}
         if self.fa3 is not None:
             data["fa3"] = {"build": self.fa3.describe(), **{k: list(v) for k, v in asdict(self.fa3).items()}}
         else:
