@@ -231,3 +231,28 @@ def tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_sdist: C
     )
     monkeypatch.chdir(tmp_path)
     return load_matrix(tmp_path / "matrix.yaml")
+
+
+@pytest.fixture
+def site_server(tmp_path: Path):
+    """One HTTP server for a Pages-like site (/site/) and a release's downloads (/release/), with
+    the paths every request asked for."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    requested: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            requested.append(self.path)
+
+    root = tmp_path / "web"
+    (root / "release").mkdir(parents=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}/", requested
+    finally:
+        server.shutdown()
+        server.server_close()

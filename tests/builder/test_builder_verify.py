@@ -82,8 +82,8 @@ def relabel_wheel(wheel: Path, dest: Path, new_version: str) -> Path:
     return out
 
 
-def nvcc_shared_library(nvcc: Path, out: Path, *extra: str) -> Path:
-    """A shared library with GPU code for sm_80, sm_90 and compute_90 PTX."""
+def nvcc_shared_library(nvcc: Path, out: Path, *extra: str, gencode: list[str] = GENCODE_ARGS) -> Path:
+    """A shared library with GPU code for sm_80, sm_90 and compute_90 PTX (or ``gencode``'s)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cu = out.with_suffix(".cu")
     cu.write_text(KERNEL_CU)
@@ -97,7 +97,7 @@ def nvcc_shared_library(nvcc: Path, out: Path, *extra: str) -> Path:
             "none",
             "-Xcompiler",
             "-fPIC",
-            *GENCODE_ARGS,
+            *gencode,
             *extra,
             str(cu),
             "-o",

@@ -439,31 +439,6 @@ def test_only_a_wheel_for_another_torch_is_refused(installer: str, served, pinne
 # --- dist site: the index published apart from its wheels -------------------------------------
 
 
-@pytest.fixture
-def site_server(tmp_path: Path):
-    """One HTTP server for a Pages-like site (/site/) and a release's downloads (/release/), with
-    the paths every request asked for."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    requested: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            requested.append(self.path)
-
-    root = tmp_path / "web"
-    (root / "release").mkdir(parents=True)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}/", requested
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def one_pinned_dist(root: Path, series: str) -> Path:
     wheel = pinned_wheel(root / f"staging-{series}", series)
     dist.add_wheels(root / f"dist-{series}", [dist.Incoming(wheel, record_for(wheel), "test")], move=True)
