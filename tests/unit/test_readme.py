@@ -30,7 +30,7 @@ README = (REPO / "README.md").read_text()
 PAGES = {"README.md": README} | {f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
 EVERY_PAGE = "\n".join(PAGES.values())
 # Commands that need no engine, no network and no GPU, and print the same on every machine.
-OFFLINE = ("plan", "gpus", "render --check", "build --dry-run", "init")
+OFFLINE = ("plan", "gpus", "render --check", "build --dry-run", "init", "pick")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
@@ -65,7 +65,7 @@ def examples_of(page: str, text: str) -> list[Example]:
             if not line.startswith("$ fa-images "):
                 continue
             command = re.sub(r"\s{2,}#.*$", "", line[len("$ fa-images ") :]).strip()
-            if not command.startswith(OFFLINE):
+            if not command.startswith(OFFLINE) or " --dist " in f" {command} ":  # --dist: a build's wheels
                 continue
             output: list[str] = []
             exit_code = None
