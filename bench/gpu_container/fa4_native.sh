@@ -28,7 +28,7 @@ PY=python3
 phase "compile the grid ahead, with no GPU visible: fake tensors, target H100 (sm_90a, 132 SMs)"
 rm -rf "$W/cache"
 started=$(date +%s)
-CUDA_VISIBLE_DEVICES="" $PY -m fa_images.builder fa4-cache --out "$W/cache" --target H100 2>&1 | grep -vE "Warning|exe_args|return super|data_ptr"
+CUDA_VISIBLE_DEVICES="" $PY -m fa_images.builder fa4-cache --out "$W/cache" --target H100:9.0:132 2>&1 | grep -vE "Warning|exe_args|return super|data_ptr"
 echo "fa4-cache exited ${PIPESTATUS[0]} after $(($(date +%s) - started)) s"
 find "$W/cache" -type f | wc -l; du -sh "$W/cache"
 

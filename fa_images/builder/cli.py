@@ -231,10 +231,12 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     cache.add_argument("--out", type=Path, required=True, metavar="DIR", help="the cache (FA4's CUTE_DSL cache dir)")
     cache.add_argument(
         "--target",
-        default="H100",
-        choices=sorted(fa4.TARGETS),
-        help="the GPU to compile for, its arch and SM count (default: H100); FA4 reads it when it is "
-        "imported, so one run compiles for one GPU: run again, into the same DIR, for another",
+        required=True,
+        type=_fa4_target,
+        metavar="NAME:CAPABILITY:SMS",
+        help="the GPU to compile for: its name, compute capability and SM count (e.g. H100:9.0:132, as the "
+        "compat table's gpus: give them); FA4 reads it when it is imported, so one run compiles for one "
+        "GPU: run again, into the same DIR, for another",
     )
     defaults = fa4.Fa4Grid()
     cache.add_argument("--head-dims", type=_ints, default=defaults.head_dims, metavar="LIST", help="default: 64,128")
@@ -385,6 +387,13 @@ def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tup
     if args.after_shards:
         raise UsageError("--after-shards is not for FlashAttention-3, which is built unsharded")
     return fa3.Fa3Build.parse(*knobs), ()
+
+
+def _fa4_target(text: str) -> fa4.Fa4Target:
+    try:
+        return fa4.Fa4Target.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_fa4_cache(args: argparse.Namespace) -> int:

@@ -31,11 +31,60 @@ from .errors import UsageError
 CACHE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
 CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 GRID_FILE = "fa-images-grid.json"  # written beside the kernels: the check runs what was compiled
+TARGETS_FILE = "fa-images-targets.json"  # the GPUs they were compiled for: the check's arch verdict
 DTYPES = ("bf16", "fp16")
 MODES = ("train", "infer")  # forward keeping the LSE, then backward; a forward without grad
-# GPUs a grid can be compiled for without one: the arch FA4 selects kernels by, the compile target,
-# and the SM count of the SKU (NVIDIA's data sheets: H100 SXM5 132, H200 132, B200 148).
-TARGETS = {"H100": ("sm_90", "sm_90a", 132), "H200": ("sm_90", "sm_90a", 132), "B200": ("sm_100", "sm_100a", 148)}
+# The compute capability majors 4.0.0b36's interface dispatches (`assert arch // 10 in [8, 9, 10, 11, 12]`),
+# and those whose backward it has: 8.x (Ampere, Ada) runs the forward only.
+MAJORS = (8, 9, 10, 11, 12)
+BACKWARD_MAJORS = (9, 10, 11, 12)
+
+
+@dataclass(frozen=True)
+class Fa4Target:
+    """A GPU a grid is compiled for with none here: its name, compute capability and SM count (the
+    compat table's GPU facts, which the host passes as ``NAME:CAPABILITY:SMS``)."""
+
+    name: str
+    capability: str  # '9.0'
+    sms: int
+
+    @property
+    def arch(self) -> str:
+        """What FA4 selects kernels by, and keys its cache on: the GPU's own capability."""
+        return "sm_" + self.capability.replace(".", "")
+
+    @property
+    def compile_target(self) -> str:
+        """The DSL's target: the arch-specific one ('a') from 9.0, where the kernels use its features."""
+        return self.arch + ("a" if self.major >= 9 else "")
+
+    @property
+    def major(self) -> int:
+        return int(self.capability.split(".")[0])
+
+    def argument(self) -> str:
+        return f"{self.name}:{self.capability}:{self.sms}"
+
+    @classmethod
+    def parse(cls, text: str) -> Fa4Target:
+        name, _, rest = text.partition(":")
+        capability, _, sms = rest.partition(":")
+        if not (name.isalnum() and len(name) <= 32 and capability.replace(".", "", 1).isdigit() and "." in capability):
+            raise ValueError(f"{text!r} is not NAME:CAPABILITY:SMS, e.g. H100:9.0:132")
+        if not (sms.isdigit() and 1 <= int(sms) <= 1024):
+            raise ValueError(f"{text!r}: the SM count must be 1 to 1024")
+        target = cls(name, capability, int(sms))
+        if target.major not in MAJORS:
+            raise ValueError(f"{text!r}: FlashAttention-4 runs on compute capability {MAJORS[0]}.x to {MAJORS[-1]}.x")
+        return target
+
+
+def refused(point_mode: str, major: int) -> str | None:
+    """Why FA4 refuses a call of this mode on a GPU of this major, or None (its interface's rules)."""
+    if point_mode == "train" and major not in BACKWARD_MAJORS:
+        return f"its backward runs on {BACKWARD_MAJORS[0]}.x to {BACKWARD_MAJORS[-1]}.x: inference only"
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,7 +133,8 @@ class Fa4Grid:
         if bad:
             raise UsageError("FA4 grid: " + "; ".join(bad))
 
-    def points(self) -> list[Point]:
+    def points(self, major: int | None = None) -> list[Point]:
+        """Its calls; with ``major``, those FA4 runs on a GPU of that compute capability major."""
         return [
             Point(d, t, c, self.heads, k, self.batch, self.seqlen, m)
             for d in self.head_dims
@@ -92,6 +142,7 @@ class Fa4Grid:
             for c in self.causal
             for k in self.kv_heads
             for m in self.modes
+            if major is None or refused(m, major) is None
         ]
 
     def describe(self) -> str:
@@ -128,38 +179,62 @@ def kernels_in(cache: Path) -> int:
     return sum(1 for p in cache.rglob("*.o") if p.is_file()) if cache.is_dir() else 0
 
 
-def use_cache(cache: Path, target: str | None = None) -> None:
-    """FA4's environment in this process: its cache on, in ``cache``; with ``target`` (a TARGETS
-    name) kernels compiled for that GPU with none here. FA4 reads it when it is imported, so this
-    comes first."""
+def use_cache(cache: Path, target: Fa4Target | None = None) -> None:
+    """FA4's environment in this process: its cache on, in ``cache``; with ``target``, kernels
+    compiled for that GPU with none here. FA4 reads it when it is imported, so this comes first."""
     os.environ[CACHE_ON_ENV] = "1"
     os.environ[CACHE_ENV] = str(cache)
     if target is not None:
-        arch, compile_target, sms = TARGETS[target]
-        os.environ.update(FLASH_ATTENTION_ARCH=arch, CUTE_DSL_ARCH=compile_target, FLASH_ATTENTION_NUM_SMS=str(sms))
+        os.environ.update(
+            FLASH_ATTENTION_ARCH=target.arch,
+            CUTE_DSL_ARCH=target.compile_target,
+            FLASH_ATTENTION_NUM_SMS=str(target.sms),
+        )
 
 
-def warm(grid: Fa4Grid, cache: Path, *, target: str, log: Callable[[str], None] = print) -> int:
-    """Compiles every call of ``grid`` for the GPU ``target`` (a TARGETS name) into ``cache``,
-    under fake tensors: no GPU, no kernel run. Returns the number of kernels the cache holds."""
-    arch, _compile_target, sms = TARGETS[target]
+def compiled_for(cache: Path) -> list[Fa4Target]:
+    """The GPUs a cache's kernels were compiled for, as ``warm`` recorded them ([] where none)."""
+    path = cache / TARGETS_FILE
+    if not path.is_file():
+        return []
+    try:
+        raw = json.loads(path.read_text()[: 1 << 16])
+        return [Fa4Target.parse(text) for text in raw if isinstance(text, str)][:64]
+    except (ValueError, OSError):
+        return []
+
+
+def warm(grid: Fa4Grid, cache: Path, *, target: Fa4Target, log: Callable[[str], None] = print) -> int:
+    """Compiles every call of ``grid`` that FA4 runs on ``target`` into ``cache``, under fake tensors:
+    no GPU, no kernel run. Returns the number of kernels the cache holds."""
+    points = grid.points(target.major)
+    if not points:
+        raise UsageError(
+            f"{target.name} ({target.arch}): none of the grid's calls runs there: {refused('train', target.major)}"
+        )
     out = safe_io.OutputDir(cache, what="--out")  # a folder of its own, never reached through a link
     use_cache(cache, target)
     started = time.monotonic()
-    _compile(grid, log)
+    left_out = len(grid.points()) - len(points)
+    if left_out:
+        log(f"{target.name} ({target.arch}): {left_out} of the grid's calls left out: {refused('train', target.major)}")
+    _compile(points, log)
     out.write_text(GRID_FILE, grid.to_json() + "\n")
+    targets = {t.argument(): None for t in compiled_for(cache)} | {target.argument(): None}
+    out.write_text(TARGETS_FILE, json.dumps(list(targets)) + "\n")
     count = kernels_in(cache)
-    log(f"{count} kernels compiled for {target} ({arch}, {sms} SMs) in {time.monotonic() - started:.0f} s")
+    took = time.monotonic() - started
+    log(f"{count} kernels in the cache after {target.name} ({target.compile_target}, {target.sms} SMs), {took:.0f} s")
     return count
 
 
-def _compile(grid: Fa4Grid, log: Callable[[str], None]) -> None:
+def _compile(points: list[Point], log: Callable[[str], None]) -> None:
     import torch
     from flash_attn.cute import interface  # type: ignore[import-not-found]
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=True):
-        for point in grid.points():
+        for point in points:
             before = time.monotonic()
             q, k, v = _tensors(point, device="cuda", grad=point.mode == "train")
             # The interface's own functions, with the arguments flash_attn_func's autograd passes them
@@ -195,7 +270,7 @@ def configured_cache() -> Path | None:
     return Path(where) if on and where else None
 
 
-def cases(cache: Path, grid: Fa4Grid) -> tuple[list[CaseResult], list[FirstCall]]:
+def cases(cache: Path, grid: Fa4Grid, major: int | None = None) -> tuple[list[CaseResult], list[FirstCall]]:
     """Runs ``grid`` on this GPU through FA4's public function, in a process whose FA4 uses
     ``cache`` (``use_cache`` before FA4 is imported): each first call timed and its compiles
     counted, its output and gradients compared with an fp32 reference by the rule of flash-attn's
@@ -205,7 +280,7 @@ def cases(cache: Path, grid: Fa4Grid) -> tuple[list[CaseResult], list[FirstCall]
 
     results: list[CaseResult] = []
     calls: list[FirstCall] = []
-    for point in grid.points():
+    for point in grid.points(major):
         torch.manual_seed(0)
         q, k, v = _tensors(point, device="cuda", grad=point.mode == "train")
         grad = torch.randn_like(q[..., : point.head_dim]) if point.mode == "train" else None
@@ -281,9 +356,19 @@ def check_cases() -> list[CaseResult]:
     cache = prepare_check()
     declared = (cache / GRID_FILE).is_file()
     grid = Fa4Grid.from_json((cache / GRID_FILE).read_text()) if declared else Fa4Grid()
-    results, calls = cases(cache, grid)
+    import torch
+
+    results, calls = cases(cache, grid, torch.cuda.get_device_capability(0)[0])
     seconds = sum(c.seconds for c in calls)
     compiles = sum(c.compiles for c in calls)
     said = f"{compiles} kernels compiled at the first calls, {seconds:.2f} s for the grid's {len(calls)} calls"
     bound = 0 if declared else float("inf")  # an image's declared grid compiles nothing
     return [*results, CaseResult("first calls", compiles, bound, said=said)]
+
+
+def kernel_code() -> tuple[set[str], set[str]] | None:
+    """The archs the image's cache was compiled for, as cubins are read ('90a': 9.0 only), for the
+    check's arch verdict; None where it records none (every call then compiles at first use)."""
+    cache = configured_cache()
+    targets = compiled_for(cache) if cache else []
+    return ({t.compile_target.removeprefix("sm_") for t in targets}, set()) if targets else None

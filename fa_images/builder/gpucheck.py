@@ -159,7 +159,7 @@ def checks_for(gen: generation.Generation) -> Checks:
     if gen is generation.FA4:
         from . import fa4
 
-        return Checks(gen, fa4.import_check, lambda: None, fa4.check_cases, "an fp32 reference")
+        return Checks(gen, fa4.import_check, fa4.kernel_code, fa4.check_cases, "an fp32 reference")
     if gen is generation.FA3:
         from . import fa3_check
 

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..builder import contract, generation, gpuarch
+from ..builder import contract, fa4, generation, gpuarch
 from ..builder.settings import ARCH_CODES
 from ..builder.source import SUPPORTED_FLASH_ATTN
 from ..errors import ConfigError, Problem
@@ -128,6 +128,7 @@ class Compat:
     flash_attn_range: SpecifierSet = field(default_factory=SpecifierSet)
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
     instances: dict[str, Instance] = field(default_factory=dict)  # lower-case family -> its GPU
+    sms: dict[str, int] = field(default_factory=dict)  # upper-case name -> its SM count, where the table has it
     flash_attn_3: dict[str, Fa3Release] = field(default_factory=dict)
     flash_attn_4: dict[str, Fa4Release] = field(default_factory=dict)
 
@@ -174,6 +175,22 @@ class Compat:
             f"CUDA {covering[0]}, not torch {release.version}'s default {release.default_cuda}: "
             f"arch {arch} needs CUDA >= {need}"
         )
+
+    def fa4_target(self, gpu: str) -> fa4.Fa4Target | str:
+        """The GPU as FlashAttention-4's kernels are compiled ahead for it (its capability and SM
+        count, which FA4's heuristics read), or why they cannot be."""
+        key = gpu_key(gpu)
+        capability = self.capability_of(gpu)
+        if capability is None or key not in self.gpus:
+            return f"{gpu} is not a GPU of the compat table's gpus section, whose SM count FA4's kernels are chosen by"
+        if int(capability.split(".")[0]) not in fa4.MAJORS:
+            return f"FlashAttention-4 runs on compute capability 8.x to 12.x; {gpu} is {capability}"
+        if key not in self.sms:
+            return (
+                f"the compat table has no SM count for {gpu}, which FA4's kernels are chosen by: "
+                f'give it with --compat FILE (gpus: {{{key}: {{capability: "{capability}", sms: N}}}})'
+            )
+        return fa4.Fa4Target(key, capability, self.sms[key])
 
     def target_gpus(self, name: str) -> tuple[str, ...]:
         """The GPUs a target name stands for: a name under targets:, an instance family, else the
@@ -363,13 +380,31 @@ def _archs(c: _Checker, data: dict) -> dict[str, tuple[str, str]]:
     return archs
 
 
-def _gpus(c: _Checker, data: dict) -> dict[str, str]:
-    gpus = {}
-    for name, cc in c.mapping(("gpus",), data.get("gpus", {})).items():
-        cc = c.version(("gpus", name), cc, grammar.matches(grammar.CAPABILITY, "8.9"))
+def _gpus(c: _Checker, data: dict) -> tuple[dict[str, str], dict[str, int]]:
+    """Each GPU's compute capability, and its SM count where the table gives one: ``L4: "8.9"``
+    or ``H100: {capability: "9.0", sms: 132}``."""
+    gpus, sms = {}, {}
+    for name, raw in c.mapping(("gpus",), data.get("gpus", {})).items():
+        facts = raw if isinstance(raw, dict) else {"capability": raw}
+        if set(facts) - {"capability", "sms"}:
+            c.fail(
+                ("gpus", name),
+                f"GPU {name!r}: only capability and sms, not {sorted(map(str, set(facts) - {'capability', 'sms'}))}",
+            )
+            continue
+        if facts.get("capability") is None:
+            c.fail(("gpus", name), f'GPU {name!r}: its compute capability is missing (capability: "8.9")')
+            continue
+        cc = c.version(("gpus", name, "capability"), facts["capability"], grammar.matches(grammar.CAPABILITY, "8.9"))
+        count = facts.get("sms")
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1024):
+            c.fail(("gpus", name, "sms"), f"GPU {name!r}: sms {count!r} must be its SM count, 1 to 1024")
+            continue
         if cc:
             gpus[gpu_key(name)] = cc
-    return gpus
+            if count is not None:
+                sms[gpu_key(name)] = count
+    return gpus, sms
 
 
 def _targets(c: _Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[str, ...]]:
@@ -538,7 +573,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     cuda = _cuda(c, data)
     torch = _torch(c, data, cuda)
     archs = _archs(c, data)
-    gpus = _gpus(c, data)
+    gpus, sms = _gpus(c, data)
     targets = _targets(c, data, gpus)
     instances = _instances(c, data, gpus, targets)
     supported = _flash_attn_range(c, data)
@@ -559,6 +594,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         cuda=cuda,
         archs=archs,
         gpus=gpus,
+        sms=sms,
         flash_attn=flash,
         build_tools=tools,
         cuda13_min_torch=min_torch,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..builder import contract, dist, fa3, generation
 from ..builder.fa3 import Fa3Build
-from ..builder.fa4 import Fa4Grid
+from ..builder.fa4 import Fa4Grid, Fa4Target
 from ..builder.settings import local_version_label
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
@@ -223,6 +223,14 @@ class Matrix:
     compat: Compat = field(repr=False)
     rules: tuple[ResolvedRule, ...] = ()
     left_out: tuple[LeftOut, ...] = ()
+
+    def fa4_targets(self, entry: Entry) -> tuple[Fa4Target, ...]:
+        """The GPUs a FlashAttention-4 entry's kernels are compiled ahead for, with the capability and
+        SM count the compat table gives each (the resolver refused one without them); () for others."""
+        if entry.fa4 is None:
+            return ()
+        found = [self.compat.fa4_target(gpu) for gpu in entry.gpus]
+        return tuple(t for t in found if not isinstance(t, str))
 
     def select(self, ids: list[str] | None) -> tuple[Entry, ...]:
         if not ids:

@@ -153,8 +153,9 @@ class EntryResolver:
             return None
         return archs, names
 
-    def _target_gpus(self, combo: Combo) -> list[tuple[str, str, str]] | None:
-        """(GPU name, compute capability, the arch it needs) of each GPU the `target` names."""
+    def _target_gpus(self, combo: Combo, runs: str = "flash-attn 2") -> list[tuple[str, str, str]] | None:
+        """(GPU name, compute capability, the arch it needs) of each GPU the `target` names; ``runs``:
+        what the entry builds, which no GPU older than Ampere runs."""
         gpus: list[tuple[str, str]] = []  # (the name written, a GPU it stands for)
         for name in as_list(combo.values["target"]):
             if isinstance(name, bool) or not isinstance(name, (str, int, float)) or name == "":
@@ -183,8 +184,8 @@ class EntryResolver:
                 self.fail(
                     combo,
                     "target",
-                    f"{whose} (compute capability {cc}) cannot run flash-attn 2",
-                    hint="flash-attn 2 needs Ampere (8.0) or newer",
+                    f"{whose} (compute capability {cc}) cannot run {runs}",
+                    hint=f"{runs} needs Ampere (8.0) or newer",
                 )
                 return None
             found.append((gpu, cc, arch))
@@ -385,7 +386,7 @@ class EntryResolver:
         self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None
     ) -> Entry | None:
         """A FlashAttention-4 entry: its pinned set for the torch's CUDA major, and its kernels compiled
-        into the image for each GPU of the target (fa4.TARGETS: the GPUs whose SM count is known)."""
+        into the image for each GPU of the target (its capability and SM count: Compat.fa4_target)."""
         for key in ("archs", "ptx"):
             if key in combo.values:
                 self.fail(combo, key, f"{key} is not for FlashAttention-4: its kernels are compiled for the target")
@@ -410,10 +411,12 @@ class EntryResolver:
                 combo,
                 "cuda" if "cuda" in combo.values else "torch",
                 f"FlashAttention-4 {fa} has no pinned set for CUDA {major} (the table has {majors})",
+                hint=self._fa4_cuda_hint(fa_rel.pins, torch_v),
             )
         if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and targets):
             return None
-        archs = tuple(gpuarch.sorted_archs({fa4.TARGETS[t][1].removeprefix("sm_") for t in targets}))
+        # Its kernels run where they were compiled for: each GPU's own arch ('90a': 9.0 only).
+        archs = tuple(gpuarch.sorted_archs({t.compile_target.removeprefix("sm_") for t in targets}))
         return self._made(
             combo,
             python=python,
@@ -423,31 +426,49 @@ class EntryResolver:
             fa=fa,
             archs=archs,
             ptx=False,
-            gpus=targets,
+            gpus=tuple(t.name for t in targets),
             release=release,
             sha256=None,
             fa4_grid=self.fa4_grid,
         )
 
-    def _fa4_targets(self, combo: Combo) -> tuple[str, ...] | None:
-        """The target's GPUs, each one whose kernels can be compiled without it (fa4.TARGETS)."""
+    def _fa4_cuda_hint(self, pinned: dict, torch_v: str | None) -> str:
+        """Where FA4 works today: this torch's own build for a CUDA it has a pinned set for, else the
+        torch releases that have one."""
+        own = self.compat.torch.get(torch_v or "")
+        same = [v.cuda for v in own.variants if v.cuda.split(".")[0] in pinned] if own else []
+        if same:
+            return f'torch {torch_v} has a CUDA {same[-1]} build: write cuda: "{same[-1]}"'
+        works = [
+            f"{t.version} (CUDA {v.cuda})"
+            for t in self.compat.torch.values()
+            for v in t.variants
+            if v.cuda.split(".")[0] in pinned
+        ]
+        if not works:
+            return "add a pinned set with --compat FILE"
+        return f"use a torch built for CUDA {', '.join(pinned)}, such as torch " + ", ".join(works[-3:])
+
+    def _fa4_targets(self, combo: Combo) -> tuple[fa4.Fa4Target, ...] | None:
+        """The target's GPUs as FA4's kernels are compiled for them: each one's capability and SM
+        count from the compat table (``Compat.fa4_target``)."""
         if "target" not in combo.values:
             self.fail(combo, None, "no target: name the GPUs its kernels are compiled for", hint="e.g. target: [H100]")
             return None
-        found = self._target_gpus(combo)
+        found = self._target_gpus(combo, "FlashAttention-4")
         if found is None:
             return None
-        known = {gpu_key(t): t for t in fa4.TARGETS}
-        missed = [gpu for gpu, _cc, _arch in found if gpu_key(gpu) not in known]
-        if missed:
-            self.fail(
-                combo,
-                "target",
-                f"FlashAttention-4's kernels are compiled ahead only for {', '.join(fa4.TARGETS)} (GPUs whose SM count "
-                f"fa-images knows, which its kernels are chosen by); not {', '.join(missed)}",
-            )
+        targets = [self.compat.fa4_target(gpu) for gpu, _cc, _arch in found]
+        refused = [why for why in targets if isinstance(why, str)]
+        refused += [
+            f"{t.name} runs none of the grid's calls ({fa4.refused('train', t.major)})"
+            for t in targets
+            if not isinstance(t, str) and not self.fa4_grid.points(t.major)
+        ]
+        if refused:
+            self.fail(combo, "target", f"FlashAttention-4's kernels cannot be compiled ahead: {'; '.join(refused)}")
             return None
-        return tuple(dict.fromkeys(known[gpu_key(gpu)] for gpu, _cc, _arch in found))
+        return tuple({t.name: t for t in targets if not isinstance(t, str)}.values())
 
     def _fa3_gpus(self, combo: Combo, build: fa3.Fa3Build) -> tuple[str, ...] | None:
         """The target's GPUs, each one FA3's kernels run on: 9.0 (sm_90a), 8.x (sm_80, unless left out)."""

@@ -85,7 +85,12 @@ def fa4_fingerprint(matrix: Matrix, entry: Entry) -> str:
     pinned set (FA4's sources and the DSL's versions), the Python, the grid and the GPUs compiled
     for. Two images with the same one carry the same kernels."""
     assert entry.fa4 is not None
-    made_of = [wheelhouse.runtime_deps(matrix, entry), entry.python, entry.fa4.to_json(), list(entry.gpus)]
+    made_of = [
+        wheelhouse.runtime_deps(matrix, entry),
+        entry.python,
+        entry.fa4.to_json(),
+        [t.argument() for t in matrix.fa4_targets(entry)],
+    ]
     return hashlib.sha256(repr(made_of).encode()).hexdigest()[:16]
 
 
@@ -116,6 +121,7 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
             compiles=not prebuilt and entry.fa4 is None,
             fa4_cache=FA4_CACHE,
             fa4_fingerprint=fa4_fingerprint(matrix, entry) if entry.fa4 is not None else None,
+            fa4_targets=[t.argument() for t in matrix.fa4_targets(entry)],
             fa4_cache_env=fa4.CACHE_ENV,
             fa4_cache_on_env=fa4.CACHE_ON_ENV,
             buildkit=builder == "buildkit",

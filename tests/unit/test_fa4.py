@@ -7,6 +7,7 @@ grid's first calls."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import fakes
@@ -44,7 +45,7 @@ def test_a_grid_fa4_cannot_run_is_refused(kwargs, says: str) -> None:
 def test_the_builder_refuses_a_bad_grid_before_importing_fa4(tmp_path: Path, capsys) -> None:
     from fa_images.builder.cli import main
 
-    assert main(["fa4-cache", "--out", str(tmp_path), "--kv-heads", "5"]) == 2
+    assert main(["fa4-cache", "--out", str(tmp_path), "--target", "H100:9.0:132", "--kv-heads", "5"]) == 2
     assert "must divide the 16 query heads" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -53,7 +54,7 @@ def test_the_cache_is_fa4s_own_environment(tmp_path: Path, monkeypatch) -> None:
     for var in (fa4.CACHE_ENV, fa4.CACHE_ON_ENV, "FLASH_ATTENTION_ARCH", "CUTE_DSL_ARCH", "FLASH_ATTENTION_NUM_SMS"):
         monkeypatch.delenv(var, raising=False)
     assert fa4.configured_cache() is None
-    fa4.use_cache(tmp_path, "B200")
+    fa4.use_cache(tmp_path, fa4.Fa4Target("B200", "10.0", 148))
     assert fa4.configured_cache() == tmp_path
     import os
 
@@ -105,9 +106,15 @@ def test_an_fa4_entry_carries_its_grid_for_each_gpu_of_its_target(tmp_path: Path
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        (ENTRY.replace("H100, B200", "A100"), "compiled ahead only for H100, H200, B200"),
-        (ENTRY.replace('"2.11.0"', '"2.9.1"'), "has no pinned set for CUDA 12"),
+        (ENTRY.replace("H100, B200", "B300"), "the compat table has no SM count for B300"),
+        (ENTRY.replace("H100, B200", "T4"), "T4 (compute capability 7.5) cannot run FlashAttention-4"),
+        (
+            ENTRY.replace('"2.11.0"', '"2.9.1"'),
+            "has no pinned set for CUDA 12 (the table has CUDA 13) "
+            '(torch 2.9.1 has a CUDA 13.0 build: write cuda: "13.0")',
+        ),
         (ENTRY.replace('"3.12"', '"3.9"'), "needs Python >= 3.10"),
+        ("fa4: {modes: [train]}\n" + ENTRY.replace("H100, B200", "g5"), "A10G runs none of the grid's calls"),
         (ENTRY.replace("target: [H100, B200]", "archs: [90]"), "archs is not for FlashAttention-4"),
         ("fa4: {head_dims: [128], seqs: 1}\n" + ENTRY, "unknown key fa4.seqs"),
         ("fa4: {causal: [yes-please]}\n" + ENTRY, "fa4.causal must be a list of true or false"),
@@ -131,7 +138,7 @@ def test_the_dockerfile_installs_fa4_pinned_and_compiles_its_grid_per_gpu(tmp_pa
         text = render_entry(m, entry, builder=form)
         assert "AS builder" not in text and "AS wheel" not in text and "AS compiler-cache" not in text
         assert " flash-attn-4==4.0.0b36 " in text and " nvidia-cutlass-dsl-libs-cu13==4.8.1 " in text
-        assert text.count("python -m fa_images.builder fa4-cache") == 2 and "--target B200" in text
+        assert text.count("python -m fa_images.builder fa4-cache") == 2 and "--target B200:10.0:148" in text
         assert f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={FA4_CACHE}" in text and 'fa-images.generation="4"' in text
         assert f'fa-images.fa4-cache="{fa4_fingerprint(m, entry)}"' in text
     other = load(tmp_path, "fa4: {head_dims: [64]}\n" + ENTRY)  # another grid: other kernels, another label
@@ -170,3 +177,96 @@ def test_the_matrix_reads_every_field_of_a_generations_settings() -> None:
 
     assert set(matrix.FA4_FIELDS) == {f.name for f in fields(fa4.Fa4Grid)}
     assert set(matrix.FA3_FIELDS) == {f.name for f in fields(fa3.Fa3Build)}
+
+
+# --- every GPU class FA4's code runs on: its facts from the compat table -------------------------
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("H100", "is not NAME:CAPABILITY:SMS"),
+        ("H100:9:132", "is not NAME:CAPABILITY:SMS"),
+        ("H100:9.0:0", "the SM count must be 1 to 1024"),
+        ("T4:7.5:40", "runs on compute capability 8.x to 12.x"),
+        ("$(x):9.0:132", "is not NAME:CAPABILITY:SMS"),
+    ],
+)
+def test_a_target_is_a_gpu_s_name_capability_and_sm_count(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        fa4.Fa4Target.parse(text)
+
+
+def test_each_arch_class_compiles_what_fa4_runs_there() -> None:
+    a10g, h100, pro6000 = (fa4.Fa4Target.parse(t) for t in ("A10G:8.6:80", "H100:9.0:132", "RTXPRO6000:12.0:188"))
+    assert (a10g.arch, a10g.compile_target) == ("sm_86", "sm_86")
+    assert (h100.arch, h100.compile_target) == ("sm_90", "sm_90a")
+    assert pro6000.compile_target == "sm_120a"
+    grid = fa4.Fa4Grid(head_dims=(128,), kv_heads=(16,), causal=(True,))
+    assert {p.mode for p in grid.points(a10g.major)} == {"infer"}  # 8.x: FA4's backward refuses it
+    assert len(grid.points(h100.major)) == len(grid.points()) == 2
+
+
+def test_the_gpu_table_gives_fa4_each_gpu_s_sm_count(tmp_path: Path) -> None:
+    from fa_images.config import compat as compat_mod
+
+    table = compat_mod.load()
+    assert table.fa4_target("g7e") != table.fa4_target("RTX PRO 6000")  # a family is not a GPU name
+    assert table.fa4_target("RTX PRO 6000") == fa4.Fa4Target("RTXPRO6000", "12.0", 188)
+    assert "no SM count for B300" in str(table.fa4_target("B300"))
+    override = tmp_path / "more.yaml"
+    override.write_text('gpus: {B300: {capability: "10.3", sms: 148}}\n')
+    assert compat_mod.load(override).fa4_target("B300") == fa4.Fa4Target("B300", "10.3", 148)
+
+
+@pytest.mark.parametrize(
+    "gpus, says",
+    [
+        ('{H100: {capability: "9.0", sms: 0}}', "sms 0 must be its SM count"),
+        ('{H100: {capability: "9.0", sms: "132"}}', "must be its SM count"),
+        ('{H100: {capability: "9.0", cores: 1}}', "only capability and sms"),
+        ("{NEWGPU: {sms: 132}}", "its compute capability is missing"),
+        ("{NEWGPU: {capability: 9.0}}", "must be a quoted string"),
+    ],
+)
+def test_a_gpu_s_facts_are_checked(tmp_path: Path, gpus: str, says: str) -> None:
+    from fa_images.config import compat as compat_mod
+    from fa_images.errors import ConfigError
+
+    override = tmp_path / "more.yaml"
+    override.write_text(f"gpus: {gpus}\n")
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        compat_mod.load(override)
+
+
+def test_a_fleet_gets_an_fa4_image_per_class_with_its_targets_in_its_labels(tmp_path: Path) -> None:
+    from fa_images.outputs.render import render_entry
+
+    m = load(
+        tmp_path,
+        'matrix: {python: ["3.12"], torch: ["2.11.0"], flash_attn: ["4.0.0b36"], target: [[g5, g6e], p5, g7e]}\n',
+    )
+    by_class = {e.gpu_class: e for e in m.entries}
+    assert sorted(by_class) == ["sm120a", "sm86.89", "sm90a"]
+    assert by_class["sm86.89"].gpus == ("A10G", "L40S") and by_class["sm86.89"].archs == ("86", "89")
+    text = render_entry(m, by_class["sm120a"], builder="buildkit")
+    assert "--target RTXPRO6000:12.0:188" in text and 'fa-images.fa4-targets="RTXPRO6000:12.0:188"' in text
+
+
+def test_the_check_of_an_fa4_image_on_a_gpu_it_was_not_compiled_for_is_wrong_arch(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    import torch
+
+    (tmp_path / fa4.TARGETS_FILE).write_text(json.dumps(["RTXPRO6000:12.0:188"]))
+    monkeypatch.setenv(fa4.CACHE_ON_ENV, "1")
+    monkeypatch.setenv(fa4.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA4])
+    monkeypatch.setattr(fa4, "import_check", lambda: "flash-attn-4 imports")
+    monkeypatch.setattr(fa4, "check_cases", lambda: pytest.fail("no kernel runs on a GPU of another class"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _i=0: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: (9, 0))
+    lines: list[str] = []
+    assert gpucheck.run(out=lines.append) == contract.EXIT_WRONG_ARCH
+    assert any(line.startswith("WRONG ARCH") and "sm_120a" in line for line in lines), lines
