@@ -395,7 +395,8 @@ def _gpus(c: _Checker, data: dict) -> tuple[dict[str, str], dict[str, int]]:
         if facts.get("capability") is None:
             c.fail(("gpus", name), f'GPU {name!r}: its compute capability is missing (capability: "8.9")')
             continue
-        cc = c.version(("gpus", name, "capability"), facts["capability"], grammar.matches(grammar.CAPABILITY, "8.9"))
+        where = ("gpus", name, "capability") if isinstance(raw, dict) else ("gpus", name)
+        cc = c.version(where, facts["capability"], grammar.matches(grammar.CAPABILITY, "8.9"))
         count = facts.get("sms")
         if count is not None and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1024):
             c.fail(("gpus", name, "sms"), f"GPU {name!r}: sms {count!r} must be its SM count, 1 to 1024")
