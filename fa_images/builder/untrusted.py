@@ -394,8 +394,36 @@ def decode_text(data: bytes, *, what: str) -> str:
 # --- showing it -----------------------------------------------------------------------------
 
 
+# A URL's login as written in any text (``https://user:token@host``): a credential on http(s), and a
+# user:password anywhere (``git+ssh://git@host`` names no secret).
+_LOGIN_IN_TEXT = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<login>[^/@\s'\"<>]+)@")
+# A query parameter that carries a credential by what its name says: ?token=, private_token=,
+# access_key=, X-Amz-Signature=, X-Amz-Credential=, sig= (SAS), password=, secret=, auth=, session=.
+_SECRET_PARAMETER = re.compile(
+    r"(?P<name>[?&;][^=&#\s'\"<>]*(?:token|secret|passw|credential|key|signature|sig|auth|session)[^=&#\s'\"<>]*=)"
+    r"[^&#\s'\"<>]+",
+    re.IGNORECASE,
+)
+
+
+def masked(text: str) -> str:
+    """``text`` with every credential a URL in it carries replaced by ``***``: its login, and each
+    query parameter whose name says it is one. What fa-images prints passes through here."""
+    if "@" in text:
+        text = _LOGIN_IN_TEXT.sub(
+            lambda m: (
+                m["scheme"]
+                + ("***@" if ":" in m["login"] or not m["scheme"].lower().endswith("ssh://") else m["login"] + "@")
+            ),
+            text,
+        )
+    return _SECRET_PARAMETER.sub(lambda m: m["name"] + "***", text) if "=" in text else text
+
+
 def shown(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control character escaped (ESC, CR, BEL...): safe to print to a terminal."""
+    """``text`` with every control character escaped (ESC, CR, BEL...), safe to print to a terminal,
+    and every credential of a URL in it masked (``masked``)."""
+    text = masked(text)
     if text.isprintable():
         return text
     out = []

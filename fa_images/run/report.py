@@ -8,6 +8,7 @@ from pathlib import Path
 from ..builder import safe_io
 from ..builder.cli import exit_code_of
 from ..builder.errors import FatalError
+from ..builder.untrusted import masked
 from ..builder.wording import counted
 from .executor import EntryResult
 from .logger import Console, duration
@@ -66,9 +67,9 @@ def write_report(
 
 
 def message_of(exc: BaseException) -> str:
-    """What a report says of the exception that ended the command."""
+    """What a report says of the exception that ended the command, every credential in it masked."""
     if isinstance(exc, FatalError):
-        return str(exc)
+        return masked(str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return masked(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
