@@ -516,7 +516,7 @@ def cmd_export_github(args: argparse.Namespace) -> int:
     from .outputs.exports import github, runner_fit, this_install
 
     m = _load(args)
-    install = args.install or this_install.this_fa_images(Path.cwd())
+    install = args.install if args.install is not None else this_install.this_fa_images(Path.cwd())
     opts = github.GithubOptions(
         matrix_file=str(args.matrix),
         runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
@@ -1160,21 +1160,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.json or args.report:
             raise UsageError("--json and --report go with IMAGE: the check here prints its lines")
         return builder_cli.cmd_check(args)
-    if args.import_only:
-        raise UsageError("--import-only goes without IMAGE; an image's import is checked by its own CMD")
     from .run import connect, node_check
     from .run.logger import Console
 
-    refs = node_check.checked_refs(args.images)  # before any engine call
-    access = resolve_gpus(args.gpus)
     console = Console()
-    engine = connect.engine()
-    description = engine.describe()
+    description = "no engine reached"
     results: list[node_check.ImageCheck] = []
     failure: BaseException | None = None
     try:
+        if args.import_only:
+            raise UsageError("--import-only goes without IMAGE; an image's import is checked by its own CMD")
+        refs = node_check.checked_refs(args.images)  # before any engine call
+        access = resolve_gpus(args.gpus)
+        engine = connect.engine()
+        description = engine.describe()
         results = node_check.run(engine, refs, pull=args.pull, access=access, console=console)
-    except BaseException as exc:  # a pull that failed: the report and --json say so, as build's does
+    except BaseException as exc:  # a bad reference, no engine, a pull that failed: --json and the report say so
         failure = exc
         if args.json:
             print(node_check.to_json(results, description, failure))

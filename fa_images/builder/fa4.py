@@ -33,6 +33,7 @@ CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 GRID_FILE = "fa-images-grid.json"  # written beside the kernels: the check runs what was compiled
 TARGETS_FILE = "fa-images-targets.json"  # the GPUs they were compiled for: the check's arch verdict
 DTYPES = ("bf16", "fp16")
+MAX_CALLS = 256  # a grid's calls: as many as 2 dtypes x 8 head dims x causal and not x 4 KV head counts x 2 modes
 MODES = ("train", "infer")  # forward keeping the LSE, then backward; a forward without grad
 # The compute capability majors 4.0.0b36's interface dispatches (`assert arch // 10 in [8, 9, 10, 11, 12]`),
 # and those whose backward it has: 8.x (Ampere, Ada) runs the forward only.
@@ -119,6 +120,8 @@ class Fa4Grid:
     modes: tuple[str, ...] = MODES
 
     def __post_init__(self) -> None:
+        for name in ("head_dims", "dtypes", "causal", "kv_heads", "modes"):  # a value twice is one call
+            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         bad = []
         if not self.head_dims or any(d % 8 or not 8 <= d <= 256 for d in self.head_dims):
             bad.append(f"head dims {list(self.head_dims)}: multiples of 8 from 8 to 256")
@@ -130,6 +133,9 @@ class Fa4Grid:
             bad.append(f"modes {list(self.modes)}: of {list(MODES)}")
         if not (1 <= self.batch <= 64 and 1 <= self.seqlen <= 1 << 17 and 1 <= self.heads <= 256):
             bad.append("batch 1..64, seqlen 1..131072, heads 1..256")
+        calls = len(self.head_dims) * len(self.dtypes) * len(self.causal) * len(self.kv_heads) * len(self.modes)
+        if not bad and calls > MAX_CALLS:
+            bad.append(f"{calls} calls; at most {MAX_CALLS} (each compiles seconds of kernels into every image)")
         if bad:
             raise UsageError("FA4 grid: " + "; ".join(bad))
 

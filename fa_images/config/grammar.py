@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from packaging.version import InvalidVersion, Version
 
+from ..builder import untrusted
 from ..builder.untrusted import shown_url
 
 # distribution/reference's grammar, as the Docker Engine applies it.
@@ -347,8 +348,11 @@ def install_spec(value: str) -> str | None:
     shown = repr(_logins_hidden(value))
     if not INSTALL_SPEC.fullmatch(value) or value.startswith("-"):
         return f"{shown} is not a pip install target (a path, a requirement or a URL; no spaces, quotes, $)"
-    if _carries_login(value):
-        return f"{shown} carries a login, and a generated file never holds one (let the job authenticate itself)"
+    if _carries_login(value) or untrusted.masked(value) != value:
+        return (
+            f"{untrusted.masked(shown)} carries a credential (a login or a token in its query), and a generated "
+            "file never holds one (let the job authenticate itself)"
+        )
     return None
 
 

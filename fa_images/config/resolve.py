@@ -167,7 +167,10 @@ class EntryResolver:
                 return None
             gpus += [(name, g) for g in self.targets.get(name) or self.compat.target_gpus(name)]
         found: list[tuple[str, str, str]] = []
+        once: dict[str, tuple[str, str]] = {}  # a GPU named twice is one GPU, where it was first named
         for name, gpu in gpus:
+            once.setdefault(gpu_key(gpu), (name, gpu))
+        for name, gpu in once.values():
             cc = self.compat.capability_of(gpu)
             if cc is None:
                 known = list(self.targets) + self.compat.target_names()

@@ -67,12 +67,41 @@ def test_another_repository_installs_this_fa_images_pinned(tmp_path, monkeypatch
         ({"url": "file:///tmp/fa_images-1.4.0.tar.gz", "archive_info": {}}, "which a runner cannot reach"),
         (
             {"url": "https://me:tok@git.example/fa-images", "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
-            "https://***@git.example/fa-images, whose URL holds a login",
+            "https://***@git.example/fa-images, which is not a URL a runner can clone without a credential",
+        ),
+        (
+            {"url": "https://git.example/fa-images?access_key=tok", "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
+            "access_key=***, which is not a URL a runner can clone",
+        ),
+        ({"url": "-e", "vcs_info": {"vcs": "git", "commit_id": COMMIT}}, "installed from -e, which is not a URL"),
+        ({"url": "", "vcs_info": {"vcs": "git", "commit_id": COMMIT}}, "which is not a URL a runner can clone"),
+        ({"url": "file:///srv/fa-images", "vcs_info": {"vcs": "git", "commit_id": COMMIT}}, "which is not a URL"),
+        ({"url": "https://github.com/acme/fa-images", "vcs_info": {"vcs": "git", "commit_id": ""}}, "names commit ''"),
+        (
+            {"url": "https://github.com/acme/fa-images", "vcs_info": {"vcs": "git", "commit_id": "--upgrade"}},
+            "names commit '--upgrade', not a full git hash",
+        ),
+        (
+            {"url": "https://github.com/acme/fa-images", "vcs_info": {"vcs": "git", "commit_id": "abc1234"}},
+            "not a full",
         ),
         ("{not json", "install record (direct_url.json) cannot be read"),
         ({"vcs_info": {}}, "install record (direct_url.json) cannot be read"),
     ],
-    ids=["editable checkout", "local archive", "login in the URL", "damaged record", "no url"],
+    ids=[
+        "editable checkout",
+        "local archive",
+        "login in the URL",
+        "token in the query",
+        "option as url",
+        "empty url",
+        "file url",
+        "empty commit",
+        "option as commit",
+        "short commit",
+        "damaged record",
+        "no url",
+    ],
 )
 def test_an_install_no_runner_can_repeat_is_refused_naming_install(tmp_path, monkeypatch, record, says) -> None:
     installed(tmp_path, monkeypatch, record=record)
@@ -96,3 +125,35 @@ def test_the_exported_workflow_installs_the_pinned_fa_images(tmp_path, monkeypat
     assert not (tmp_path / "wf2.yml").exists()
     assert cli.main(["export", "github", "--matrix", str(REPO / "matrix.yaml"), "--out", "wf2.yml",
                      "--install", "fa-images==1.4.0"]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_an_install_record_that_is_no_plain_small_file_is_refused_at_once(tmp_path, monkeypatch, kind: str) -> None:
+    """A FIFO is never opened for reading (it would wait for a writer forever); a 2 GB record is
+    never read whole: one line, bounded time and memory."""
+    import os
+
+    installed(tmp_path, monkeypatch)
+    record = next((tmp_path / "site").glob("*.dist-info")) / "direct_url.json"
+    if kind == "fifo":
+        os.mkfifo(record)
+    else:
+        with open(record, "wb") as f:
+            f.truncate(2 << 30)  # sparse: 2 GiB that take no disk
+    with pytest.raises(UsageError) as caught:
+        this_install.this_fa_images(tmp_path)
+    assert ("a FIFO" if kind == "fifo" else "larger than") in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "value", ["", "--", "-e", "--upgrade", "https://host/x?token=SECRETX", "https://h/x.whl?X-Amz-Signature=SECRETX"]
+)
+def test_an_install_value_that_is_no_install_target_writes_nothing(tmp_path, monkeypatch, capsys, value: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(
+        ["export", "github", "--matrix", str(REPO / "matrix.yaml"), "--out", "wf.yml", f"--install={value}"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "SECRETX" not in err
+    assert not (tmp_path / "wf.yml").exists()

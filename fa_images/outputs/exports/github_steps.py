@@ -100,6 +100,8 @@ class GithubOptions:
 
 def _refuse(flag: str, values: Iterable[str], check: Callable[[str], str | None]) -> None:
     for value in values:
+        if not isinstance(value, str):  # argparse gives `--flag=--` as [] (it reads `--` as the end of options)
+            raise UsageError(f"{flag} takes one value, not {value!r} (`--` is not one)")
         problem = check(value) or grammar.generated_value(value)
         if problem:
             raise UsageError(f"{flag} {problem}")
