@@ -35,7 +35,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import generation, safe_io, settings, untrusted, wheelfile
+from . import generation, safe_io, scratch, settings, untrusted, variants, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -393,6 +393,10 @@ def _restore(out: safe_io.OutputDir, saved: _Saved, new_wheels: list[str]) -> No
             out.remove_owned_dir(folder, lambda _: False)
 
 
+def _class_dir(name: str) -> bool:
+    return bool(settings.GPU_CLASS.fullmatch(name))
+
+
 def _index_folders(out: safe_io.OutputDir) -> list[str]:
     """The index folders dist/ holds now, each before those inside it: simple/, every GPU
     class's <class>/ and <class>/simple/, and their project folders."""
@@ -442,11 +446,15 @@ def set_inputs(directory: Path, entry: str, inputs: str | None, *, pushed: str |
             out.write_text(MANIFEST, manifest.to_json())
 
 
-def _projects(names: Iterable[str]) -> dict[str, list[str]]:
-    """The index's projects and their wheels (names in order), from the wheels' file names."""
+def _projects(files: Iterable[str]) -> dict[str, list[str]]:
+    """The index's projects and their files (paths in dist/, in order): wheels by their file
+    names, variant twins and ``variants.json`` by the name that starts theirs."""
     projects: dict[str, list[str]] = {}
-    for name in sorted(names):
-        projects.setdefault(canonicalize_name(parse_wheel_filename(name)[0]), []).append(name)
+    for rel in sorted(files):
+        base = rel.rsplit("/", 1)[-1]
+        plain = not rel.startswith(f"{variants.FOLDER}/")
+        project = parse_wheel_filename(base)[0] if plain else base.split("-", 1)[0]
+        projects.setdefault(canonicalize_name(project), []).append(rel)
     return projects
 
 
@@ -456,16 +464,32 @@ def gpu_class(name: str) -> str | None:
 
 
 def indexes(names: Iterable[str]) -> dict[str, list[str]]:
-    """Each index dist/ serves, as its folder, and the wheels it lists: ``simple`` every wheel;
-    ``<class>/simple`` for each GPU class a wheel names, that class's wheels and those that name
-    none. pip and uv rank local labels as text (``.sm90`` over ``.sm80``), so a node of a class
-    takes its class's index, where no other class's kernels are offered."""
+    """Each index dist/ serves, as its folder, and the files it lists (paths in dist/). pip and uv
+    rank local labels as text (``.sm90`` over ``.sm80``), so a GPU class's wheel is never offered
+    beside another's: ``<class>/simple`` lists that class's wheels and those that name no class,
+    for a node of that class; ``simple`` lists the wheels that name no class, and each class's
+    wheel as its variant twin (``variants.py``), with the ``variants.json`` of their version: uv's
+    wheel variants take the node's class from it, and an installer without them takes none."""
     every = sorted(names)
     named = {name: gpu_class(name) for name in every}
-    found = {SIMPLE: every}
+    twins = [t for name in every if named[name] and (t := _twin(name))]
+    found = {SIMPLE: [n for n in every if named[n] is None] + twin_files(twins)}
     for cls in sorted({c for c in named.values() if c}):
         found[f"{cls}/{SIMPLE}"] = [name for name in every if named[name] in (None, cls)]
     return found
+
+
+def _twin(name: str, record: WheelRecord | None = None) -> variants.Twin | None:
+    """A dist/ wheel's variant twin (its properties from its record, where given)."""
+    facts = record or WheelRecord(sha256="0" * 64, size=0, flash_attn="", python="")
+    return variants.twin_of(name, archs=facts.archs, ptx=bool(facts.ptx), cuda=facts.cuda)
+
+
+def twin_files(twins: Iterable[variants.Twin]) -> list[str]:
+    """The paths in dist/ of the twins and of their versions' ``variants.json``."""
+    listed = list(twins)
+    files = [f"{variants.FOLDER}/{t.name}" for t in listed]
+    return files + sorted({f"{variants.FOLDER}/{t.index_file}" for t in listed})
 
 
 @dataclass(frozen=True)
@@ -493,9 +517,11 @@ def _pages(present: Iterable[str], href: Callable[[str, int], str]) -> dict[str,
 
 def _outputs(present: list[str]) -> list[str]:
     """Every path of dist/ that adding wheels writes when ``present`` are its wheels afterwards:
-    each wheel and its ``.metadata``, the manifest, the index pages."""
+    each wheel and its ``.metadata``, the manifest, the index pages, the variant twins."""
     paths = [p for name in present for p in (name, f"{name}{METADATA_SUFFIX}")]
-    return paths + [MANIFEST, *_pages(present, lambda name, _depth: name)]
+    twins = [p for p in indexes(present)[SIMPLE] if p.startswith(f"{variants.FOLDER}/")]
+    twins += [f"{p}{SOURCE_SUFFIX}" for p in twins if p.endswith(".whl")]
+    return paths + [MANIFEST, *_pages(present, lambda name, _depth: name), *twins]
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -531,14 +557,15 @@ def _metadata_sha256(out: safe_io.OutputDir, name: str) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
-def _link(href: str, name: str, sha256: str, metadata_sha256: str | None) -> str:
-    """One file's anchor on a project page: its sha256, and its ``.metadata``'s where there is one."""
+def _link(href: str, name: str, sha256: str | None, metadata_sha256: str | None) -> str:
+    """One file's anchor on a project page: its sha256 where known, and its ``.metadata``'s where there is one."""
     attributes = ""
     if metadata_sha256 is not None:
         attributes = (
             f' data-dist-info-metadata="sha256={metadata_sha256}" data-core-metadata="sha256={metadata_sha256}"'
         )
-    return f'<a href="{html.escape(href)}#sha256={sha256}"{attributes}>{html.escape(name)}</a><br>'
+    fragment = f"#sha256={sha256}" if sha256 else ""
+    return f'<a href="{html.escape(href)}{fragment}"{attributes}>{html.escape(name)}</a><br>'
 
 
 def _index_file(name: str) -> bool:
@@ -552,7 +579,7 @@ def _write_pages(
     """Writes ``pages``: a project page links each wheel with its sha256 and its ``.metadata``'s."""
     for path, page in pages.items():
         anchors = [
-            _link(href, name, sha256[name], metadata.get(name))
+            _link(href, name.rsplit("/", 1)[-1], sha256.get(name), metadata.get(name))
             if page.project
             else f'<a href="{html.escape(href)}">{html.escape(name)}</a><br>'
             for href, name in page.links
@@ -570,25 +597,83 @@ def write_simple_index(directory: Path, manifest: Manifest) -> None:
     out.check_writable(_outputs(present))
     pages = _pages(present, lambda name, depth: "../" * depth + quote(name))
     metadata = {name: _metadata_sha256(out, name) for name in present}
-    _write_pages(out, pages, {n: manifest.wheels[n].sha256 for n in present}, metadata)
+    sha256 = {n: manifest.wheels[n].sha256 for n in present} | _write_twins(out, manifest, present)
+    _write_pages(out, pages, sha256, metadata)
     kept = {path.rsplit("/", 1)[0] for path in pages} | {path.split("/")[0] for path in pages}
     for folder in reversed(_index_folders(out)):  # the deepest first
         if folder not in kept:
             out.remove_owned_dir(folder, _index_file)
 
 
+SOURCE_SUFFIX = ".source"  # beside a twin: the sha256 of the class wheel it was made from
+
+
+def _write_twins(out: safe_io.OutputDir, manifest: Manifest, present: list[str]) -> dict[str, str]:
+    """dist/variants/: each class wheel's twin, made again only where its class wheel changed (a
+    wheel deleted and rebuilt), each version's ``variants.json``, and nothing stale. The sha256
+    of every file written, by its path."""
+    twins = [t for name in present if (t := _twin(name, manifest.wheels[name]))]
+    written: dict[str, str] = {}
+    for twin in twins:
+        rel, source_sha = f"{variants.FOLDER}/{twin.name}", manifest.wheels[twin.source].sha256
+        made_from = out.read_bytes(f"{rel}{SOURCE_SUFFIX}", limit=256) if out.kind(rel) == "file" else None
+        if made_from != source_sha.encode():
+            with scratch.scratch_dir("variant") as tmp:
+                variants.make(out.path / twin.source, twin, tmp / twin.name)
+                out.link_in(rel, tmp / twin.name)
+            out.write_bytes(f"{rel}{SOURCE_SUFFIX}", source_sha.encode())
+        written[rel] = sha256_of(out.path / rel)
+    for rel, data in variant_documents(twins).items():
+        written[rel] = hashlib.sha256(data).hexdigest()
+        out.write_bytes(rel, data)
+    keep = set(written) | {f"{p}{SOURCE_SUFFIX}" for p in written}
+    for name in out.list(variants.FOLDER) if out.kind(variants.FOLDER) == "dir" else []:
+        if f"{variants.FOLDER}/{name}" not in keep and name.endswith((".whl", SOURCE_SUFFIX, "-variants.json")):
+            out.remove_file(f"{variants.FOLDER}/{name}")
+    if not written:
+        out.remove_owned_dir(variants.FOLDER, lambda _: False)  # only if empty
+    return written
+
+
+def variant_documents(twins: Iterable[variants.Twin]) -> dict[str, bytes]:
+    """Each version's ``variants.json`` (its path in dist/ or a site -> its bytes)."""
+    listed = list(twins)
+    documents = {}
+    for index_file in sorted({t.index_file for t in listed}):
+        document = variants.document(t for t in listed if t.index_file == index_file)
+        documents[f"{variants.FOLDER}/{index_file}"] = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    return documents
+
+
+def site_twins(manifest: Manifest) -> list[variants.Twin]:
+    """The variant twins of a site's class wheels (``write_site`` links each beside its wheel)."""
+    return [t for name, record in sorted(manifest.wheels.items()) if (t := _twin(name, record))]
+
+
 def write_site(
-    directory: Path, manifest: Manifest, *, hrefs: dict[str, str], metadata: dict[str, str | None]
+    directory: Path,
+    manifest: Manifest,
+    *,
+    hrefs: dict[str, str],
+    metadata: dict[str, str | None],
+    twin_sha256: dict[str, str] | None = None,
 ) -> list[str]:
     """A published index whose wheels are served elsewhere (a release's assets, each
     ``<wheel>.metadata`` beside its wheel): ``manifest.json`` and ``simple/``, each wheel's link
-    its absolute URL in ``hrefs``, its ``.metadata``'s sha256 in ``metadata`` (None: it has none).
+    its absolute URL in ``hrefs``, its ``.metadata``'s sha256 in ``metadata`` (None: it has none);
+    a class wheel's variant twin linked at its URL in ``hrefs`` (by its path, ``variants/NAME``),
+    with its sha256 where ``twin_sha256`` has it, and each version's ``variants.json`` on the site.
     The paths written, every one checked before the first write."""
     out = safe_io.OutputDir(directory, what="site directory")
-    pages = _pages(manifest.wheels, lambda name, _depth: hrefs[name])
-    paths = [MANIFEST, *pages]
+    pages = _pages(manifest.wheels, lambda rel, depth: hrefs[rel] if rel in hrefs else "../" * depth + quote(rel))
+    documents = variant_documents(site_twins(manifest))
+    paths = [MANIFEST, *pages, *documents]
     out.check_writable(paths)
-    _write_pages(out, pages, {n: r.sha256 for n, r in manifest.wheels.items()}, metadata)
+    sha256 = {n: r.sha256 for n, r in manifest.wheels.items()} | (twin_sha256 or {})
+    sha256 |= {rel: hashlib.sha256(data).hexdigest() for rel, data in documents.items()}
+    _write_pages(out, pages, sha256, metadata)
+    for rel, data in documents.items():
+        out.write_bytes(rel, data)
     out.write_text(MANIFEST, manifest.to_json())
     return paths
 
@@ -602,7 +687,10 @@ def collect(sources: list[Path]) -> list[Incoming]:
         if not source.is_dir():
             raise UsageError(f"{source} is not a directory (give the folders that hold wheels and manifest.json)")
         for here, dirs, files in os.walk(source):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != SIMPLE)
+            # The indexes and the variant twins are made from the wheels beside them, not merged.
+            dirs[:] = sorted(
+                d for d in dirs if not d.startswith(".") and d not in (SIMPLE, variants.FOLDER) and not _class_dir(d)
+            )
             folder = Path(here)
             wheels = sorted(f for f in files if f.endswith(".whl") and not f.startswith("."))
             manifest = read_manifest(folder)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import dist, simple_index, untrusted
+from . import dist, simple_index, untrusted, variants
 from .errors import SourceError, UsageError
 from .source import sha256_of
 
@@ -147,8 +147,31 @@ def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedInde
         records[name], hrefs[name] = record, wheel_url + quote(name)
         metadata[name] = None if meta is None else hashlib.sha256(meta.read_bytes()).hexdigest()
         uploads += [wheel] + ([meta] if meta else [])
-    dist.write_site(out, dist.Manifest(records), hrefs=hrefs, metadata=metadata)
+    manifest = dist.Manifest(records)
+    twin_sha256: dict[str, str] = {}
+    for twin in dist.site_twins(manifest):  # each beside its class wheel, uploaded with it
+        rel = f"{variants.FOLDER}/{twin.name}"
+        hrefs[rel] = hrefs[twin.source].rsplit("/", 1)[0] + "/" + quote(twin.name)
+        if directory / twin.source in uploads:
+            made = _twin_file(directory, twin, records[twin.source].sha256)
+            twin_sha256[rel] = sha256_of(made)
+            uploads.append(made)
+    dist.write_site(out, manifest, hrefs=hrefs, metadata=metadata, twin_sha256=twin_sha256)
     return Site(len(records), uploads)
+
+
+def _twin_file(directory: Path, twin: variants.Twin, source_sha256: str) -> Path:
+    """The twin dist/ made of the class wheel with ``source_sha256`` (``dist.write_simple_index``)."""
+    path = directory / variants.FOLDER / twin.name
+    made_from = directory / variants.FOLDER / f"{twin.name}{dist.SOURCE_SUFFIX}"
+    try:
+        recorded = untrusted.read_file(made_from, limit=256, what="variant record", follow_symlinks=False)
+        ok = path.is_file() and not path.is_symlink() and recorded == source_sha256.encode()
+    except (OSError, untrusted.UntrustedInput):
+        ok = False
+    if not ok:
+        raise UsageError(f"{path} is not the variant twin of {twin.source}; `fa-images dist merge` writes it")
+    return path
 
 
 def _metadata_file(directory: Path, name: str) -> Path | None:

@@ -134,7 +134,7 @@ def run(namespace: argparse.Namespace) -> int:
             for offer in chosen:
                 say(f"  {offer.entry}")
                 for what, line in offer.lines(base).items():
-                    say(f"    {what:<5} {line}")
+                    say(f"    {what:<11} {line}")
     empty = [at for at, chosen in picks if not chosen]
     if empty:
         narrowed = " of Python " + args.python if args.python else ""

@@ -60,6 +60,12 @@ class Offer:
         lines = {"pull": f"docker pull {self.image}"} if self.image else {}
         lines["pip"] = f"pip install {where}'{self.requirement}'"
         lines["uv"] = f"uv pip install {where}'{self.requirement}'"
+        if self.index and self.index != dist.SIMPLE:  # a class's wheel: also its variant twin, from the one index
+            shared = self.requirement.removesuffix(f".{self.index.split('/')[0]}")
+            one_index = f"{base.rstrip('/')}/{dist.SIMPLE}"
+            lines["uv-variants"] = (
+                f"uv pip install --preview-features wheel-variants --index-url {one_index} '{shared}'"
+            )
         return lines
 
     def summary(self, base: str) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,23 +47,108 @@ def _linked(page: Path) -> list[str]:
     return sorted(n.replace("%2B", "+") for n in re.findall(r'href="(?:\.\./)+([^"#]+)#sha256=', page.read_text()))
 
 
-def test_each_class_has_an_index_of_its_own_beside_the_one_index(two_classes: Path) -> None:
+def test_each_class_has_an_index_of_its_own_and_the_one_index_its_variant_twins(two_classes: Path) -> None:
     every = sorted(dist.read_manifest(two_classes).wheels)
-    assert _linked(two_classes / "simple" / "flash-attn" / "index.html") == every
+    twins = [f"variants/flash_attn-{BASE}-cp311-cp311-linux_x86_64-{cls}.whl" for cls in CLASSES]
+    one = _linked(two_classes / "simple" / "flash-attn" / "index.html")
+    assert one == [*twins, f"variants/flash_attn-{BASE}-variants.json"]
     for cls in CLASSES:
         [wheel] = _linked(two_classes / cls / "simple" / "flash-attn" / "index.html")
-        assert f".{cls}-" in wheel
+        assert wheel in every and f".{cls}-" in wheel
         assert (two_classes / cls / "simple" / "index.html").read_text().count('href="flash-attn/"') == 1
+
+
+def test_a_twin_is_its_class_wheel_under_the_shared_version(two_classes: Path) -> None:
+    import zipfile
+
+    for cls, arch in CLASSES.items():
+        twin = two_classes / "variants" / f"flash_attn-{BASE}-cp311-cp311-linux_x86_64-{cls}.whl"
+        source = next(two_classes.glob(f"flash_attn-{BASE}.{cls}-*.whl"))
+        with zipfile.ZipFile(twin) as z, zipfile.ZipFile(source) as s:
+            assert z.read(SO_NAME) == s.read(SO_NAME)  # the class's kernels, byte for byte
+            info = f"flash_attn-{BASE}.dist-info"
+            assert f"Version: {BASE}\n" in z.read(f"{info}/METADATA").decode()
+            variant = json.loads(z.read(f"{info}/variant.json"))
+            properties = {"sm_arch": [f"{arch}_real"], "cuda_version_lower_bound": ["12.0"]}
+            assert variant["variants"] == {cls: {"nvidia": properties}}
+            assert f"{info}/variant.json,sha256=" in z.read(f"{info}/RECORD").decode()
+    index = json.loads((two_classes / "variants" / f"flash_attn-{BASE}-variants.json").read_text())
+    assert sorted(index["variants"]) == sorted(CLASSES)
+
+
+@pytest.fixture
+def http_dist(two_classes: Path):
+    """dist/ over http, as a node reaches a published one."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(two_classes)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _uv_variants(python: Path, cache: Path, index: str, sm_arch: str | None) -> subprocess.CompletedProcess:
+    """uv's wheel variants, its NVIDIA provider answered as on a node of ``sm_arch`` with a CUDA 12.8
+    driver (uv's own override: there is no GPU here)."""
+    import os
+    import shutil
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "NV_VARIANT_"))}
+    env["UV_CACHE_DIR"] = str(cache)
+    if sm_arch:
+        env |= {"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "12.8", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": sm_arch}
+    uv = shutil.which("uv")
+    assert uv
+    command = [uv, "pip", "install", "--no-config", "--python", str(python), "--no-deps", "--preview-features",
+               "wheel-variants", "--index-url", index, "flash-attn"]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("sm_arch, cls", [("8.6", "sm80"), ("8.9", "sm80"), ("9.0", "sm90")])
+def test_uv_with_wheel_variants_takes_the_node_s_class_from_the_one_index(
+    two_classes: Path, http_dist: str, tmp_path: Path, sm_arch: str, cls: str
+) -> None:
+    import zipfile
+
+    python = fresh_venv(tmp_path / "node")
+    proc = _uv_variants(python, tmp_path / "uv", http_dist + "simple/", sm_arch)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed_version(python) == BASE
+    site = next((tmp_path / "node" / "lib").glob("python3*/site-packages"))
+    source = next(two_classes.glob(f"flash_attn-{BASE}.{cls}-*.whl"))
+    with zipfile.ZipFile(source) as wheel:
+        assert (site / SO_NAME).read_bytes() == wheel.read(SO_NAME)
+    assert cls in json.loads((site / f"flash_attn-{BASE}.dist-info" / "variant.json").read_text())["variants"]
+
+
+@pytest.mark.parametrize("sm_arch", [None, "7.5", "12.0"])
+def test_a_node_no_class_runs_on_gets_no_wheel_rather_than_another_class_s(
+    http_dist: str, tmp_path: Path, sm_arch: str | None
+) -> None:
+    python = fresh_venv(tmp_path / "node")
+    proc = _uv_variants(python, tmp_path / "uv", http_dist + "simple/", sm_arch)
+    assert proc.returncode != 0 and "variant" in proc.stderr, proc.stderr
+    plain = pip_install(python, "--index-url", http_dist + "simple/", "flash-attn")
+    assert plain.returncode != 0  # pip knows no variants: it skips them, and no class's wheel is offered there
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_a_plain_install_from_a_class_index_gets_that_class_s_wheel(
     two_classes: Path, tmp_path: Path, installer: str
 ) -> None:
-    """`pip install --index-url …/sm80/simple flash-attn`, no version: the sm80 wheel, where the
-    one index would give every node the sm90 wheel (local labels rank as text)."""
+    """`pip install --index-url …/sm80/simple flash-attn`, no version: the sm80 wheel, where one
+    index of both would give every node the sm90 wheel (local labels rank as text)."""
     got = {}
-    for index in ("simple", "sm80/simple", "sm90/simple"):
+    for index in ("sm80/simple", "sm90/simple"):
         venv = tmp_path / index.replace("/", "-")
         python = fresh_venv(venv)
         source = ["--index-url", (two_classes / index).as_uri(), "flash-attn"]
@@ -71,7 +157,7 @@ def test_a_plain_install_from_a_class_index_gets_that_class_s_wheel(
         got[index] = installed_version(python)
         site = next((venv / "lib").glob("python3*/site-packages"))
         assert (site / SO_NAME).is_file()
-    assert got == {"simple": f"{BASE}.sm90", "sm80/simple": f"{BASE}.sm80", "sm90/simple": f"{BASE}.sm90"}
+    assert got == {"sm80/simple": f"{BASE}.sm80", "sm90/simple": f"{BASE}.sm90"}
 
 
 @pytest.mark.parametrize("node, cls", [("g5", "sm80"), ("p5", "sm90"), ("g6e", "sm80")])
@@ -144,7 +230,7 @@ def test_a_published_site_serves_each_class_its_index(
     proc = publish(run_fa_images, two_classes, web, url, first=True)
     assert proc.returncode == 0, proc.stderr
     uploaded = [Path(p).name for p in proc.stdout.split()]
-    assert len(uploaded) == len(set(uploaded)) == 4  # two wheels and their .metadata, once each
+    assert len(uploaded) == len(set(uploaded)) == 6  # two wheels, their .metadata and their twins, once each
     for cls in CLASSES:
         page = (web / "site" / cls / "simple" / "flash-attn" / "index.html").read_text()
         assert page.count(f'href="{url}release/') == 1 and f".{cls}-" in page
@@ -153,3 +239,9 @@ def test_a_published_site_serves_each_class_its_index(
     assert install.returncode == 0, install.stderr
     assert installed_version(python) == f"{BASE}.sm80"
     assert not any(".sm90-" in path and path.endswith(".whl") for path in requested)
+    requested.clear()
+    varied = fresh_venv(tmp_path / "varied")
+    proc = _uv_variants(varied, tmp_path / "uv", f"{url}site/simple/", "9.0")  # the one index, the twins in the release
+    assert proc.returncode == 0, proc.stderr
+    assert installed_version(varied) == BASE
+    assert any(path.endswith("-sm90.whl") and path.startswith("/release/") for path in requested), requested

@@ -94,10 +94,11 @@ def test_the_lines_are_printed_for_each_node_asked(tmp_path: Path) -> None:
     assert "g5: A10G (compute capability 8.6, AWS g5): 1 offer" in proc.stdout
     assert "H100 (compute capability 9.0, AWS p5): 1 offer" in proc.stdout
     default = (tmp_path / "dist").resolve().as_uri()
-    assert (
-        f"pip   pip install --index-url {default}/sm80/simple 'flash-attn==2.8.3+cu128torch2.9cxx11abitrue.sm80'"
-        in (proc.stdout)
+    pip = f"pip install --index-url {default}/sm80/simple 'flash-attn==2.8.3+cu128torch2.9cxx11abitrue.sm80'"
+    variants = (
+        f"--preview-features wheel-variants --index-url {default}/simple 'flash-attn==2.8.3+cu128torch2.9cxx11abitrue'"
     )
+    assert f"    pip         {pip}\n" in proc.stdout and f"    uv-variants uv pip install {variants}\n" in proc.stdout
 
 
 def test_a_gpu_nothing_runs_on_is_refused_with_what_it_runs_on(tmp_path: Path) -> None:
