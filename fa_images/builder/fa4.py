@@ -352,8 +352,10 @@ def import_check() -> str:
     import torch
 
     declared = (cache / GRID_FILE).is_file()
-    held = f"{kernels_in(cache)} kernels compiled ahead in {cache}" if declared else "no kernels compiled ahead"
-    return f"flash-attn-4 {version('flash-attn-4')} imports next to torch {torch.__version__} ({held})"
+    targets = ", ".join(f"{t.name} ({t.compile_target}, {t.sms} SMs)" for t in compiled_for(cache))
+    held = f"{kernels_in(cache)} kernels compiled ahead" + (f" for {targets}" if targets else "") + f" in {cache}"
+    said = held if declared else "no kernels compiled ahead"
+    return f"flash-attn-4 {version('flash-attn-4')} imports next to torch {torch.__version__} ({said})"
 
 
 def check_cases() -> list[CaseResult]:

@@ -102,12 +102,9 @@ def run(namespace: argparse.Namespace) -> int:
         raise UsageError("name the node (g6e, L40S, sm_89) or give --here, one of the two")
     if args.index_url is not None and (problem := grammar.url_without_login(args.index_url, why="it is printed")):
         raise UsageError(f"--index-url {problem}")
-    names = list(args.nodes)
-    if args.here:
-        found = visible_gpus()
-        if not found:
-            raise EnvironmentProblem("--here: no NVIDIA GPU visible (nvidia-smi lists none, or there is no driver)")
-        names = list(dict.fromkeys(f"{major}.{minor}" for _name, (major, minor) in found))
+    found = visible_gpus() if args.here else []
+    if args.here and not found:
+        raise EnvironmentProblem("--here: no NVIDIA GPU visible (nvidia-smi lists none, or there is no driver)")
     if args.dist is not None:
         table = compat_mod.load(*([args.compat] if args.compat else []))
         offers = pick.from_dist(args.dist)
@@ -115,6 +112,9 @@ def run(namespace: argparse.Namespace) -> int:
         loaded = matrix.load(args.matrix, compat_override=args.compat)
         table, offers = loaded.compat, pick.from_entries(loaded.entries)
     base = args.index_url or (args.dist or Path("dist")).resolve().as_uri()
+    names = list(args.nodes)
+    if args.here:  # each GPU by the table's name its nvidia-smi name holds, else its capability
+        names = list(dict.fromkeys(pick.named(table, name, f"{major}.{minor}") for name, (major, minor) in found))
     nodes = [pick.node(table, name) for name in dict.fromkeys(names)]
     picks = [(at, pick.pick(offers, at, python=args.python, torch=args.torch)) for at in nodes]
     if args.json:

@@ -101,6 +101,14 @@ def node(compat: Compat, name: str) -> Node:
     return Node(asked=name.strip(), gpu=shown_gpu, capability=capability, families=compat.families_of(shown_gpu))
 
 
+def named(compat: Compat, smi_name: str, capability: str) -> str:
+    """The table's GPU that nvidia-smi's name holds ('NVIDIA H100 80GB HBM3' -> 'H100'; the longest
+    of those that match, so an A10G is no A10) at that capability, else the capability itself."""
+    said = gpu_key(smi_name)
+    held = [gpu for gpu, cc in compat.gpus.items() if cc == capability and gpu in said]
+    return max(held, key=len) if held else capability
+
+
 def from_entries(entries: Iterable[Entry]) -> list[Offer]:
     return [
         Offer(

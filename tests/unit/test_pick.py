@@ -172,3 +172,39 @@ def test_an_fa3_and_an_fa4_entry_name_their_own_project(tmp_path: Path) -> None:
     assert fa3.wheel_index == "simple"
     assert (fa4.requirement, fa4.wheel_file, fa4.wheel_index) == ("flash-attn-4==4.0.0b36", None, None)
     assert pick.from_entries([fa4])[0].lines("https://x.example")["pip"] == "pip install 'flash-attn-4==4.0.0b36'"
+
+
+@pytest.mark.parametrize(
+    "smi, capability, gpu",
+    [
+        ("NVIDIA H100 80GB HBM3", "9.0", "H100"),
+        ("NVIDIA A10G", "8.6", "A10G"),  # the longest name it holds: not the A10
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "RTXPRO6000"),
+        ("NVIDIA GeForce RTX 3060", "8.6", "8.6"),  # a GPU the table lacks: its capability
+    ],
+)
+def test_here_names_the_gpu_as_the_table_does(table, smi: str, capability: str, gpu: str) -> None:
+    assert pick.named(table, smi, capability) == gpu
+
+
+def test_here_asks_nvidia_smi_and_picks_for_each_gpu_of_the_node(tmp_path: Path) -> None:
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A10G, 8.6'\necho 'NVIDIA A10G, 8.6'\n")
+    smi.chmod(0o755)
+    (tmp_path / "matrix.yaml").write_text(FLEET)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fa_images", "pick", "--here", "--json", "--index-url", "https://x.example/fa"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    [found] = json.loads(proc.stdout)  # two GPUs of one kind: one node
+    assert found["gpu"] == "A10G" and found["families"] == ["g5"]
+    assert [o["entry"] for o in found["offers"]] == ["fa2.8.3-py3.12-torch2.9.1-cu128-sm80"]
