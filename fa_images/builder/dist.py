@@ -463,6 +463,12 @@ def gpu_class(name: str) -> str | None:
     return settings.gpu_class_of(parse_wheel_filename(name)[1].local)
 
 
+def index_of(name: str) -> str:
+    """The folder of the index that lists a wheel under its own name: its GPU class's, else the one."""
+    cls = gpu_class(name)
+    return f"{cls}/{SIMPLE}" if cls else SIMPLE
+
+
 def indexes(names: Iterable[str]) -> dict[str, list[str]]:
     """Each index dist/ serves, as its folder, and the files it lists (paths in dist/). pip and uv
     rank local labels as text (``.sm90`` over ``.sm80``), so a GPU class's wheel is never offered

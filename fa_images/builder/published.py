@@ -37,8 +37,8 @@ class PublishedIndex:
         if raw is None:
             notes.append(f"published: {shown} has no {dist.MANIFEST} yet: nothing there is current")
         files: dict[str, simple_index.File] = {}
-        for project in sorted({generation_project(name) for name in manifest.wheels}):
-            page_url = f"{base}{dist.SIMPLE}/{project}/"
+        for root, project in sorted({(dist.index_of(name), generation_project(name)) for name in manifest.wheels}):
+            page_url = f"{base}{root}/{project}/"
             body = _fetch(page_url, url, accept=simple_index.ACCEPT)
             if body is None:
                 page = untrusted.shown_url(page_url)

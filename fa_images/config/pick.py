@@ -139,7 +139,6 @@ def from_dist(directory: Path) -> list[Offer]:
     for name, record in sorted(manifest.wheels.items()):
         project, version, _build, _tags = parse_wheel_filename(name)
         gen = generation.of_project(project)
-        cls = dist.gpu_class(name)
         offers.append(
             Offer(
                 entry=record.entry or name,
@@ -152,7 +151,7 @@ def from_dist(directory: Path) -> list[Offer]:
                 ptx=bool(record.ptx),
                 image=record.image,
                 requirement=f"{project}=={version}",
-                index=f"{cls}/{dist.SIMPLE}" if cls else dist.SIMPLE,
+                index=dist.index_of(name),
             )
         )
     return offers

@@ -239,6 +239,9 @@ def test_a_published_site_serves_each_class_its_index(
     assert install.returncode == 0, install.stderr
     assert installed_version(python) == f"{BASE}.sm80"
     assert not any(".sm90-" in path and path.endswith(".whl") for path in requested)
+    again = publish(run_fa_images, two_classes, web, url)  # --published: every class page read, nothing new
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == [] and "site: 2 wheels, 0 new wheels" in again.stderr
     requested.clear()
     varied = fresh_venv(tmp_path / "varied")
     proc = _uv_variants(varied, tmp_path / "uv", f"{url}site/simple/", "9.0")  # the one index, the twins in the release

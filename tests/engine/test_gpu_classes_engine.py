@@ -86,22 +86,29 @@ def test_each_gpu_class_has_its_own_image_and_wheel(project: Project, classes: C
 
 @contextlib.contextmanager
 def served(directory: Path) -> Iterator[str]:
-    """``directory`` over http on 127.0.0.1, as a node's pip and uv read an index."""
+    """``directory`` over http on 127.0.0.1, as a node's pip and uv read an index: its base URL."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+            yield f"http://127.0.0.1:{server.server_address[1]}/"
         finally:
             server.shutdown()
 
 
 @pytest.mark.parametrize("archs", ["80", "90"])
-def test_pip_and_uv_each_take_the_class_asked_for_from_dist_simple(classes: Classes, tmp_path: Path, archs) -> None:
+def test_pip_and_uv_take_each_class_from_its_index_and_uv_from_the_one_index_as_a_variant(
+    classes: Classes, tmp_path: Path, archs
+) -> None:
+    """The built wheels as a node gets them: pip and uv, pinned, from the class's index; uv with wheel
+    variants, unpinned, from the one index, its NVIDIA provider answered as a node of that class."""
     wanted = f"flash-attn=={GOOD}+{LABEL}.sm{archs}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))} | {"UV_CACHE_DIR": str(tmp_path)}
-    with served(classes.dist) as index:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "NV_VARIANT_"))}
+    env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
+    uv = shutil.which("uv") or "uv"
+    with served(classes.dist) as base:
+        index = f"{base}sm{archs}/simple/"
         pip = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--index-url", index,
              "--dest", str(tmp_path / "pip"), wanted],
@@ -112,10 +119,20 @@ def test_pip_and_uv_each_take_the_class_asked_for_from_dist_simple(classes: Clas
         assert got.name.startswith(f"flash_attn-{GOOD}+{LABEL}.sm{archs}-"), got.name
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        uv = subprocess.run(
-            [shutil.which("uv") or "uv", "pip", "install", "--no-config", "--dry-run", "--no-deps",
+        pinned = subprocess.run(
+            [uv, "pip", "install", "--no-config", "--dry-run", "--no-deps",
              "--python", str(venv / "bin" / "python"), "--index-url", index, wanted],
             capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
-    assert uv.returncode == 0, uv.stdout + uv.stderr
-    assert f"+ flash-attn=={GOOD}+{LABEL}.sm{archs}" in uv.stderr
+        assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+        assert f"+ flash-attn=={GOOD}+{LABEL}.sm{archs}" in pinned.stderr
+        node = env | {"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "12.8",
+                      "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": f"{archs[0]}.0"}  # fmt: skip
+        varied = subprocess.run(
+            [uv, "pip", "install", "--no-config", "--no-deps", "--preview-features", "wheel-variants",
+             "--python", str(venv / "bin" / "python"), "--index-url", f"{base}simple/", "flash-attn"],
+            capture_output=True, text=True, env=node, timeout=300,
+        )  # fmt: skip
+    assert varied.returncode == 0, varied.stdout + varied.stderr
+    (info,) = (venv / "lib").glob(f"python3*/site-packages/flash_attn-{GOOD}+{LABEL}.dist-info")
+    assert list(json.loads((info / "variant.json").read_text())["variants"]) == [f"sm{archs}"]
