@@ -16,9 +16,10 @@ first, forces the build, and keeps git inside the unpacked tree.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
-import io
+import os
 import re
 import subprocess
 import tarfile
@@ -27,11 +28,12 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import safe_io, untrusted
+from . import safe_io, scratch, untrusted
 from .errors import SourceError, UsageError
 from .source import MAX_UNPACKED, ZIP_EPOCH, SourceTree, check_sha256, extract
 
@@ -245,14 +247,24 @@ def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
     )
 
 
-def _git(repo: Path, *args: str, limit: int | None = None) -> bytes:
+# Nothing a clone carries runs: its config (filter drivers, fsmonitor, hooks) is never read by the
+# commands that read its objects, which run in a bare repository of fa-images' own that borrows the
+# clone's object store (objects/info/alternates); git's system and user config are left out too.
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=" + os.devnull, "-c", "protocol.allow=never")
+
+
+def _git(repo: Path, *args: str, limit: int | None = None, into: BinaryIO | None = None) -> bytes:
     """git's output in ``repo``, read at most ``limit`` (MAX_SOURCE) bytes far and ``GIT_TIMEOUT``
-    seconds long: a clone is the user's input, and its archive could be anything."""
+    seconds long: a clone is the user's input, and its archive could be anything. With ``into``,
+    the output is written there as it comes, never held whole (b"" is returned)."""
     limit = MAX_SOURCE if limit is None else limit
     deadline = time.monotonic() + GIT_TIMEOUT
+    env = {**os.environ, **_GIT_ENV}
     with tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=err)
+            command = ["git", *_GIT_SAFE, "-C", str(repo), *args]
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, env=env)
         except OSError as exc:
             raise SourceError(f"git {args[0]} in {repo}: {exc.strerror}") from None
         chunks, total = [], 0
@@ -264,7 +276,10 @@ def _git(repo: Path, *args: str, limit: int | None = None) -> bytes:
                     proc.kill()
                     why = f"more than {limit >> 20} MiB" if total > limit else f"more than {GIT_TIMEOUT:.0f} s"
                     raise SourceError(f"git {args[0]} in {repo} took {why}; refusing")
-                chunks.append(chunk)
+                if into is not None:
+                    into.write(chunk)
+                else:
+                    chunks.append(chunk)
         err.seek(0)
         said = err.read(4096).decode(errors="replace").strip().splitlines()
     if proc.returncode != 0:
@@ -273,52 +288,82 @@ def _git(repo: Path, *args: str, limit: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
+def _borrowing(clone: Path, home: Path) -> Path:
+    """A bare repository of fa-images' own at ``home`` whose objects are the clone's: what reads the
+    clone's commits and trees runs there, with none of the clone's config, attributes or hooks."""
+    objects = _git(clone, "rev-parse", "--path-format=absolute", "--git-path", "objects", limit=1 << 16)
+    where = objects.decode(errors="replace").strip()
+    if not where.startswith("/") or not Path(where).is_dir():
+        raise SourceError(f"{clone} is not a git clone with an object store (found {untrusted.shown(where[:200])!r})")
+    _git(home.parent, "init", "-q", "--bare", str(home), limit=1 << 16)
+    (home / "objects" / "info" / "alternates").write_text(where + "\n")
+    return home
+
+
 def make_archive(*, flash_attention: Path, commit: str, cutlass: Path, out: safe_io.OutputDir) -> tuple[Path, str]:
     """FA3's source archive from local clones of flash-attention and cutlass: (its path, the tar's sha256).
 
     The cutlass commit is the one ``commit`` records for its submodule. The same commits give the
     same tar, byte for byte: members sorted, owners and modes normalised, every time that of ``commit``
-    (git archive of a tree, cutlass's ``include``, stamps the time it runs).
+    (git archive of a tree, cutlass's ``include``, stamps the time it runs). The commit is found in the
+    clone; everything else is read through repositories of fa-images' own (``_borrowing``), and every
+    stage goes through files, bounded, never held in memory whole.
     """
-    full = _git(flash_attention, "rev-parse", "--verify", f"{commit}^{{commit}}").decode().strip()
-    when = int(_git(flash_attention, "show", "-s", "--format=%ct", full).decode().strip())
-    sub = _git(flash_attention, "rev-parse", "--verify", f"{full}:csrc/cutlass").decode().strip()
-    _git(cutlass, "cat-file", "-e", f"{sub}^{{commit}}")
-    init = _git(flash_attention, "show", f"{full}:{SOURCE_SUBDIR}/__init__.py", limit=1 << 20).decode()
-    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.MULTILINE)
-    if not match:
-        raise SourceError(f"{commit}: {SOURCE_SUBDIR}/__init__.py has no __version__; is this flash-attention?")
-    version = match.group(1)
-    top = f"flash_attn_3-{version}"
-    parts = [
-        _git(flash_attention, "archive", "--format=tar", f"--prefix={top}/", full, SOURCE_SUBDIR, "README.md"),
-        _git(cutlass, "archive", "--format=tar", f"--prefix={top}/csrc/cutlass/include/", f"{sub}:include"),
-    ]
-    tar_bytes = _normalised_tar(parts, mtime=max(when, ZIP_EPOCH))
-    packed = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
-        gz.write(tar_bytes)
-    path = out.write_bytes(archive_name(version), packed.getvalue())
-    return path, hashlib.sha256(tar_bytes).hexdigest()
+    with scratch.scratch_dir("fa3-archive") as tmp:
+        try:
+            found = _git(flash_attention, "rev-parse", "--verify", "--end-of-options", f"{commit}^{{commit}}")
+        except SourceError as exc:
+            shown = untrusted.shown(repr(commit[:80]))
+            raise SourceError(f"--commit {shown} is not a commit of {flash_attention} ({exc})") from None
+        full = found.decode().strip()
+        fa = _borrowing(flash_attention, tmp / "flash-attention.git")
+        cut = _borrowing(cutlass, tmp / "cutlass.git")
+        when = int(_git(fa, "show", "-s", "--format=%ct", full).decode().strip())
+        sub = _git(fa, "rev-parse", "--verify", f"{full}:csrc/cutlass").decode().strip()
+        _git(cut, "cat-file", "-e", f"{sub}^{{commit}}")
+        init = _git(fa, "show", f"{full}:{SOURCE_SUBDIR}/__init__.py", limit=1 << 20).decode()
+        match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.MULTILINE)
+        if not match:
+            raise SourceError(f"{commit}: {SOURCE_SUBDIR}/__init__.py has no __version__; is this flash-attention?")
+        version = match.group(1)
+        top = f"flash_attn_3-{version}"
+        parts = [tmp / "hopper.tar", tmp / "cutlass.tar"]
+        with parts[0].open("wb") as into:
+            _git(fa, "archive", "--format=tar", f"--prefix={top}/", full, SOURCE_SUBDIR, "README.md", into=into)
+        with parts[1].open("wb") as into:
+            _git(cut, "archive", "--format=tar", f"--prefix={top}/csrc/cutlass/include/", f"{sub}:include", into=into)
+        tar_path = tmp / "flash_attn_3.tar"
+        _normalised_tar(parts, tar_path, mtime=max(when, ZIP_EPOCH))
+        digest = hashlib.sha256()
+        packed = tmp / archive_name(version)
+        with contextlib.ExitStack() as files:  # the builder's Python may be 3.9: no parenthesised with
+            tar_file = files.enter_context(tar_path.open("rb"))
+            raw = files.enter_context(packed.open("wb"))
+            gz = files.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9))
+            while chunk := tar_file.read(1 << 20):
+                digest.update(chunk)
+                gz.write(chunk)
+        path = out.link_in(archive_name(version), packed)
+    return path, digest.hexdigest()
 
 
-def _normalised_tar(parts: list[bytes], *, mtime: int) -> bytes:
-    members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
-    for data in parts:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+def _normalised_tar(parts: list[Path], out_path: Path, *, mtime: int) -> None:
+    """One tar of ``parts``' members, sorted, owners, modes and times normalised, each body copied
+    from its part as it is read."""
+    with contextlib.ExitStack() as stack:
+        members: dict[str, tuple[tarfile.TarFile, tarfile.TarInfo]] = {}
+        for part in parts:
+            tar = stack.enter_context(tarfile.open(part))
             for info in tar.getmembers():
                 if not (info.isfile() or info.isdir()):
                     raise SourceError(f"{info.name}: git archive gave a link or device; FA3's source holds none")
-                body = tar.extractfile(info).read() if info.isfile() else None  # type: ignore[union-attr]
-                members[info.name.rstrip("/")] = (info, body)
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(members):
-            info, body = members[name]
-            new = tarfile.TarInfo(name)
-            new.type = info.type
-            new.mtime = mtime
-            new.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
-            new.size = len(body) if body is not None else 0
-            tar.addfile(new, io.BytesIO(body) if body is not None else None)
-    return out.getvalue()
+                members[info.name.rstrip("/")] = (tar, info)
+        with tarfile.open(out_path, mode="w", format=tarfile.PAX_FORMAT) as out:
+            for name in sorted(members):
+                tar, info = members[name]
+                new = tarfile.TarInfo(name)
+                new.type = info.type
+                new.mtime = mtime
+                new.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+                new.size = info.size if info.isfile() else 0
+                out.addfile(new, tar.extractfile(info) if info.isfile() else None)

@@ -138,3 +138,69 @@ def test_a_clone_whose_archive_outgrows_the_bound_is_refused_nothing_written(rep
     with pytest.raises(SourceError, match="took more than 0 MiB; refusing"):
         fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o"))
     assert not list((tmp_path / "o").iterdir())
+
+
+def test_nothing_a_clone_carries_runs_while_its_archive_is_made(tmp_path: Path) -> None:
+    """A clone's config and attributes name a filter command, its fsmonitor one, its hooks others:
+    git runs none of them, since fa-images reads its objects through a repository of its own."""
+    fa, cutlass, commit = tiny_fa3.make_repos(tmp_path / "repos")
+    ran = tmp_path / "ran"
+    (fa / "hopper" / ".gitattributes").write_text("* filter=evil ident export-subst\n")
+    tiny_fa3.git(fa, "add", "hopper")  # `add .` would drop the submodule's gitlink
+    tiny_fa3.git(fa, "commit", "-qm", "attributes")
+    commit = tiny_fa3.git(fa, "rev-parse", "HEAD")
+    for clone in (fa, cutlass):
+        with (clone / ".git" / "config").open("a") as config:
+            config.write(
+                f'[filter "evil"]\n\tsmudge = "touch {ran}-smudge; cat"\n\tprocess = "touch {ran}-process"\n'
+                f'\trequired = true\n[core]\n\tfsmonitor = "touch {ran}-fsmonitor"\n'
+            )
+        hooks = clone / ".git" / "hooks"
+        for hook in ("post-checkout", "reference-transaction", "pre-auto-gc"):
+            (hooks / hook).write_text(f"#!/bin/sh\ntouch {ran}-{hook}\n")
+            (hooks / hook).chmod(0o755)
+    archive, _sha = fa3.make_archive(
+        flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o")
+    )
+    assert archive.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ran")) == []
+
+
+def test_a_big_file_in_a_clone_is_streamed_not_held(tmp_path: Path) -> None:
+    """A 200 MB file (below the bound) under an address-space cap the old way of holding git's
+    output several times over could not stay under: made, in bounded memory."""
+    import subprocess
+    import sys
+    import textwrap
+
+    fa, cutlass, commit = tiny_fa3.make_repos(tmp_path / "repos")
+    with (fa / "hopper" / "big.bin").open("wb") as big:
+        big.truncate(200 << 20)
+    tiny_fa3.git(fa, "add", "hopper")
+    tiny_fa3.git(fa, "commit", "-qm", "big")
+    commit = tiny_fa3.git(fa, "rev-parse", "HEAD")
+    script = textwrap.dedent(
+        f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (500 << 20, 500 << 20))  # git's own processes too
+        from pathlib import Path
+        from fa_images.builder import fa3, safe_io
+        out = safe_io.OutputDir(Path({str(tmp_path / "o")!r}))
+        path, sha = fa3.make_archive(flash_attention=Path({str(fa)!r}), commit={commit!r},
+                                     cutlass=Path({str(cutlass)!r}), out=out)
+        print(path.stat().st_size, sha)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    size, sha = proc.stdout.split()
+    assert int(size) < 10 << 20 and len(sha) == 64  # 200 MB of zeros, gzipped
+
+
+@pytest.mark.parametrize("kind", ["tree", "option"])
+def test_a_commit_that_is_no_commit_is_refused_naming_it(repos, tmp_path: Path, kind: str) -> None:
+    fa, cutlass, _commit = repos
+    value = tiny_fa3.git(fa, "rev-parse", "HEAD^{tree}") if kind == "tree" else "--output=/tmp/x"
+    with pytest.raises(SourceError, match=f"--commit '{value}' is not a commit of"):
+        fa3.make_archive(flash_attention=fa, commit=value, cutlass=cutlass, out=safe_io.OutputDir(tmp_path / "o"))
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
