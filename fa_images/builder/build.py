@@ -166,6 +166,12 @@ def _fa3_source(
                 hint="make it with `fa-images source fa3` from clones of flash-attention and cutlass, "
                 "and put it in packages.sdists",
             )
+        if not sha256:  # a file found by its name is the pinned one only if its pin is checked
+            raise UsageError(
+                f"{fa3.archive_name(version)} is taken from {sources_dir} by its name: give --sha256, its pin "
+                "(compat.yaml's flash_attn_3 sha256; `fa-images plan --json` shows it as sdist_sha256)",
+                hint="or name the file itself with --sdist to build it unpinned",
+            )
         archive = sources_dir / fa3.archive_name(version)
     elif not os.path.lexists(archive):
         raise UsageError(f"FA3 source archive {archive} does not exist")

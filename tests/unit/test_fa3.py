@@ -171,6 +171,21 @@ def test_a_missing_archive_names_the_command_that_makes_it(tmp_path: Path, capsy
     assert code == 4 and "FlashAttention-3 is not on PyPI" in err and "fa-images source fa3" in err
 
 
+def test_an_archive_taken_by_its_name_is_held_to_its_pin(tmp_path: Path, capsys) -> None:
+    """`wheel --flash-attn 3.0.0` takes "its pinned source archive": a file of that name is not
+    built (nor prepared) unless its pin is given, and then only if it matches."""
+    from fa_images.builder.cli import main
+
+    (tmp_path / "flash_attn_3-3.0.0.tar.gz").write_bytes(b"any bytes under the pinned name")
+    base = ["wheel", "--flash-attn", "3.0.0", "--sources-dir", str(tmp_path), "--prepare-only"]
+    assert main([*base, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "taken from" in err and "give --sha256, its pin" in err
+    assert main([*base, "--sha256", "0" * 64, "--out", str(tmp_path / "o")]) == 4
+    assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+
+
 # --- inspect: an abi3 wheel -----------------------------------------------------------------------
 
 
