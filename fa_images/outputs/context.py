@@ -34,9 +34,12 @@ def source_name(entry: Entry) -> str:
     return fa3.archive_name(entry.flash_attn) if entry.fa3 is not None else source.sdist_name(entry.flash_attn)
 
 
-def fetch_sdist(matrix: Matrix, entry: Entry) -> Path:
+def fetch_sdist(matrix: Matrix, entry: Entry) -> Path | None:
     """The entry's sdist from ``packages.sdists``, the local cache or the index, sha256-checked;
-    FlashAttention-3's archive from ``packages.sdists`` only (no index serves it)."""
+    FlashAttention-3's archive from ``packages.sdists`` only (no index serves it); None for
+    FlashAttention-4, which its build installs from the index, pinned (nothing to fetch)."""
+    if entry.fa4 is not None:
+        return None
     if entry.fa3 is not None:
         return _fa3_archive(matrix, entry)
     cache = cache_dir() / "sdists"

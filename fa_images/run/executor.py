@@ -219,6 +219,7 @@ class Executor:
             candidates = [digest(report.sha256, around_wheel=True)]
         else:
             sdist = context.fetch_sdist(self.matrix, entry)
+            assert sdist is not None  # FlashAttention-4, whose source is None, went above
             compiled = digest(source.sha256_of(sdist), around_wheel=False)
             run.source, note, candidates = sdist, sdist.name, [compiled]
             if published is not None:

@@ -187,6 +187,10 @@ class EntryPlan:
     def describe(self) -> list[str]:
         """The plan as a person reads it: one line per build, check and push."""
         lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
+        if self.entry.fa4 is not None:  # its source step fetches nothing: the build installs from the index
+            lines.append(
+                f"  source     {self.entry.requirement} and its pinned set from the index, in the build (no sdist)"
+            )
         if self.prebuilt:
             lines.append(f"  wheel      {self.prebuilt}  (made around it: no compile)")
         if self.published:

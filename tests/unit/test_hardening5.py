@@ -16,10 +16,16 @@ from fa_images.builder import fa4, untrusted
 from fa_images.builder.errors import UsageError
 from fa_images.config import matrix as matrix_mod
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def fa_images(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    """This checkout's fa-images, wherever it runs (not an installed one)."""
+    import os
+
+    full = {**(env or os.environ), "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "fa_images", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "fa_images", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=full
     )
 
 
@@ -111,3 +117,44 @@ def test_check_json_prints_its_object_on_every_exit(tmp_path: Path, args, env, c
     assert data["exit_code"] == code and data["ok"] is False and says in data["error"]
     assert json.loads(report.read_text()) == data
     assert proc.stderr.startswith("error: ")
+
+
+# --- a mixed matrix in every export: every problem in one run, nothing written -----------------
+
+MIXED = """\
+entries:
+  - {python: "3.12", torch: "2.9.1", cuda: "12.8", flash_attn: "3.0.0", target: [H100]}
+  - {python: "3.12", torch: "2.11.0", flash_attn: "4.0.0b36", target: [H100]}
+  - {python: "3.12", torch: "2.11.0", flash_attn: "3.0.0", target: [H100]}
+"""
+
+
+def test_bake_names_every_entry_without_a_source_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MIXED)
+    proc = fa_images("export", "bake", "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: 2 entries without a source: fa3.0.0-py3.12-torch2.9.1-cu128: ")
+    assert "fa3.0.0-py3.12-torch2.11.0-cu130: " in line and "fa4" not in line  # FA4 has none to fetch
+    assert not (tmp_path / "out").exists()
+
+
+def test_bake_of_an_fa4_entry_fetches_nothing(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MIXED.splitlines()[0] + "\n" + MIXED.splitlines()[2] + "\n")
+    proc = fa_images("export", "bake", "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "docker-bake.json").is_file()
+    dry = fa_images("build", "--dry-run", cwd=tmp_path)
+    assert (
+        "  source     flash-attn-4==4.0.0b36 and its pinned set from the index, in the build (no sdist)" in dry.stdout
+    )
+
+
+def test_slurm_names_every_problem_of_a_mixed_matrix_in_one_run(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MIXED)
+    proc = fa_images("export", "slurm", "--out-dir", str(tmp_path / "out"), "--shards", "2", cwd=tmp_path)
+    assert proc.returncode == 2
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: no batch script written, 3 problems: ")
+    assert line.count("built unsharded") == 2 and line.count("makes no wheel for a node") == 1
+    assert not (tmp_path / "out").exists()

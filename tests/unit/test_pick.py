@@ -7,6 +7,7 @@ classes, with real wheels, pip and uv, are in tests/builder/test_dist_classes.py
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,8 @@ from fa_images.config import compat as compat_mod
 from fa_images.config import matrix as matrix_mod
 from fa_images.config import pick
 from fa_images.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[2]
 
 FLEET = """\
 matrix:
@@ -36,6 +39,7 @@ def _pick(tmp_path: Path, *args: str, matrix: str = FLEET) -> subprocess.Complet
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # this checkout's fa-images, not an installed one
     )
 
 
@@ -140,6 +144,7 @@ def test_here_without_a_gpu_is_the_machine_s_problem(tmp_path: Path, monkeypatch
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 3
     assert "no NVIDIA GPU visible" in proc.stderr
@@ -188,8 +193,6 @@ def test_here_names_the_gpu_as_the_table_does(table, smi: str, capability: str, 
 
 
 def test_here_asks_nvidia_smi_and_picks_for_each_gpu_of_the_node(tmp_path: Path) -> None:
-    import os
-
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
@@ -202,7 +205,7 @@ def test_here_asks_nvidia_smi_and_picks_for_each_gpu_of_the_node(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 0, proc.stderr
     [found] = json.loads(proc.stdout)  # two GPUs of one kind: one node

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...builder import contract, safe_io, untrusted
+from ...builder.wording import counted
 from ...config import grammar
 from ...config.matrix import Entry, Matrix
-from ...errors import UsageError
+from ...errors import FatalError, SourceError, UsageError
 from .. import context
 from . import compile_group_name, slug
 
@@ -116,7 +117,7 @@ def export(
     out_dir: Path,
     opts: BakeOptions,
     *,
-    fetch_sdist: Callable[[Matrix, Entry], Path] = context.fetch_sdist,
+    fetch_sdist: Callable[[Matrix, Entry], Path | None] = context.fetch_sdist,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Writes ``out_dir/docker-bake.json`` and one fresh context per entry under ``out_dir/contexts``.
@@ -125,6 +126,7 @@ def export(
     followed. A context is replaced, and a stale one removed, only if fa-images made it: its name
     is in ``.fa-images-contexts`` beside it; anything else there is left alone."""
     definition = bake_file(entries, opts)  # bad flags fail before anything is fetched or written
+    sources = _sources(matrix, entries, fetch_sdist)  # every entry's, before anything is written
     out = safe_io.OutputDir(out_dir, what="--out-dir")
     contexts = out.mkdir(CONTEXTS)
     made = _made(out)
@@ -139,7 +141,7 @@ def export(
     for entry, name in zip(entries, wanted):
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=contexts))
         try:
-            context.assemble(matrix, entry, fetch_sdist(matrix, entry), staging, form="buildkit")
+            context.assemble(matrix, entry, sources[entry.id], staging, form="buildkit")
             if out.kind(f"{CONTEXTS}/{name}") == "dir":
                 out.remove_tree(f"{CONTEXTS}/{name}")
             out.rename(f"{CONTEXTS}/{staging.name}", f"{CONTEXTS}/{name}")
@@ -155,6 +157,23 @@ def export(
         made.discard(stale)
     _record(out, made)
     return out.write_text(BAKE_FILE, json.dumps(definition, indent=2) + "\n")
+
+
+def _sources(
+    matrix: Matrix, entries: tuple[Entry, ...], fetch_sdist: Callable[[Matrix, Entry], Path | None]
+) -> dict[str, Path | None]:
+    """Each entry's source, every one tried: what none of them has is refused in one error, before
+    anything is written."""
+    found: dict[str, Path | None] = {}
+    missing: list[str] = []
+    for entry in entries:
+        try:
+            found[entry.id] = fetch_sdist(matrix, entry)
+        except FatalError as exc:
+            missing.append(exc.message if exc.message.startswith(entry.id) else f"{entry.id}: {exc.message}")
+    if missing:
+        raise SourceError(f"{counted(len(missing), 'entry')} without a source: " + "; ".join(missing))
+    return found
 
 
 def _made(out: safe_io.OutputDir) -> set[str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...builder import environment, safe_io
+from ...builder.wording import counted
 from ...config import grammar
 from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
@@ -272,13 +273,19 @@ def export(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, opts: Slur
     opts.check()
     if not entries:
         raise UsageError("no entries to export")
+    problems = []  # every entry's, in one error
     for entry in entries:
-        sharding.check_entry(entry, "a batch script", shards=opts.shards)
+        try:
+            sharding.check_entry(entry, "a batch script", shards=opts.shards)
+        except UsageError as exc:
+            problems.append(exc.message)
         if entry.fa4 is not None:
-            raise UsageError(
+            problems.append(
                 f"entry {entry.id!r}: FlashAttention-4 makes no wheel for a node to compile (it is Python, from "
                 "the index, its kernels compiled into its image): build its image with `fa-images build`"
             )
+    if problems:
+        raise UsageError(f"no batch script written, {counted(len(problems), 'problem')}: " + "; ".join(problems))
     fetch = sdist_fetch(matrix, opts)
     texts = {"build.sbatch": build_script(entries, opts, fetch), "link.sbatch": link_script(entries, opts, fetch)}
     texts["submit.sh"] = submit_script()
