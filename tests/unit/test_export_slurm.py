@@ -41,6 +41,19 @@ def test_shards_split_each_compile_group_and_the_link_builds_each_entry(small_ma
     assert link.count("--after-shards") == 3  # every entry linked, each from its group's shards
 
 
+def test_only_tasks_of_one_compile_group_take_turns_on_a_node(small_matrix: Path, tmp_path: Path) -> None:
+    """Each task locks its group's work dir, not the node: two groups compile side by side."""
+    m = matrix.load(small_matrix)
+    opts = slurm.SlurmOptions(cpus=16)
+    slurm.export(m, m.entries, tmp_path / "out", opts)
+    build = (tmp_path / "out" / "build.sbatch").read_text()
+    locks = [line.split("=", 1)[1] for line in build.splitlines() if line.strip().startswith("FA_IMAGES_LOCK=")]
+    groups = [e.compile_group for e in m.entries]
+    assert len(locks) == 3 and len(set(locks)) == len(set(groups)) == 2
+    assert all(lock.startswith(f"{slurm.DEFAULT_WORK_DIR}/") and lock.endswith(".lock") for lock in locks)
+    assert 'exec flock "$FA_IMAGES_LOCK" ' in build and f"flock {slurm.DEFAULT_WORK_DIR} " not in build
+
+
 def test_tasks_ask_for_what_the_builder_s_sizing_uses(small_matrix: Path, tmp_path: Path) -> None:
     m = matrix.load(small_matrix)
     slurm.export(m, m.entries, tmp_path / "out", slurm.SlurmOptions(cpus=16))

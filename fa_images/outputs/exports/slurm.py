@@ -114,6 +114,12 @@ def _wheel_args(entry: Entry, opts: SlurmOptions, fetch: builder_env.SdistFetch)
     )
 
 
+def _group_lock(entry: Entry, opts: SlurmOptions) -> str:
+    """The lock of the entry's compile group on a node: its tasks share one work dir there, and
+    take turns; tasks of other groups run beside them."""
+    return f"{opts.work_dir}/{slug(entry.compile_group)}.lock"
+
+
 def tasks(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_env.SdistFetch) -> list[Task]:
     """The array's tasks, in index order: an entry each, or each compile group's shards."""
     if opts.shards == 1:
@@ -184,6 +190,7 @@ def build_script(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_
             f"  {index})  # {task.label}",
             f"    {_entry_exports(task.entry)}",
             f"    FA_IMAGES_ARGS=({shlex.join(task.wheel_args)})",
+            f"    FA_IMAGES_LOCK={shlex.quote(_group_lock(task.entry, opts))}",
             # The task's own entry: its variables are set above, for the setup to use.
             f"    {_run_setup(task.entry)}",
             "    ;;",
@@ -194,7 +201,7 @@ def build_script(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_
         'echo "fa-images task $SLURM_ARRAY_TASK_ID: $FA_IMAGES_ENTRY on $(hostname)"',
         # Tasks of one compile group on one node take turns: they compile under one fixed path.
         f"mkdir -p {shlex.quote(opts.work_dir)}",
-        f'exec flock {shlex.quote(opts.work_dir)} {shlex.quote(opts.python)} -m fa_images "${{FA_IMAGES_ARGS[@]}}"',
+        f'exec flock "$FA_IMAGES_LOCK" {shlex.quote(opts.python)} -m fa_images "${{FA_IMAGES_ARGS[@]}}"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -223,7 +230,7 @@ def link_script(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_e
         if opts.shards > 1:
             group = slug(entry.compile_group)
             args = [*_wheel_args(entry, opts, fetch), "--after-shards", f"shards/{group}", "--out", out]
-            link = f"flock {shlex.quote(opts.work_dir)} {python} -m fa_images {shlex.join(args)}"
+            link = f"flock {shlex.quote(_group_lock(entry, opts))} {python} -m fa_images {shlex.join(args)}"
             then = f"; then built+=({shlex.quote(out)}); else failed+=({shlex.quote(entry.id)}); fi"
             lines += ["if " + "\n".join(_in_entry_env(entry, link, then=then))]
         else:
