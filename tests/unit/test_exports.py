@@ -655,7 +655,7 @@ def test_a_build_job_that_would_pass_its_timeout_on_its_runner_is_refused_with_w
     assert refused.returncode == 2 and refused.stdout == ""
     (error, hint) = refused.stderr.splitlines()
     assert error == (
-        "error: 1 build job would pass --timeout-minutes 120 on a runner of 4 CPUs and 16 GiB: "
+        "error: 1 build job would run out of time (--timeout-minutes 120) on a runner of 4 CPUs and 16 GiB: "
         "fa2.8.3-py3.10-torch2.9.1-cu128 compiles 2 arch(s) of flash-attn's kernels, about 355 min with "
         "1 nvcc job at once"
     )
