@@ -73,7 +73,7 @@ def check(entries: tuple[Entry, ...], *, cpus: int, memory_gib: int, timeout: in
     ways += ["fewer archs per entry (an image per GPU class)", "a longer --timeout-minutes"]
     raise UsageError(
         f"{counted(len(over), 'build job')} would run out of time (--timeout-minutes {timeout}) on a runner of "
-        f"{cpus} CPUs and {memory_gib} GiB: {worst.entry} compiles {len(entry.archs) + int(entry.ptx)} arch(s) of flash-attn's "
-        f"kernels, about {worst.minutes} min with {counted(worst.jobs, 'nvcc job')} at once",
+        f"{cpus} CPUs and {memory_gib} GiB: {worst.entry} compiles {len(entry.archs) + int(entry.ptx)} arch(s) of "
+        f"flash-attn's kernels, about {worst.minutes} min with {counted(worst.jobs, 'nvcc job')} at once",
         hint="; or ".join(ways),
     )
