@@ -16,6 +16,7 @@ from .builder import cli as builder_cli
 from .builder import safe_io
 from .builder.wording import counted
 from .commands import pick as pick_command
+from .commands import schema as schema_command
 from .config.grammar import BUILDER_CHOICES, PUBLIC_URL_RULE, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
@@ -33,6 +34,7 @@ Build flash-attn wheels and images that are right for one exact Python, torch an
   fa-images doctor                   explain this machine: what is broken, what to build
   fa-images check IMAGE              pull an image and run its GPU check on this node's GPU
   fa-images pick g5                  the image and wheel a node takes, by its GPU or instance family
+  fa-images schema                   the JSON schema of matrix.yaml, for editors
 """
 
 
@@ -1209,6 +1211,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_compat,
         _add_source,
         pick_command.add,
+        schema_command.add,
     ):
         add(sub)
     builder_cli.add_commands(sub, check=False)

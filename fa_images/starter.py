@@ -113,6 +113,8 @@ def _render(entries: list[dict], made_for: str) -> str:
     bases = Bases()
     return f"""\
 # The flash-attn images and wheels to build, written by `fa-images init` for {made_for}.
+# yaml-language-server: $schema=matrix.schema.json
+#   (editors check this file against `fa-images schema > matrix.schema.json`, the line above)
 #   fa-images plan     what this expands to (every mistake at once, with its line)
 #   fa-images build    builds, checks and exports each entry; wheels in dist/ (needs Docker)
 # What fa-images knows (torch releases and their CUDA builds, GPUs, flash-attn sdists) is its
