@@ -41,7 +41,7 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path | None:
     if entry.fa4 is not None:
         return None
     if entry.fa3 is not None:
-        return _fa3_archive(matrix, entry)
+        return fa3_archive(matrix, entry)
     cache = cache_dir() / "sdists"
     local = Path(matrix.packages.sdists) if matrix.packages.sdists else None
     found_locally = local is not None and (local / source.sdist_name(entry.flash_attn)).is_file()
@@ -56,7 +56,9 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path | None:
     return path
 
 
-def _fa3_archive(matrix: Matrix, entry: Entry) -> Path:
+def fa3_archive(matrix: Matrix, entry: Entry) -> Path:
+    """FlashAttention-3's source archive in ``packages.sdists``, checked against its pin; refused,
+    with the command that makes it, where it is not there."""
     name = fa3.archive_name(entry.flash_attn)
     local = Path(matrix.packages.sdists) / name if matrix.packages.sdists else None
     if local is None or not local.is_file():

@@ -158,3 +158,12 @@ def test_slurm_names_every_problem_of_a_mixed_matrix_in_one_run(tmp_path: Path) 
     assert line.startswith("error: no batch script written, 3 problems: ")
     assert line.count("built unsharded") == 2 and line.count("makes no wheel for a node") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_export_github_refuses_fa3_entries_whose_archive_a_job_cannot_find(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MIXED)
+    out = tmp_path / "wf.yml"
+    proc = fa_images("export", "github", "--install", "fa-images==1.0", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.startswith("error: 2 entries without its source archive: fa3.0.0-py3.12-torch2.9.1-cu128: ")
+    assert "fa-images source fa3" in proc.stderr and not out.exists()

@@ -27,7 +27,10 @@ import shlex
 
 import yaml
 
+from ...builder.wording import counted
 from ...config.matrix import Entry, Matrix
+from ...errors import SourceError
+from .. import context
 from . import builder_env, runner_fit, sharding, slug
 from .github_steps import (
     ARTIFACT_PREFIX,
@@ -305,6 +308,7 @@ _Dumper.add_representer(str, _str)
 
 def render(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> str:
     opts.check()  # the header's comment names the matrix file: checked before it is written anywhere
+    _check_archives(matrix, entries)
     runner_fit.check(
         entries,
         cpus=opts.runner_cpus,
@@ -321,3 +325,21 @@ def render(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> s
         workflow(matrix, entries, opts), Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=False
     )
     return header + body
+
+
+def _check_archives(matrix: Matrix, entries: tuple[Entry, ...]) -> None:
+    """A job checks out the repository and builds there: FlashAttention-3's archives (no index
+    serves them) must be in its packages.sdists now. Every missing one in one error."""
+    missing = []
+    for entry in entries:
+        if entry.fa3 is None:
+            continue
+        try:
+            context.fa3_archive(matrix, entry)
+        except SourceError as exc:
+            missing.append(exc)
+    if missing:
+        raise SourceError(
+            f"{counted(len(missing), 'entry')} without its source archive: " + "; ".join(e.message for e in missing),
+            hint=missing[0].hint,
+        )
