@@ -165,5 +165,5 @@ def test_export_github_refuses_fa3_entries_whose_archive_a_job_cannot_find(tmp_p
     out = tmp_path / "wf.yml"
     proc = fa_images("export", "github", "--install", "fa-images==1.0", "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 4, proc.stderr
-    assert proc.stderr.startswith("error: 2 entries without its source archive: fa3.0.0-py3.12-torch2.9.1-cu128: ")
+    assert proc.stderr.startswith("error: 2 entries without a source archive: fa3.0.0-py3.12-torch2.9.1-cu128: ")
     assert "fa-images source fa3" in proc.stderr and not out.exists()

@@ -340,6 +340,6 @@ def _check_archives(matrix: Matrix, entries: tuple[Entry, ...]) -> None:
             missing.append(exc)
     if missing:
         raise SourceError(
-            f"{counted(len(missing), 'entry')} without its source archive: " + "; ".join(e.message for e in missing),
+            f"{counted(len(missing), 'entry')} without a source archive: " + "; ".join(e.message for e in missing),
             hint=missing[0].hint,
         )
