@@ -88,7 +88,7 @@ def starter_text(*, python: str = sys.executable, targets: list[str] | None = No
     notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ")]
     why = f"the torch of {python}" if installed == chose else "; ".join(n for n in notes if "torch" in n)
     archs = next((n for n in notes if n.startswith("no GPU seen")), f"for this machine's GPUs: {gpus}")
-    return Starter(_render(entries, made_for), f"Python {report.entry['python']} and torch {chose}: {why}", archs)
+    return Starter(_render(entries, made_for), f"Python {report.entry['python']}, {torch} here: {why}", archs)
 
 
 def _classes(targets: list[str], table: compat_mod.Compat) -> list[list[str]]:

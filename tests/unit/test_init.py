@@ -40,7 +40,7 @@ def test_init_writes_a_commented_matrix_for_this_machine_that_plan_loads(here: P
     (entry,) = matrix.load(here / "matrix.yaml").entries
     assert (entry.python, entry.torch, entry.cuda, entry.archs) == ("3.12", "2.9.1", "12.8", ("80",))
     said = capsys.readouterr().out.splitlines()  # what it chose and why, then what it wrote
-    assert said[0] == "Python 3.12 and torch 2.9.1: the torch of " + sys.executable
+    assert said[0] == "Python 3.12, torch 2.9.1+cu128 here: the torch of " + sys.executable
     chosen = "fa2.8.3-py3.12-torch2.9.1-cu128: CUDA 12.8, torch 2.9.1's default"
     assert said[1] == f"{chosen}; archs 80 (for this machine's GPUs: NVIDIA L4)"
     assert said[2].startswith("wrote matrix.yaml; next: fa-images plan")
@@ -78,7 +78,7 @@ def test_init_for_a_fleet_writes_an_entry_per_gpu_class_and_says_what_it_chose(h
         ("fa2.8.3-py3.12-torch2.9.1-cu128-sm90", ("H100",)),
     ]
     said = capsys.readouterr().out.splitlines()
-    assert said[0] == "Python 3.12 and torch 2.9.1: the torch of " + sys.executable  # the fake doctor's
+    assert said[0] == "Python 3.12, torch 2.9.1+cu128 here: the torch of " + sys.executable  # the fake doctor's
     sm120 = "fa2.8.3-py3.12-torch2.9.1-cu128-sm120"
     assert said[2] == f"{sm120}: CUDA 12.8, torch 2.9.1's default; archs 120 for RTXPRO6000"
     assert said[-1].startswith("wrote matrix.yaml")
