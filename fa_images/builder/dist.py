@@ -400,9 +400,7 @@ def _class_dir(name: str) -> bool:
 def _index_folders(out: safe_io.OutputDir) -> list[str]:
     """The index folders dist/ holds now, each before those inside it: simple/, every GPU
     class's <class>/ and <class>/simple/, and their project folders."""
-    roots = [SIMPLE] + [
-        f"{name}/{SIMPLE}" for name in out.list() if settings.GPU_CLASS.fullmatch(name) and out.kind(name) == "dir"
-    ]
+    roots = [SIMPLE] + [f"{name}/{SIMPLE}" for name in out.list() if _class_dir(name) and out.kind(name) == "dir"]
     folders: list[str] = []
     for root in roots:
         if out.kind(root) != "dir":
@@ -486,9 +484,10 @@ def indexes(names: Iterable[str]) -> dict[str, list[str]]:
 
 
 def _twin(name: str, record: WheelRecord | None = None) -> variants.Twin | None:
-    """A dist/ wheel's variant twin (its properties from its record, where given)."""
-    facts = record or WheelRecord(sha256="0" * 64, size=0, flash_attn="", python="")
-    return variants.twin_of(name, archs=facts.archs, ptx=bool(facts.ptx), cuda=facts.cuda)
+    """A dist/ wheel's variant twin: its name from the wheel's, its properties from its record."""
+    if record is None:  # where it goes, not what it says
+        return variants.twin_of(name)
+    return variants.twin_of(name, archs=record.archs, ptx=bool(record.ptx), cuda=record.cuda)
 
 
 def twin_files(twins: Iterable[variants.Twin]) -> list[str]:

@@ -56,7 +56,7 @@ class Twin:
         return f"{self.name.split('-', 1)[0]}-{self.version}-variants.json"
 
 
-def twin_of(name: str, *, archs: Iterable[str], ptx: bool, cuda: str | None) -> Twin | None:
+def twin_of(name: str, *, archs: Iterable[str] = (), ptx: bool = False, cuda: str | None = None) -> Twin | None:
     """The variant twin of a dist/ wheel, or None for a wheel that names no GPU class."""
     _project, version, _build, _tags = parse_wheel_filename(name)
     cls = settings.gpu_class_of(version.local)
