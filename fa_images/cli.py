@@ -505,7 +505,17 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     wheel_url = args.wheel_url if args.wheel_url.endswith("/") else args.wheel_url + "/"
     result = published.site(args.dist, args.out, wheel_url=wheel_url, published=index)
-    new = counted(len([p for p in result.uploads if p.suffix == ".whl"]), "new wheel")
+    from .builder import variants
+    from .config import compat as compat_mod
+    from .config import pick
+    from .outputs import node_page
+
+    # The front page: what each instance family and GPU takes, its lines on the site's own URL.
+    page = node_page.render(compat_mod.load(), pick.from_dist(args.out), args.published or ".")
+    safe_io.OutputDir(args.out, what="site directory").write_text("index.html", page)
+    new = counted(
+        len([p for p in result.uploads if p.suffix == ".whl" and p.parent.name != variants.FOLDER]), "new wheel"
+    )
     # Every line through `say`, escaped: --out is a name from outside, as `dist merge`'s names are.
     say(f"{args.out}: {counted(result.wheels, 'wheel')}, {new}; upload to {wheel_url}:", out=sys.stderr)
     for path in result.uploads:  # stdout: the files to upload, one per line, for a script

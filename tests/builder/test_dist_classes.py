@@ -239,9 +239,16 @@ def test_a_published_site_serves_each_class_its_index(
     assert install.returncode == 0, install.stderr
     assert installed_version(python) == f"{BASE}.sm80"
     assert not any(".sm90-" in path and path.endswith(".whl") for path in requested)
+    front = (web / "site" / "index.html").read_text()  # the front page: what each node takes
+    assert f"pip install --index-url ./sm80/simple &#x27;flash-attn=={BASE}.sm80&#x27;" in front
     again = publish(run_fa_images, two_classes, web, url)  # --published: every class page read, nothing new
     assert again.returncode == 0, again.stderr
     assert again.stdout.split() == [] and "site: 2 wheels, 0 new wheels" in again.stderr
+    front = (web / "site" / "index.html").read_text()
+    g5, p5, g4dn = (front[front.index(f'<td rowspan="1">{n}</td>') :][:1500] for n in ("g5", "p5", "g4dn"))
+    assert f"--index-url {url}site/sm80/simple" in g5 and "sm90" not in g5.split("</tr>")[0]
+    assert f"--index-url {url}site/sm90/simple" in p5 and "docker pull registry.example/fa/flash-attn" in p5
+    assert "nothing here runs on it" in g4dn.split("</tr>")[0]
     requested.clear()
     varied = fresh_venv(tmp_path / "varied")
     proc = _uv_variants(varied, tmp_path / "uv", f"{url}site/simple/", "9.0")  # the one index, the twins in the release
