@@ -44,7 +44,7 @@ def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
         if not table.fa2_arch(capability):
             return (
                 f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs "
-                f"{compat_mod.FA2_MIN_CAPABILITY} or newer"
+                f"{table.fa2_min_capability} or newer"
             )
     return None
 

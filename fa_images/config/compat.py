@@ -101,9 +101,6 @@ class Fa4Release:
     pins: dict[str, tuple[str, ...]]
 
 
-FA2_MIN_CAPABILITY = Version("8.0")  # flash-attn 2 needs Ampere or newer
-
-
 @dataclass(frozen=True, kw_only=True)
 class Instance:
     """An AWS instance family: its GPU, and its CPU (an aarch64 family is listed, never built)."""
@@ -148,9 +145,14 @@ class Compat:
         major = capability.split(".")[0]
         return next((a for a, (_, cc) in self.archs.items() if cc == major), None)
 
+    @property
+    def fa2_min_capability(self) -> str:
+        """The oldest GPU flash-attn 2 runs on: the capability of the oldest arch in the archs table."""
+        return f"{min(int(cc) for _min_cuda, cc in self.archs.values())}.0"
+
     def fa2_arch(self, capability: str) -> str | None:
-        """The flash-attn 2 arch a GPU of ``capability`` runs; None for one older than FA2_MIN_CAPABILITY."""
-        return self.arch_for_capability(capability) if Version(capability) >= FA2_MIN_CAPABILITY else None
+        """The flash-attn 2 arch a GPU of ``capability`` runs; None for one older than every arch of the table."""
+        return self.arch_for_capability(capability) if Version(capability) >= Version(self.fa2_min_capability) else None
 
     def unbuilt_family(self, name: str) -> str | None:
         """Why an instance family cannot be a target (an aarch64 one), or None. A name under

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from .compat import FA2_MIN_CAPABILITY, Compat, arch_runs_on
+from .compat import Compat, arch_runs_on
 from .model import Entry
 
 
@@ -19,10 +19,11 @@ class GpuRow:
     families: tuple[str, ...]  # AWS instance families with this GPU
     aarch64: tuple[str, ...]  # of those, the Grace ones: listed, not built here
     runs: tuple[str, ...] | None  # the matrix's entries that run on it; None without a matrix
+    oldest: str  # the oldest capability flash-attn 2 runs on (Compat.fa2_min_capability)
 
     @property
     def need(self) -> str:
-        return f"sm_{self.arch}" if self.arch else f"none (needs {FA2_MIN_CAPABILITY}+)"
+        return f"sm_{self.arch}" if self.arch else f"none (needs {self.oldest}+)"
 
     def summary(self) -> dict:
         data = {
@@ -54,6 +55,7 @@ def rows(compat: Compat, entries: tuple[Entry, ...] | None = None) -> list[GpuRo
                 families=families,
                 aarch64=tuple(f for f in families if compat.instances[f].cpu != "x86_64"),
                 runs=runs,
+                oldest=compat.fa2_min_capability,
             )
         )
     return out
