@@ -16,6 +16,7 @@ EXAMPLES = """\
 examples:
   fa-images pick g5                        what an AWS G5 node (A10G) takes from ./matrix.yaml's build
   fa-images pick L40S --dist dist          ... from the wheels a dist/ holds, each with its image
+  fa-images pick g6 --published https://acme.github.io/fa/   ... from a published site (dist site's)
   fa-images pick p5 --index-url https://acme.github.io/fa/   with the URL dist/ is served at
   fa-images pick --here --python 3.12 --torch 2.9.1   this node's GPU (nvidia-smi), its Python and torch
   fa-images pick sm_89 --json              one JSON object: the node and every offer that runs there
@@ -40,6 +41,7 @@ class PickArgs:
     matrix: Path = Path("matrix.yaml")
     compat: Path | None = None
     dist: Path | None = None
+    published: str | None = None
     index_url: str | None = None
     python: str | None = None
     torch: str | None = None
@@ -53,6 +55,7 @@ class PickArgs:
             matrix=args.matrix,
             compat=args.compat,
             dist=args.dist,
+            published=args.published,
             index_url=args.index_url,
             python=args.python,
             torch=args.torch,
@@ -78,6 +81,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="the matrix a build makes (default: %(default)s)",
     )
     source.add_argument("--dist", type=Path, metavar="DIR", help="the wheels a dist/ holds, instead of a matrix")
+    source.add_argument(
+        "--published", metavar="URL", help="the wheels a published site serves (dist site's), instead of a matrix"
+    )
     pick.add_argument(
         "--compat", type=Path, metavar="FILE", help="extra compatibility data merged over the built-in table"
     )
@@ -93,7 +99,9 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(namespace: argparse.Namespace) -> int:
+    from ..builder import untrusted
     from ..builder.gpuarch import visible_gpus
+    from ..builder.published import PublishedIndex
     from ..config import compat as compat_mod
     from ..config import grammar, matrix, pick
 
@@ -108,10 +116,16 @@ def run(namespace: argparse.Namespace) -> int:
     if args.dist is not None:
         table = compat_mod.load(*([args.compat] if args.compat else []))
         offers = pick.from_dist(args.dist)
+    elif args.published is not None:
+        if problem := grammar.public_url(args.published):
+            raise UsageError(f"--published {problem}")
+        table = compat_mod.load(*([args.compat] if args.compat else []))
+        site, _notes = PublishedIndex.read(args.published)
+        offers = pick.from_manifest(site.manifest, untrusted.shown_url(args.published))
     else:
         loaded = matrix.load(args.matrix, compat_override=args.compat)
         table, offers = loaded.compat, pick.from_entries(loaded.entries)
-    base = args.index_url or (args.dist or Path("dist")).resolve().as_uri()
+    base = args.index_url or args.published or (args.dist or Path("dist")).resolve().as_uri()
     names = list(args.nodes)
     if args.here:  # each GPU by the table's name its nvidia-smi name holds, else its capability
         names = list(dict.fromkeys(pick.named(table, name, f"{major}.{minor}") for name, (major, minor) in found))
@@ -139,7 +153,7 @@ def run(namespace: argparse.Namespace) -> int:
     if empty:
         narrowed = " of Python " + args.python if args.python else ""
         narrowed += " and torch " + args.torch if args.torch else ""
-        source = str(args.dist or args.matrix)
+        source = str(args.dist or args.published or args.matrix)
         raise NothingRuns(
             f"nothing in {source}{narrowed} runs on {', '.join(at.describe() for at in empty)}",
             hint=f"its entries run on {pick.nearest(offers, table)}",

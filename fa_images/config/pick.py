@@ -132,9 +132,13 @@ def from_dist(directory: Path) -> list[Offer]:
     """The wheels a dist/ holds, each with the image its record names."""
     if not directory.is_dir():
         raise UsageError(f"--dist {directory} is not a directory (give the dist/ that `fa-images build` wrote)")
-    manifest = dist.read_manifest(directory)
+    return from_manifest(dist.read_manifest(directory), str(directory))
+
+
+def from_manifest(manifest: dist.Manifest, where: str) -> list[Offer]:
+    """The wheels a dist/'s manifest records (a folder's, or a published site's), each with its image."""
     if not manifest.wheels:
-        raise UsageError(f"{directory} holds no wheels ({dist.MANIFEST} records none)")
+        raise UsageError(f"{where} holds no wheels ({dist.MANIFEST} records none)")
     offers = []
     for name, record in sorted(manifest.wheels.items()):
         project, version, _build, _tags = parse_wheel_filename(name)

@@ -249,6 +249,10 @@ def test_a_published_site_serves_each_class_its_index(
     assert f"--index-url {url}site/sm80/simple" in g5 and "sm90" not in g5.split("</tr>")[0]
     assert f"--index-url {url}site/sm90/simple" in p5 and "docker pull registry.example/fa/flash-attn" in p5
     assert "nothing here runs on it" in g4dn.split("</tr>")[0]
+    picked = run_fa_images(["pick", "p5", "--published", f"{url}site/", "--json"])  # a node that has only the URL
+    assert picked.returncode == 0, picked.stderr
+    [offer] = json.loads(picked.stdout)[0]["offers"]
+    assert offer["pip"] == f"pip install --index-url {url}site/sm90/simple 'flash-attn=={BASE}.sm90'"
     requested.clear()
     varied = fresh_venv(tmp_path / "varied")
     proc = _uv_variants(varied, tmp_path / "uv", f"{url}site/simple/", "9.0")  # the one index, the twins in the release
