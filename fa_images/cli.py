@@ -525,33 +525,40 @@ def cmd_dist_site(args: argparse.Namespace) -> int:
 
 def cmd_export_github(args: argparse.Namespace) -> int:
     from .errors import UsageError
-    from .outputs.exports import github, runner_fit, this_install
+    from .outputs.exports import github, this_install
 
     m = _load(args)
-    install = args.install if args.install is not None else this_install.this_fa_images(Path.cwd())
-    opts = github.GithubOptions(
-        matrix_file=str(args.matrix),
-        runs_on=tuple(args.runs_on or ("ubuntu-latest",)),
-        merge_runs_on=tuple(args.merge_runs_on or ("ubuntu-latest",)),
-        timeout_minutes=args.timeout_minutes,
-        runner_cpus=args.runner_cpus or runner_fit.HOSTED_CPUS,
-        runner_memory_gib=args.runner_memory or runner_fit.HOSTED_MEMORY_GIB,
-        python=args.python,
-        install=install,
-        push=args.push,
-        registry_username_secret=args.registry_username_secret,
-        registry_password_secret=args.registry_password_secret,
-        release=args.release,
-        shards=args.shards,
-        schedule=args.schedule,
-        published=args.published,
-        table=args.table or "compat.yaml",
-    )
-    if args.schedule is not None and args.only:
+    # The flags given, over those the file records (--check), over GithubOptions' own defaults.
+    given = {
+        "runs_on": tuple(args.runs_on) if args.runs_on else None,
+        "merge_runs_on": tuple(args.merge_runs_on) if args.merge_runs_on else None,
+        "timeout_minutes": args.timeout_minutes,
+        "runner_cpus": args.runner_cpus,
+        "runner_memory_gib": args.runner_memory,
+        "python": args.python,
+        "install": args.install,
+        "push": args.push,
+        "registry_username_secret": args.registry_username_secret,
+        "registry_password_secret": args.registry_password_secret,
+        "release": args.release,
+        "shards": args.shards,
+        "schedule": args.schedule,
+        "published": args.published,
+        "table": args.table,
+    }
+    recorded: dict = {}
+    only: list[str] | None = None
+    if args.check and args.out is not None:
+        recorded, only = github.recorded_options(_current_text(args.out), str(args.out))
+    settings = {**recorded, **{k: v for k, v in given.items() if v is not None}}
+    if "install" not in settings:
+        settings["install"] = this_install.this_fa_images(Path.cwd())
+    opts = github.GithubOptions(matrix_file=str(args.matrix), **settings)
+    if opts.schedule is not None and args.only:
         raise UsageError("--schedule takes no --only: a scheduled run builds what its plan holds")
-    if args.schedule is None and args.table:
+    if opts.schedule is None and args.table:
         raise UsageError("--table goes with --schedule (the table a scheduled run refreshes)")
-    text = github.render(m, m.select(args.only), opts)
+    text = github.render(m, m.select(args.only or only), opts)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -685,7 +692,12 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     _matrix_args(gh)
     gh.add_argument("--only", nargs="+", metavar="ID", help="just these entries")
     gh.add_argument("--out", type=Path, metavar="FILE", help="write here (default: print it)")
-    gh.add_argument("--check", action="store_true", help="with --out: write nothing; exit 1 if FILE is stale")
+    gh.add_argument(
+        "--check",
+        action="store_true",
+        help="with --out: write nothing; exit 1 if FILE is stale, made again with the flags FILE records "
+        "(each flag given here replaces its recorded one)",
+    )
     gh.add_argument(
         "--runs-on",
         action="append",
@@ -695,9 +707,7 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     gh.add_argument(
         "--merge-runs-on", action="append", metavar="LABEL", help="merge job runner label (default: ubuntu-latest)"
     )
-    gh.add_argument(
-        "--timeout-minutes", type=builder_cli.positive, default=360, metavar="N", help="per build job (default: 360)"
-    )
+    gh.add_argument("--timeout-minutes", type=builder_cli.positive, metavar="N", help="per build job (default: 360)")
     gh.add_argument(
         "--runner-cpus",
         type=builder_cli.positive,
@@ -711,24 +721,23 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
         metavar="GIB",
         help="the build runner's memory in GiB (default: GitHub's ubuntu-latest runner's); 5 GiB per nvcc job",
     )
-    gh.add_argument(
-        "--python", default="3.11", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)"
-    )
+    gh.add_argument("--python", metavar="X.Y", help="Python that runs fa-images on the runner (default: 3.11)")
     gh.add_argument(
         "--install",
         metavar="SPEC",
         help="what the jobs' pip installs to get fa-images (default: the fa-images writing it, pinned: "
         "git+URL@COMMIT from its install record, or fa-images==VERSION; `.` in fa-images's own repository)",
     )
-    gh.add_argument("--push", action="store_true", help="push the images, logging in with the two secrets below")
     gh.add_argument(
-        "--registry-username-secret",
-        default="REGISTRY_USERNAME",
-        metavar="NAME",
-        help="secret holding the registry user",
+        "--push", action="store_true", default=None, help="push the images, logging in with the two secrets below"
     )
     gh.add_argument(
-        "--registry-password-secret", default="REGISTRY_TOKEN", metavar="NAME", help="secret holding the registry token"
+        "--registry-username-secret",
+        metavar="NAME",
+        help="secret holding the registry user (default: REGISTRY_USERNAME)",
+    )
+    gh.add_argument(
+        "--registry-password-secret", metavar="NAME", help="secret holding the registry token (default: REGISTRY_TOKEN)"
     )
     gh.add_argument(
         "--release", metavar="TAG", help="upload the merged wheels to this GitHub release (never replacing one)"
@@ -736,7 +745,6 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     gh.add_argument(
         "--shards",
         type=builder_cli.positive,
-        default=1,
         metavar="N",
         help="split each compile group's kernels over a matrix of N jobs (wheel --shard I/N, 1 to 256) whose "
         "compiler caches travel as artifacts to a link job per entry (wheel --after-shards); images are then "
@@ -785,7 +793,6 @@ def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
     sl.add_argument(
         "--shards",
         type=builder_cli.positive,
-        default=1,
         metavar="N",
         help="split each compile group's kernels over N array tasks (wheel --shard I/N), then link each entry "
         "from the shared cache (default: 1, one task per entry)",

@@ -103,7 +103,8 @@ def test_workflow_builds_each_entry_then_merges(small_matrix: Path, tmp_path: Pa
     steps = merge["steps"]
     assert any(s.get("uses", "").startswith("actions/download-artifact@") for s in steps)
     assert "fa-images dist merge artifacts --dist dist" in [s.get("run") for s in steps]
-    assert "push" not in text and "secrets." not in text  # nothing pushed or logged into unless asked
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))  # the header records flags
+    assert "push" not in body and "secrets." not in text  # nothing pushed or logged into unless asked
 
 
 def test_secrets_appear_only_as_references(small_matrix: Path) -> None:
@@ -678,3 +679,22 @@ def test_the_estimate_is_the_measured_kernel_costs_times_the_archs() -> None:
     # 16 GiB: 3 nvcc jobs of one arch at once; of two archs, one job of two threads.
     assert runner_fit.fit(one, cpus=4, memory_gib=16) == runner_fit.Fit(entry=one.id, minutes=132, jobs=3)
     assert runner_fit.fit(two, cpus=4, memory_gib=16) == runner_fit.Fit(entry=two.id, minutes=355, jobs=1)
+
+
+def test_check_takes_the_flags_the_workflow_records(small_matrix: Path, tmp_path: Path, capsys) -> None:
+    """`--check --out FILE` alone: made again with the flags FILE was made with; a flag given
+    replaces its recorded one; a record that is not fa-images' is refused, not trusted."""
+    from fa_images import cli
+
+    out = tmp_path / "wf.yml"
+    flags = ["--runs-on", "self-hosted", "--runner-cpus", "32", "--runner-memory", "128", "--timeout-minutes", "90"]
+    flags += ["--push", "--install", "fa-images==1.0"]
+    assert cli.main(["export", "github", "--matrix", str(small_matrix), "--out", str(out), *flags]) == 0
+    assert cli.main(["export", "github", "--matrix", str(small_matrix), "--out", str(out), "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    other = ["--check", "--timeout-minutes", "120"]
+    assert cli.main(["export", "github", "--matrix", str(small_matrix), "--out", str(out), *other]) == 1
+    capsys.readouterr()
+    out.write_text(out.read_text().replace('"timeout_minutes":90', '"timeout_minutes":"90; rm -rf /"'))
+    assert cli.main(["export", "github", "--matrix", str(small_matrix), "--out", str(out), "--check"]) == 2
+    assert "recorded timeout_minutes" in capsys.readouterr().err
