@@ -793,6 +793,7 @@ def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
     sl.add_argument(
         "--shards",
         type=builder_cli.positive,
+        default=1,
         metavar="N",
         help="split each compile group's kernels over N array tasks (wheel --shard I/N), then link each entry "
         "from the shared cache (default: 1, one task per entry)",
