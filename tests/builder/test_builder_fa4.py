@@ -56,7 +56,10 @@ def test_the_check_finds_the_kernels_and_with_no_gpu_says_so(fa4_cache, venv_pyt
     proc = run_with_fa4(venv_python, site, ["check"], env)
     assert proc.returncode == contract.EXIT_NO_GPU, proc.stdout + proc.stderr[-2000:]
     assert "flash-attn-4 4.0.0b36 imports next to torch 2.9.1" in proc.stdout
-    assert "(4 kernels compiled ahead in" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("NO GPU")
+    assert (
+        "(4 kernels compiled ahead for H100 (sm_90a, 132 SMs) in" in proc.stdout
+        and proc.stdout.rstrip().splitlines()[-1].startswith("NO GPU")
+    )
 
 
 # Every arch class FA4's code runs on, each with its own SM count, as the compat table gives them:
