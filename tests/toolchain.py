@@ -516,7 +516,7 @@ def cpython(version: str = SECOND_PYTHON) -> Path:
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=f".cpython-{version}-build-") as tmp:
             _log(f"building CPython from {source.name} into {dest}")
             with tarfile.open(source) as tar:
-                tar.extractall(tmp, filter="data")
+                tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             (tree,) = Path(tmp).glob("Python-*/configure")
             # The interpreters the build runs read no PYTHONPATH or PYTHONHOME of the tests'.
             env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

@@ -37,6 +37,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # What an engine adds to a container of a FROM-scratch image: not the stage's files.
 _ENGINE_MADE = frozenset({".dockerenv", "dev", "proc", "sys", "etc"})
 
+_DATA_FILTER: dict = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
 
 class LegacyEngine(Protocol):
     """What the legacy builder needs of its engine (``engine.DockerEngine`` answers it)."""
@@ -144,7 +146,8 @@ class SdkBuilder:
                     name = member.name.removeprefix("./").lstrip("/")
                     if not name or name.split("/")[0] in _ENGINE_MADE or not (member.isfile() or member.isdir()):
                         continue
-                    tar.extract(member.replace(name=name), dest, filter="data")
+                    # The tar filter where this Python has it (3.10.12, 3.11.4 and later): a second check.
+                    tar.extract(member.replace(name=name), dest, **_DATA_FILTER)
         finally:
             spool.unlink(missing_ok=True)
 
