@@ -85,30 +85,45 @@ def document(twins: Iterable[Twin]) -> dict:
 def make(source: Path, twin: Twin, out: Path) -> None:
     """Writes ``twin`` to ``out`` from its class wheel ``source``: the same members and times, its
     dist-info renamed for the shared version, METADATA's Version with it, variant.json added,
-    RECORD written anew. The same source gives the same bytes."""
+    RECORD written anew. The same source gives the same bytes. Each member is streamed: a wheel's
+    extension may be hundreds of MB."""
     old_info = f"{twin.source.split('-', 1)[0]}-{parse_wheel_filename(twin.source)[1]}.dist-info/"
     new_info = f"{twin.name.split('-', 1)[0]}-{twin.version}.dist-info/"
-    record_lines: list[str] = []
+    record: list[str] = []
     with zipfile.ZipFile(source) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
             name = new_info + info.filename[len(old_info) :] if info.filename.startswith(old_info) else info.filename
             if name == f"{new_info}RECORD":
                 continue
-            data = src.read(info)
             if name == f"{new_info}METADATA":
-                data = re.sub(rb"(?m)^Version: .*$", f"Version: {twin.version}".encode(), data, count=1)
-            _add(dst, name, data, info.date_time, info.external_attr, record_lines)
+                data = re.sub(rb"(?m)^Version: .*$", f"Version: {twin.version}".encode(), src.read(info), count=1)
+                _add(dst, name, data, info.date_time, info.external_attr, record)
+                continue
+            entry = _entry(name, info.date_time, info.external_attr)
+            digest, size = hashlib.sha256(), 0
+            with src.open(info) as reader, dst.open(entry, "w") as writer:
+                while chunk := reader.read(1 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    writer.write(chunk)
+            record.append(f"{name},sha256={_b64(digest.digest())},{size}")
         variant = json.dumps(document([twin]), indent=2, sort_keys=True).encode() + b"\n"
-        _add(dst, f"{new_info}variant.json", variant, _EPOCH, 0o644 << 16, record_lines)
-        record_lines.append(f"{new_info}RECORD,,")
-        record = ("\n".join(record_lines) + "\n").encode()
-        _add(dst, f"{new_info}RECORD", record, _EPOCH, 0o644 << 16, [])
+        _add(dst, f"{new_info}variant.json", variant, _EPOCH, 0o644 << 16, record)
+        record.append(f"{new_info}RECORD,,")
+        _add(dst, f"{new_info}RECORD", ("\n".join(record) + "\n").encode(), _EPOCH, 0o644 << 16, [])
 
 
-def _add(dst: zipfile.ZipFile, name: str, data: bytes, when: tuple, mode: int, record: list[str]) -> None:
+def _entry(name: str, when: tuple, mode: int) -> zipfile.ZipInfo:
     entry = zipfile.ZipInfo(name, date_time=when)
     entry.external_attr = mode
     entry.compress_type = zipfile.ZIP_DEFLATED
-    dst.writestr(entry, data)
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(data)}")
+    return entry
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _add(dst: zipfile.ZipFile, name: str, data: bytes, when: tuple, mode: int, record: list[str]) -> None:
+    dst.writestr(_entry(name, when, mode), data)
+    record.append(f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}")

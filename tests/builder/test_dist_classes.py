@@ -7,6 +7,8 @@ merged through `fa-images dist merge`, installed by pip and uv into throwaway ve
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import subprocess
@@ -71,6 +73,15 @@ def test_a_twin_is_its_class_wheel_under_the_shared_version(two_classes: Path) -
             variant = json.loads(z.read(f"{info}/variant.json"))
             properties = {"sm_arch": [f"{arch}_real"], "cuda_version_lower_bound": ["12.0"]}
             assert variant["variants"] == {cls: {"nvidia": properties}}
+            for line in z.read(f"{info}/RECORD").decode().splitlines():  # every member as RECORD says it is
+                name, digest, size = line.split(",")
+                if digest:
+                    data = z.read(name)
+                    assert (
+                        digest
+                        == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                    )
+                    assert int(size) == len(data)
             assert f"{info}/variant.json,sha256=" in z.read(f"{info}/RECORD").decode()
     index = json.loads((two_classes / "variants" / f"flash_attn-{BASE}-variants.json").read_text())
     assert sorted(index["variants"]) == sorted(CLASSES)
