@@ -463,7 +463,11 @@ def gpu_class(name: str) -> str | None:
 
 def index_of(name: str) -> str:
     """The folder of the index that lists a wheel under its own name: its GPU class's, else the one."""
-    cls = gpu_class(name)
+    return class_index(gpu_class(name))
+
+
+def class_index(cls: str | None) -> str:
+    """The folder of a GPU class's index (``sm80/simple``), or the one index's for no class."""
     return f"{cls}/{SIMPLE}" if cls else SIMPLE
 
 

@@ -123,7 +123,7 @@ class Entry:
         GPU class (a node of that class takes that index), else ``simple``; None: the package index's."""
         if self.wheel_version is None:
             return None
-        return f"{self.gpu_class}/{dist.SIMPLE}" if self.gpu_class else dist.SIMPLE
+        return dist.class_index(self.gpu_class)
 
     @property
     def wheel_file(self) -> str | None:
