@@ -113,6 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     left_out = list(dict.fromkeys(f"left out {lo.combination}: {lo.reason}" for lo in m.left_out))
     for note in notes + left_out:
         say(note, out=sys.stderr if args.json else None)
+    _warn_unfound_archives(m, entries)
     if args.json:
         print(json.dumps([e.summary() for e in entries], indent=2))
         return 0
@@ -135,6 +136,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     also = f"; {counted(len(left_out), 'combination')} left out" if left_out else ""
     say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels){also}")
     return 0
+
+
+def _warn_unfound_archives(m, entries) -> None:
+    """Entries a build and every export would refuse for a missing source archive, said now."""
+    unfound = m.unfound_archives(entries)
+    if unfound:
+        lines = "; ".join(unfound)
+        fix = "`fa-images source fa3` makes it; packages.sdists: DIR finds it"
+        count = counted(len(unfound), "entry")
+        say(f"warning: {count} without a source archive, which build and the exports refuse: {lines} ({fix})",
+            out=sys.stderr)  # fmt: skip
 
 
 def _fa4_targets_text(targets, grid) -> str:
@@ -224,6 +236,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from .outputs import render
 
     m = _load(args)
+    _warn_unfound_archives(m, m.entries)
     form = m.build.decide_builder(args.builder, host=None).form  # the files never depend on this host
     result = render.render_all(m, m.entries, args.out, check=args.check, builder=form)
     if args.check:  # the files found in --out are named escaped, newlines too: any name can be there
@@ -911,9 +924,12 @@ examples:
   fa-images init --target H100 --out h100.yaml
   fa-images init --target g5 --target g6e --target g7e    an entry per GPU class: sm80 (g5, g6e), sm120 (g7e)
   fa-images init --target g5 --target g7e --one-image     one image for both (archs 80 and 120)
+  fa-images init --flash-attn 3.0.0 --target H100         FlashAttention-3 (its fa3: knobs commented)
+  fa-images init --flash-attn 4.0.0b36 --target g6e --target p5    FlashAttention-4, an image per class
 then: fa-images plan, fa-images build
 
-Exit status: 0 written, 2 bad input (an unknown target, a file already there without --force),
+Exit status: 0 written, 2 bad input (an unknown target, a file already there without --force, a
+--flash-attn the torch or the target cannot have),
 3 no entry fits this machine (doctor says why).
 
 protected: the file is validated as `plan` would load it before it is written; it is written
@@ -925,7 +941,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     from . import starter
 
     written = starter.write(
-        args.out, force=args.force, python=args.python, targets=args.target, one_image=args.one_image
+        args.out,
+        force=args.force,
+        python=args.python,
+        targets=args.target,
+        one_image=args.one_image,
+        flash_attn=args.flash_attn,
     )
     say(written.torch_why)  # what it chose, and why: plan's reading of the file it wrote
     for e in written.entries:
@@ -1019,6 +1040,12 @@ def _add_init(sub: argparse._SubParsersAction) -> None:
         "--one-image", action="store_true", help="with several --target: one entry for them all, not one per class"
     )
     init.add_argument("--python", default=sys.executable, metavar="PATH", help="the Python whose torch to build for")
+    init.add_argument(
+        "--flash-attn",
+        metavar="VERSION",
+        help="the flash-attn to build, which names its generation: 2.8.3, 3.0.0 (FlashAttention-3), 4.0.0b36 "
+        "(FlashAttention-4); default: the newest flash-attn 2 the compat table knows for the torch",
+    )
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
     init.set_defaults(func=cmd_init)
 

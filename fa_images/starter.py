@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import doctor
-from .builder import safe_io
+from .builder import generation, safe_io
 from .config import compat as compat_mod
-from .config import matrix
+from .config import matrix, pick
 from .config.grammar import PULL_POLICIES
 from .config.model import DEFAULT_IMAGE, Bases, Entry
 from .errors import ConfigError, EnvironmentProblem, UsageError
@@ -29,8 +29,9 @@ from .errors import ConfigError, EnvironmentProblem, UsageError
 _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_. -]{0,39}", re.ASCII)
 
 
-def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
-    """Why ``target`` cannot be a starter's target, or None: what plan would say of it, in one line."""
+def _target_problem(target: str, table: compat_mod.Compat, number: int = 2) -> str | None:
+    """Why ``target`` cannot be a starter's target, or None: what plan would say of it, in one line.
+    The rules of FlashAttention-3 and -4 (``number``) are the resolver's, which loads the starter."""
     if not _TARGET.fullmatch(target):
         return f"--target {target!r} is not a target name, an instance family or a GPU"
     if why := table.unbuilt_family(target):
@@ -41,7 +42,7 @@ def _target_problem(target: str, table: compat_mod.Compat) -> str | None:
         if capability is None:
             hint = compat_mod.did_you_mean(target, table.target_names())
             return f"--target {target!r} is neither a target nor a GPU fa-images knows ({hint})"
-        if not table.fa2_arch(capability):
+        if number == 2 and not table.fa2_arch(capability):
             return (
                 f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs "
                 f"{table.fa2_min_capability} or newer"
@@ -56,13 +57,20 @@ class Starter:
     archs_why: str  # why its archs, without a target: this machine's GPUs, or none seen
 
 
-def starter_text(*, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False) -> Starter:
+def starter_text(
+    *,
+    python: str = sys.executable,
+    targets: list[str] | None = None,
+    one_image: bool = False,
+    flash_attn: str | None = None,
+) -> Starter:
     """The starter matrix for this machine, or for ``targets``: an entry per GPU class (targets
-    whose GPUs need the same archs share one), or one for all with ``one_image``; refused when
-    nothing fits."""
+    whose GPUs need the same kernels share one), or one for all with ``one_image``; refused when
+    nothing fits. ``flash_attn``: the version to build (its generation's), not the one doctor suggests."""
     table = compat_mod.load()
+    number = generation.of_version(flash_attn).number if flash_attn else 2
     for target in targets or ():
-        problem = _target_problem(target, table)
+        problem = _target_problem(target, table, number)
         if problem:
             raise UsageError(
                 problem,
@@ -72,12 +80,21 @@ def starter_text(*, python: str = sys.executable, targets: list[str] | None = No
     if report.entry is None:
         why = "; ".join(f.detail for f in report.findings if f.name == "matrix entry") or "no Python doctor can read"
         raise EnvironmentProblem(f"no entry fits this machine: {why}", hint="run `fa-images doctor` to see why")
-    entries = [dict(report.entry)]
-    if targets:
-        base = {k: v for k, v in report.entry.items() if k not in ("archs", "cuda")}
-        groups = [list(dict.fromkeys(targets))] if one_image else _classes(targets, table)
-        entries = [{**base, "target": group} for group in groups]
     facts = report.facts
+    entries = [dict(report.entry)]
+    if number != 2 and not targets:  # its kernels are chosen by GPU: this machine's, named
+        seen = facts.get("gpus") or []
+        targets = list(dict.fromkeys(pick.named(table, g["name"], g.get("compute_capability", "")) for g in seen))
+        if not targets:
+            raise UsageError(
+                f"FlashAttention-{number} needs a target, and no GPU is seen here", hint="e.g. --target H100"
+            )
+    if flash_attn:
+        entries = [{**entries[0], "flash_attn": flash_attn}]
+    if targets:
+        base = {k: v for k, v in entries[0].items() if k not in ("archs", "cuda")}
+        groups = [list(dict.fromkeys(targets))] if one_image else _classes(targets, table, number)
+        entries = [{**base, "target": group} for group in groups]
     version = (facts.get("torch") or {}).get("version")
     torch = f"torch {version}" if version else "no torch"
     gpus = ", ".join(g["name"] for g in facts.get("gpus") or []) or "no GPU seen"
@@ -88,17 +105,24 @@ def starter_text(*, python: str = sys.executable, targets: list[str] | None = No
     notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ")]
     why = f"the torch of {python}" if installed == chose else "; ".join(n for n in notes if "torch" in n)
     archs = next((n for n in notes if n.startswith("no GPU seen")), f"for this machine's GPUs: {gpus}")
-    return Starter(_render(entries, made_for), f"Python {report.entry['python']}, {torch} here: {why}", archs)
+    return Starter(_render(entries, made_for, number), f"Python {report.entry['python']}, {torch} here: {why}", archs)
 
 
-def _classes(targets: list[str], table: compat_mod.Compat) -> list[list[str]]:
-    """The targets grouped by the archs their GPUs need, in the order given: one entry, one image
-    and one wheel per GPU class."""
+def _classes(targets: list[str], table: compat_mod.Compat, number: int = 2) -> list[list[str]]:
+    """The targets grouped by the kernels their GPUs need, in the order given: one entry, one image
+    and one wheel per GPU class. flash-attn 2's by arch; FlashAttention-4's by the arch it compiles
+    for each GPU (sm_86, sm_90a); FlashAttention-3's kernels are the same for all (sm_80, sm_90a)."""
+    if number == 3:
+        return [list(dict.fromkeys(targets))]
     groups: dict[tuple[str, ...], list[str]] = {}
     for target in dict.fromkeys(targets):
-        capabilities = (table.capability_of(gpu) or "" for gpu in table.target_gpus(target))
-        archs = tuple(sorted({table.arch_for_capability(cc) or "" for cc in capabilities}))
-        groups.setdefault(archs, []).append(target)
+        if number == 4:
+            found = [table.fa4_target(gpu) for gpu in table.target_gpus(target)]
+            key = tuple(sorted({t.compile_target if not isinstance(t, str) else t for t in found}))
+        else:
+            capabilities = (table.capability_of(gpu) or "" for gpu in table.target_gpus(target))
+            key = tuple(sorted({table.arch_for_capability(cc) or "" for cc in capabilities}))
+        groups.setdefault(key, []).append(target)
     return list(groups.values())
 
 
@@ -107,7 +131,33 @@ def _flow(entry: dict) -> str:
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items()) + "}"
 
 
-def _render(entries: list[dict], made_for: str) -> str:
+# What each later generation's starter adds: the section that shapes what its image compiles.
+_GENERATION_NOTES = {
+    3: """
+# FlashAttention-3 is on no index: its source archive is made once from two clones, and found in
+# packages.sdists (`fa-images source fa3 --flash-attention CLONE --cutlass CLONE --out sources/`).
+packages:
+  sdists: sources
+# What it compiles: upstream's full build (about 293 kernels, hours on few cores) unless trimmed:
+# fa3:
+#   head_dims: [128]         # of 64, 96, 128, 192, 256
+#   dtypes: [bf16, fp16]     # of bf16 (always), fp16, fp8
+#   without: [split, paged_kv, append_kv, local, softcap, packgqa, sm80, hdim_diff]
+""",
+    4: """
+# FlashAttention-4's kernels are compiled ahead, for each GPU of the target, for these calls
+# (the defaults); a call of another shape compiles at its first call, as without fa-images:
+# fa4:
+#   head_dims: [64, 128]
+#   dtypes: [bf16]
+#   causal: [false, true]
+#   kv_heads: [16, 4]        # of 16 query heads: MHA and GQA 4:1
+#   modes: [train, infer]
+""",
+}
+
+
+def _render(entries: list[dict], made_for: str, number: int = 2) -> str:
     entry = entries[0]
     lines = "\n".join(f"  - {_flow(e)}" for e in entries)
     bases = Bases()
@@ -147,18 +197,22 @@ entries:
 #   pull: {PULL_POLICIES[0]}  # or {" or ".join(PULL_POLICIES[1:])}: when the bases are pulled, before any build
 #   # offline: `docker load -i base.tar`, name its tag under bases:, and set pull: never
 #   memory: 16g  # a memory limit for the compile; the builder sizes its jobs by it
-"""
+""" + _GENERATION_NOTES.get(number, "")
 
 
-def _check(text: str) -> tuple[Entry, ...]:
-    """Loads the text as ``plan`` would, into its entries: a starter that does not validate is never written."""
+def _check(text: str, flash_attn: str | None = None) -> tuple[Entry, ...]:
+    """Loads the text as ``plan`` would, into its entries: a starter that does not validate is never
+    written. It is the user's choice that fails where ``flash_attn`` was given (FA3 on an old torch)."""
     with tempfile.TemporaryDirectory(prefix="fa-init-") as tmp:
         path = Path(tmp) / "matrix.yaml"
         path.write_text(text)
         try:
             return matrix.load(path).entries
-        except ConfigError as exc:  # a bug here, not the user's input
-            raise EnvironmentProblem(f"the starter matrix does not validate: {exc}") from None
+        except ConfigError as exc:
+            if flash_attn:
+                why = "; ".join(p.message for p in exc.problems)
+                raise UsageError(f"--flash-attn {flash_attn}: {why}") from None
+            raise EnvironmentProblem(f"the starter matrix does not validate: {exc}") from None  # a bug here
 
 
 @dataclass(frozen=True)
@@ -170,7 +224,13 @@ class Written:
 
 
 def write(
-    out: Path, *, force: bool, python: str = sys.executable, targets: list[str] | None = None, one_image: bool = False
+    out: Path,
+    *,
+    force: bool,
+    python: str = sys.executable,
+    targets: list[str] | None = None,
+    one_image: bool = False,
+    flash_attn: str | None = None,
 ) -> Written:
     if out.name in ("", ".", ".."):
         raise UsageError(f"--out {out} is not a file name")
@@ -184,8 +244,8 @@ def write(
             f"{out} already exists; fa-images init does not overwrite it",
             hint="--force replaces it, or --out another file",
         )
-    starter = starter_text(python=python, targets=targets, one_image=one_image)
+    starter = starter_text(python=python, targets=targets, one_image=one_image, flash_attn=flash_attn)
     text = starter.text
-    entries = _check(text)
+    entries = _check(text, flash_attn)
     path = folder.write_text(out.name, text) if force else folder.create_text(out.name, text)
     return Written(path, entries, starter.torch_why, starter.archs_why)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import itertools
 import os
 import re
 import subprocess
@@ -50,6 +51,9 @@ GIT_TIMEOUT = 600.0
 STABLE_ABI_TORCH = Version("2.9")
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
+# The compile of one of its kernels for its one arch, on one core: the longest of a trimmed build's
+# (bench/results/fa3-container-h100/build.log: 6 units, 16 jobs x 1 nvcc thread, 149 s in all).
+KERNEL_SECONDS = 149
 DTYPES = ("bf16", "fp16", "fp8")  # bf16 is always built
 # Feature -> the FLASH_ATTENTION_DISABLE_* suffixes that leave it out.
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -114,6 +118,37 @@ class Fa3Build:
         off |= {d.upper() for d in DTYPES if d not in self.dtypes}
         off |= {s for feature in self.without for s in FEATURES[feature]}
         return {name: name in off for name in _disable_vars()}
+
+    def sources(self) -> list[str]:
+        """The units hopper/setup.py compiles for this build (at the pinned commit; upstream's full
+        build is 293), each for its own arch: what the runner-fit estimate counts."""
+        off = {name for name, is_off in self.disabled().items() if is_off}
+        hdims = list(self.head_dims)
+        fwd_dtypes = [d if d != "fp8" else "e4m3" for d in self.dtypes]
+        half = [d for d in self.dtypes if d != "fp8"]
+        split = [""] + ([] if "SPLIT" in off else ["_split"])
+        paged = [""] + ([] if "PAGEDKV" in off else ["_paged"])
+        softcap = [""] + ([] if "SOFTCAP" in off else ["_softcap"])
+        softcap_all = [""] if "SOFTCAP" in off else ["_softcapall"]
+        packgqa = [""] + ([] if "PACKGQA" in off else ["_packgqa"])
+
+        def fwd90(dims: list, dtypes: list[str]) -> list[str]:
+            return [
+                f"fwd_hdim{h}_{t}{p}{s}{c}{g}_sm90"
+                for h, t, s, p, c, g in itertools.product(dims, dtypes, split, paged, softcap, packgqa)
+                if not (g and (p or s))
+            ]
+
+        units = fwd90(hdims, fwd_dtypes)
+        units += fwd90([] if "HDIMDIFF64" in off else ["64_256", "64_512"], half)
+        units += fwd90([] if "HDIMDIFF192" in off else ["192_128"], fwd_dtypes)
+        backward = "BACKWARD" not in off
+        if "SM80" not in off:
+            units += [f"fwd_hdim{h}_{t}{p}{s}{c}_sm80" for h, t, s, p, c in
+                      itertools.product(hdims, half, split, paged, softcap_all)]  # fmt: skip
+            units += [f"bwd_hdim{h}_{t}{c}_sm80" for h, t, c in itertools.product(hdims, half, softcap) if backward]
+        units += [f"bwd_hdim{h}_{t}{c}_sm90" for h, t, c in itertools.product(hdims, half, softcap_all) if backward]
+        return ["flash_api", *units, *([] if "SPLIT" in off else ["fwd_combine"]), "prepare_scheduler"]
 
     def environment(self) -> dict[str, str]:
         return {f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" if v else "FALSE" for k, v in self.disabled().items()}

@@ -33,6 +33,9 @@ CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 GRID_FILE = "fa-images-grid.json"  # written beside the kernels: the check runs what was compiled
 TARGETS_FILE = "fa-images-targets.json"  # the GPUs they were compiled for: the check's arch verdict
 DTYPES = ("bf16", "fp16")
+# The kernels of one call compiled ahead, in the one process fa4-cache runs: 16 calls' 31 kernels
+# took 58 s with no GPU (bench/results/fa4-container-h100/build.log).
+SECONDS_PER_CALL = 58 / 16
 MAX_CALLS = 256  # a grid's calls: as many as 2 dtypes x 8 head dims x causal and not x 4 KV head counts x 2 modes
 MODES = ("train", "infer")  # forward keeping the LSE, then backward; a forward without grad
 # The compute capability majors 4.0.0b36's interface dispatches (`assert arch // 10 in [8, 9, 10, 11, 12]`),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..builder import contract, dist, fa3, generation
@@ -231,6 +232,24 @@ class Matrix:
             return ()
         found = [self.compat.fa4_target(gpu) for gpu in entry.gpus]
         return tuple(t for t in found if not isinstance(t, str))
+
+    def archive_path(self, entry: Entry) -> Path | None:
+        """Where an entry's pinned source archive must lie (FlashAttention-3's, which no index serves):
+        in packages.sdists; None for an entry without one, or where packages.sdists is not set."""
+        if entry.fa3 is None or not self.packages.sdists:
+            return None
+        return Path(self.packages.sdists) / fa3.archive_name(entry.flash_attn)
+
+    def unfound_archives(self, entries: tuple[Entry, ...]) -> list[str]:
+        """A line for each entry whose source archive is not where a build looks: `plan` and `render`
+        warn of it, before a build or an export refuses it."""
+        lines = []
+        for entry in entries:
+            path = self.archive_path(entry)
+            if entry.fa3 is not None and (path is None or not path.is_file()):
+                where = f"in {path.parent}" if path is not None else "(packages.sdists is not set)"
+                lines.append(f"{entry.id}: no {fa3.archive_name(entry.flash_attn)} {where}")
+        return lines
 
     def select(self, ids: list[str] | None) -> tuple[Entry, ...]:
         if not ids:

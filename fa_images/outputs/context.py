@@ -60,7 +60,7 @@ def fa3_archive(matrix: Matrix, entry: Entry) -> Path:
     """FlashAttention-3's source archive in ``packages.sdists``, checked against its pin; refused,
     with the command that makes it, where it is not there."""
     name = fa3.archive_name(entry.flash_attn)
-    local = Path(matrix.packages.sdists) / name if matrix.packages.sdists else None
+    local = matrix.archive_path(entry)
     if local is None or not local.is_file():
         raise SourceError(
             f"{entry.id}: no {name} in packages.sdists ({matrix.packages.sdists or 'not set'}): FlashAttention-3 "

@@ -167,3 +167,61 @@ def test_export_github_refuses_fa3_entries_whose_archive_a_job_cannot_find(tmp_p
     assert proc.returncode == 4, proc.stderr
     assert proc.stderr.startswith("error: 2 entries without a source archive: fa3.0.0-py3.12-torch2.9.1-cu128: ")
     assert "fa-images source fa3" in proc.stderr and not out.exists()
+
+
+# --- the runner fit counts every generation's compile ---------------------------------------------
+
+
+def _entries(tmp_path: Path, text: str):
+    (tmp_path / "matrix.yaml").write_text(text)
+    return matrix_mod.load(tmp_path / "matrix.yaml").entries
+
+
+def test_two_full_fa3_jobs_run_out_of_time_where_a_trimmed_one_fits(tmp_path: Path) -> None:
+    """Upstream's full FA3 build is 293 units (its setup.py at the pinned commit); each is counted."""
+    from fa_images.outputs.exports import runner_fit
+
+    fa3_only = "\n".join(MIXED.splitlines()[i] for i in (0, 1, 3)) + "\n"
+    full = _entries(tmp_path, fa3_only)
+    assert [len(e.fa3.sources()) for e in full] == [293, 293]
+    with pytest.raises(UsageError) as refused:
+        runner_fit.check(full, cpus=4, memory_gib=16, timeout=100, shards=4, sharding=True)
+    assert "2 build jobs would run out of time (--timeout-minutes 100)" in str(refused.value)
+    assert "compiles 293 FlashAttention-3 kernels, about 263 min with 3 nvcc jobs at once" in str(refused.value)
+    assert "--shards" not in (refused.value.hint or "")  # FA3 is built unsharded: shards change nothing
+    knobs = "fa3: {head_dims: [128], dtypes: [bf16], without: [split, paged_kv, softcap, packgqa, sm80, hdim_diff]}\n"
+    trimmed = _entries(tmp_path, knobs + fa3_only)
+    assert [len(e.fa3.sources()) for e in trimmed] == [4, 4]  # flash_api, fwd and bwd bf16, the scheduler
+    runner_fit.check(trimmed, cpus=4, memory_gib=16, timeout=100, shards=1, sharding=True)
+
+
+def test_an_fa4_cache_step_is_counted_for_each_gpu_it_compiles_for(tmp_path: Path) -> None:
+    from fa_images.outputs.exports import runner_fit
+
+    one, five = _entries(
+        tmp_path,
+        "entries:\n"
+        '  - {python: "3.12", torch: "2.11.0", flash_attn: "4.0.0b36", target: [H100]}\n'
+        '  - {python: "3.12", torch: "2.11.0", flash_attn: "4.0.0b36",\n'
+        '     target: [H100, H200, B200, "RTX PRO 6000", L40S]}\n'
+        "fa4: {head_dims: [64, 96, 128, 192, 256], dtypes: [bf16, fp16], kv_heads: [16, 8, 4, 2, 1]}\n",
+    )
+    assert runner_fit.work(five).serial_seconds == 5 * runner_fit.work(one).serial_seconds > 0
+    assert runner_fit.fit(five, cpus=4, memory_gib=16).minutes > runner_fit.fit(one, cpus=4, memory_gib=16).minutes
+    with pytest.raises(UsageError, match=r"compiles FA4's 1000 calls ahead \(5 GPUs\), one at a time"):
+        runner_fit.check((one, five), cpus=4, memory_gib=16, timeout=60, shards=1, sharding=True)
+
+
+def test_plan_and_render_warn_of_an_fa3_archive_a_build_would_not_find(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MIXED)
+    for args in (("plan",), ("plan", "--json"), ("render", "--out", "df")):
+        proc = fa_images(*args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        [warning] = [x for x in proc.stderr.splitlines() if x.startswith("warning:")]
+        assert warning.startswith("warning: 2 entries without a source archive, which build and the exports refuse: ")
+        assert "fa3.0.0-py3.12-torch2.9.1-cu128: no flash_attn_3-3.0.0.tar.gz (packages.sdists is not set)" in warning
+    (tmp_path / "sdists").mkdir()
+    (tmp_path / "matrix.yaml").write_text("packages: {sdists: sdists}\n" + MIXED)
+    assert "no flash_attn_3-3.0.0.tar.gz in " in fa_images("plan", cwd=tmp_path).stderr
+    (tmp_path / "sdists" / "flash_attn_3-3.0.0.tar.gz").write_bytes(b"")  # its pin is checked where it is read
+    assert "warning" not in fa_images("plan", cwd=tmp_path).stderr

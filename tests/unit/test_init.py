@@ -143,3 +143,65 @@ def test_init_with_the_real_doctor(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert cli.main(["init"]) == 0  # this machine, as doctor sees it (a CPU torch here)
     assert matrix.load(tmp_path / "matrix.yaml").entries
+
+
+# --- FlashAttention-3 and -4 starters (issue 53) ---------------------------------------------------
+
+NEW_TORCH = {"python": "3.12", "torch": "2.11.0", "flash_attn": "2.8.3", "archs": [80]}
+
+
+@pytest.fixture
+def new_torch(here: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    report = machine(dict(NEW_TORCH))
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+    report.facts = {"python": "3.12.3", "torch": {"version": "2.11.0+cu130"}, "gpus": [h100, h100]}
+    monkeypatch.setattr(doctor, "run", lambda python: report)
+    return here
+
+
+def test_init_writes_an_fa3_entry_with_its_knobs_and_where_its_archive_goes(new_torch: Path, capsys) -> None:
+    assert cli.main(["init", "--flash-attn", "3.0.0", "--target", "H100"]) == 0
+    text = (new_torch / "matrix.yaml").read_text()
+    assert '  - {python: "3.12", torch: "2.11.0", flash_attn: "3.0.0", target: ["H100"]}' in text
+    assert "# fa3:\n#   head_dims: [128]" in text and "packages:\n  sdists: sources" in text
+    (entry,) = matrix.load(new_torch / "matrix.yaml").entries
+    assert entry.fa3 is not None and entry.fa3.full and entry.gpus == ("H100",)
+    assert "fa3.0.0-py3.12-torch2.11.0-cu130: CUDA 13.0" in capsys.readouterr().out
+
+
+def test_init_writes_an_fa4_entry_per_arch_it_compiles_for(new_torch: Path) -> None:
+    """FA4 compiles for each GPU's own arch (sm_86, sm_89, sm_90a): g5 and g6e are two classes."""
+    args = ["--target", "g5", "--target", "A10G", "--target", "g6e", "--target", "p5", "--target", "p5e"]
+    assert cli.main(["init", "--flash-attn", "4.0.0b36", *args]) == 0
+    entries = matrix.load(new_torch / "matrix.yaml").entries
+    assert [e.gpus for e in entries] == [("A10G",), ("L40S",), ("H100", "H200")]
+    assert all(e.fa4 is not None for e in entries)
+    assert "# fa4:\n#   head_dims: [64, 128]" in (new_torch / "matrix.yaml").read_text()
+
+
+def test_init_for_fa4_without_a_target_takes_this_machines_gpu(new_torch: Path) -> None:
+    assert cli.main(["init", "--flash-attn", "4.0.0b36"]) == 0
+    (entry,) = matrix.load(new_torch / "matrix.yaml").entries
+    assert entry.gpus == ("H100",) and entry.fa4 is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--flash-attn", "9.0.0", "--target", "H100"], "names FlashAttention-9, which fa-images does not build"),
+        (["--flash-attn", "3.0.0", "--target", "L4", "--target", "T4"], "--flash-attn 3.0.0: "),
+        (["--flash-attn", "not-a-version"], "is not a valid flash-attn version"),
+    ],
+)
+def test_init_refuses_a_generation_the_target_or_torch_cannot_have(new_torch: Path, capsys, args, says) -> None:
+    assert cli.main(["init", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.startswith("error: ") and not (new_torch / "matrix.yaml").exists()
+
+
+def test_init_for_fa3_on_a_machine_without_a_gpu_asks_for_a_target(here: Path, monkeypatch, capsys) -> None:
+    bare = machine(dict(NEW_TORCH))
+    bare.facts = {"python": "3.12.3", "torch": None, "gpus": []}
+    monkeypatch.setattr(doctor, "run", lambda python: bare)
+    assert cli.main(["init", "--flash-attn", "3.0.0"]) == 2
+    assert "FlashAttention-3 needs a target, and no GPU is seen here" in capsys.readouterr().err

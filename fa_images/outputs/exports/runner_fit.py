@@ -1,11 +1,16 @@
 """Whether each build job of an exported workflow fits its runner and its timeout.
 
-flash-attn 2's compile is measured (builder/compile_costs.json: the compile seconds of each of
-its kernels for one arch, on one core each), so a job's compile is those seconds times the
-gencode targets, spread over the jobs the builder runs on the runner (the sizing it applies
-there: one nvcc job per CPU, 5 GiB each). A job that would pass its timeout is refused at
-export, with what fits, not found out after six hours on a runner. FlashAttention-3 and -4 are
-not in the measured table, and are not estimated.
+Each generation's compile is estimated from what was measured of it:
+- flash-attn 2: builder/compile_costs.json, the compile seconds of each of its kernels for one
+  arch on one core, times the gencode targets;
+- FlashAttention-3: the units its setup.py compiles for the entry's knobs (293 for upstream's full
+  build), each for its own arch, at the measured seconds of one (``fa3.KERNEL_SECONDS``);
+- FlashAttention-4: the grid's calls for each GPU of its target, compiled one after another in one
+  process (``fa4.SECONDS_PER_CALL``).
+
+nvcc's work is spread over the jobs the builder runs on the runner (the sizing it applies there:
+one nvcc job per CPU, 5 GiB each). A job that would run out of time is refused at export, with
+what fits, not found out after six hours on a runner.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ...builder import environment, setup_shim
+from ...builder import environment, fa3, fa4, setup_shim
 from ...builder.wording import counted
 from ...config.model import Entry
 from ...errors import UsageError
@@ -23,6 +28,18 @@ from ...errors import UsageError
 # GitHub's ubuntu-latest runner for a public repository: 4 CPUs, 16 GiB.
 HOSTED_CPUS, HOSTED_MEMORY_GIB = 4, 16
 OTHER_MINUTES = 20  # a build job besides the compile: setup, the torch stage, the image, checks, uploads
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an entry's build job compiles: nvcc's core-seconds (spread over its jobs), the gencode
+    targets of each kernel (which size those jobs), and seconds that run one after another."""
+
+    nvcc_core_seconds: float
+    targets: int
+    serial_seconds: float
+    what: str  # for the refusal: "compiles 2 arch(s) of flash-attn's kernels"
+    shardable: bool = False  # whether --shards splits its nvcc work (flash-attn 2's only)
 
 
 @dataclass(frozen=True)
@@ -38,42 +55,56 @@ def _arch_core_seconds() -> float:
     return float(sum(json.loads(setup_shim.COSTS_FILE.read_text())["kernels"].values()))
 
 
-def compile_core_minutes(entry: Entry) -> float | None:
-    """Core-minutes of the entry's kernels, all archs (and PTX); None where none is measured."""
-    if entry.fa3 is not None or entry.fa4 is not None:
-        return None
-    return _arch_core_seconds() * (len(entry.archs) + int(entry.ptx)) / 60
-
-
-def fit(entry: Entry, *, cpus: int, memory_gib: int, shards: int = 1) -> Fit | None:
-    """The longest job the entry makes (its build job, or one of its shards) on such a runner."""
-    core_minutes = compile_core_minutes(entry)
-    if core_minutes is None:
-        return None
+def work(entry: Entry) -> Work:
+    """What the entry's build job compiles, by its generation."""
+    if entry.fa4 is not None:
+        calls = len(entry.fa4.points()) * len(entry.gpus)
+        what = f"compiles FA4's {counted(calls, 'call')} ahead ({counted(len(entry.gpus), 'GPU')}), one at a time"
+        return Work(0.0, 1, calls * fa4.SECONDS_PER_CALL, what)
+    if entry.fa3 is not None:
+        units = len(entry.fa3.sources())
+        return Work(units * fa3.KERNEL_SECONDS, 1, 0.0, f"compiles {units} FlashAttention-3 kernels")
     targets = len(entry.archs) + int(entry.ptx)
-    par = environment.size_parallelism(targets=targets, cpus=cpus, memory=memory_gib * environment.GIB)
-    busy = par.max_jobs * min(par.nvcc_threads, targets)  # cores compiling at once
-    minutes = core_minutes / shards / busy + OTHER_MINUTES
+    what = f"compiles {targets} arch(s) of flash-attn's kernels"
+    return Work(_arch_core_seconds() * targets, targets, 0.0, what, shardable=True)
+
+
+def compile_core_minutes(entry: Entry) -> float:
+    """Core-minutes of the entry's nvcc compile, all its kernels and targets."""
+    return work(entry).nvcc_core_seconds / 60
+
+
+def fit(entry: Entry, *, cpus: int, memory_gib: int, shards: int = 1) -> Fit:
+    """The longest job the entry makes (its build job, or one of its shards) on such a runner."""
+    job = work(entry)
+    shards = shards if job.shardable else 1
+    par = environment.size_parallelism(targets=job.targets, cpus=cpus, memory=memory_gib * environment.GIB)
+    busy = par.max_jobs * min(par.nvcc_threads, job.targets)  # cores compiling at once
+    minutes = job.nvcc_core_seconds / 60 / shards / busy + job.serial_seconds / 60 + OTHER_MINUTES
     return Fit(entry=entry.id, minutes=math.ceil(minutes), jobs=par.max_jobs)
 
 
 def check(entries: tuple[Entry, ...], *, cpus: int, memory_gib: int, timeout: int, shards: int, sharding: bool) -> None:
     """Refuses an export whose longest build job would pass ``timeout`` minutes on its runner."""
-    fits = [f for e in entries if (f := fit(e, cpus=cpus, memory_gib=memory_gib, shards=shards))]
+    fits = [fit(e, cpus=cpus, memory_gib=memory_gib, shards=shards) for e in entries]
     over = [f for f in fits if f.minutes > timeout]
     if not over:
         return
     worst = max(over, key=lambda f: f.minutes)
     entry = next(e for e in entries if e.id == worst.entry)
-    core_minutes = compile_core_minutes(entry) or 0
-    needed = math.ceil(core_minutes / shards / max(1, timeout - OTHER_MINUTES))
-    ways = [f"a runner of {needed} CPUs and {needed * 5} GiB (--runs-on, --runner-cpus, --runner-memory)"]
-    if sharding:
-        ways.append(f"--shards {math.ceil(core_minutes / max(1, timeout - OTHER_MINUTES) / worst.jobs)}")
+    job = work(entry)
+    shards = shards if job.shardable else 1
+    left = max(1, timeout - OTHER_MINUTES - math.ceil(job.serial_seconds / 60))
+    needed = math.ceil(job.nvcc_core_seconds / 60 / shards / left)
+    ways = []
+    if job.nvcc_core_seconds:
+        ways.append(f"a runner of {needed} CPUs and {needed * 5} GiB (--runs-on, --runner-cpus, --runner-memory)")
+        if sharding and job.shardable:
+            ways.append(f"--shards {math.ceil(job.nvcc_core_seconds / 60 / left / worst.jobs)}")
     ways += ["fewer archs per entry (an image per GPU class)", "a longer --timeout-minutes"]
     raise UsageError(
         f"{counted(len(over), 'build job')} would run out of time (--timeout-minutes {timeout}) on a runner of "
-        f"{cpus} CPUs and {memory_gib} GiB: {worst.entry} compiles {len(entry.archs) + int(entry.ptx)} arch(s) of "
-        f"flash-attn's kernels, about {worst.minutes} min with {counted(worst.jobs, 'nvcc job')} at once",
+        f"{cpus} CPUs and {memory_gib} GiB: {worst.entry} {job.what}, about {worst.minutes} min with "
+        f"{counted(worst.jobs, 'nvcc job')} at once",
         hint="; or ".join(ways),
     )
