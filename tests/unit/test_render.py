@@ -95,6 +95,39 @@ def test_golden_dockerfile(golden_matrix: Matrix, entry_id: str) -> None:
     assert got == want, readable_diff(want, got, path.name)
 
 
+GENERATIONS = GOLDEN / "generations"
+GENERATION_IDS = [
+    "fa2.8.3-py3.12-torch2.11.0-cu130",
+    "fa3.0.0-py3.12-torch2.11.0-cu130",
+    "fa4.0.0b36-py3.12-torch2.11.0-cu130",
+]
+
+
+@pytest.mark.parametrize("form", ["buildkit", "sdk"])
+@pytest.mark.parametrize("entry_id", GENERATION_IDS)
+def test_golden_dockerfile_of_each_generation_in_each_form(entry_id: str, form: str) -> None:
+    """The whole Dockerfile of FA2, FA3 and FA4 in both builder forms, not substrings of it."""
+    m = matrix_mod.load(GENERATIONS / "matrix.yaml")
+    (entry,) = m.select([entry_id])
+    got = render.render_entry(m, entry, builder=form)
+    path = GENERATIONS / f"{entry_id}.{form}.Dockerfile"
+    if UPDATE_GOLDEN:
+        path.write_text(got)
+    assert path.is_file(), (
+        f"{path} is missing: run FA_IMAGES_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py"
+    )
+    want = path.read_text()
+    assert got == want, readable_diff(want, got, path.name)
+
+
+def test_golden_generations_are_every_generation_and_nothing_else() -> None:
+    m = matrix_mod.load(GENERATIONS / "matrix.yaml")
+    assert [e.id for e in m.entries] == GENERATION_IDS
+    assert [e.generation.number for e in m.entries] == [2, 3, 4]
+    names = {p.name for p in GENERATIONS.glob("*.Dockerfile")}
+    assert names == {f"{i}.{form}.Dockerfile" for i in GENERATION_IDS for form in ("buildkit", "sdk")}
+
+
 def test_golden_dir_has_no_stray_dockerfiles(golden_matrix: Matrix) -> None:
     result = render.render_all(golden_matrix, golden_matrix.entries, GOLDEN, check=True, builder="sdk")
     assert result.extra == ()
