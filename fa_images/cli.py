@@ -151,7 +151,7 @@ def _warn_unfound_archives(m, entries) -> None:
 
 def _fa4_targets_text(targets, grid) -> str:
     """'A10G (sm_86, 80 SMs; inference only: ...), H100 (sm_90a, 132 SMs)': each GPU and what of the grid it gets."""
-    from .builder import fa4
+    from .builder.generations import fa4
 
     shown = []
     for target in targets:
@@ -1104,7 +1104,8 @@ take it from there, check the pin, and download nothing.
 def cmd_source_fa3(args: argparse.Namespace) -> int:
     from packaging.version import Version
 
-    from .builder import fa3, safe_io
+    from .builder import safe_io
+    from .builder.generations import fa3
     from .config import compat as compat_mod
 
     table = compat_mod.load()

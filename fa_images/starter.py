@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import doctor
-from .builder import generation, safe_io
+from .builder import generations, safe_io
 from .config import compat as compat_mod
 from .config import matrix, pick
 from .config.grammar import PULL_POLICIES
@@ -68,7 +68,7 @@ def starter_text(
     whose GPUs need the same kernels share one), or one for all with ``one_image``; refused when
     nothing fits. ``flash_attn``: the version to build (its generation's), not the one doctor suggests."""
     table = compat_mod.load()
-    number = generation.of_version(flash_attn).number if flash_attn else 2
+    number = generations.of_version(flash_attn).number if flash_attn else 2
     for target in targets or ():
         problem = _target_problem(target, table, number)
         if problem:

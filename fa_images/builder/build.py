@@ -23,10 +23,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import dist as dist_dir
-from . import environment, fa3, generation, manylinux, source
+from . import environment, generations, manylinux, source
 from .compiler_cache import CacheStats, CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE, parse_phase_mark
 from .errors import BuildFailed, SourceError, UsageError
+from .generations import fa3
 from .settings import BuildSettings, local_version_label
 from .shards import Shard, check_shards_done, require_compiler_cache, write_record
 from .timeline import Timeline
@@ -62,16 +63,16 @@ def prepare(
     ``label_archs``: the wheel's +label names its GPU class (a matrix of several classes)."""
     timeline = timeline or Timeline()
     gen = _generation(version, sdist)
-    if gen is generation.FA4:
+    if gen is generations.FA4:
         raise UsageError(f"flash-attn {version} is FlashAttention-4: Python, with no wheel to compile")
-    if gen is generation.FA2 and version is not None:
+    if gen is generations.FA2 and version is not None:
         source.check_supported(version, allow_untested=allow_untested)
     if torch is None:
         torch = environment.probe_torch(python)
         timeline.mark("torch probe")
     _check_torch(torch, expect_cxx11_abi=expect_cxx11_abi, expect_cuda=expect_cuda)
     local_version: str | None
-    if gen is generation.FA3:
+    if gen is generations.FA3:
         build = fa3_build or fa3.Fa3Build()
         tree = _fa3_source(version=version, archive=sdist, work_dir=work_dir, sha256=sha256, sources_dir=sources_dir)
         _check_fa3(tree.version, torch)
@@ -111,7 +112,7 @@ def prepare(
         cuda=torch.cuda,
         cxx11_abi=torch.cxx11_abi,
         archs=archs,
-        ptx=ptx and gen is generation.FA2,
+        ptx=ptx and gen is generations.FA2,
         max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
         parallelism=par.reason,
@@ -124,20 +125,20 @@ def prepare(
         source_date_epoch=tree.source_date_epoch,
         warnings=tuple(warnings),
         generation=gen.number,
-        fa3=dataclasses.asdict(build) if gen is generation.FA3 else None,
+        fa3=dataclasses.asdict(build) if gen is generations.FA3 else None,
     )
     settings.write()
     return settings
 
 
-def _generation(version: str | None, archive: Path | None) -> generation.Generation:
+def _generation(version: str | None, archive: Path | None) -> generations.Generation:
     """The generation a build names: its version's major (one no generation has is tried as
     flash-attn 2's sdist, as ``--allow-untested`` asks), or a local archive's name."""
     if version is not None:
-        return generation.of_version(version, untested=True)
+        return generations.of_version(version, untested=True)
     if archive is not None and archive.name.startswith("flash_attn_3-"):
-        return generation.FA3
-    return generation.FA2
+        return generations.FA3
+    return generations.FA2
 
 
 def _check_torch(torch: environment.TorchInfo, *, expect_cxx11_abi: bool | None, expect_cuda: str | None) -> None:
@@ -288,7 +289,7 @@ def _probe_toolchain(
 def _setup_command(python: str, src: Path, dist: Path, gen: int) -> list[str]:
     """setup.py through the shim, which reads its settings file and puts the wheel into ``dist``;
     FA3's setup.py as it is: environment variables are all it reads (``fa3_environment``)."""
-    if gen == generation.FA3.number:
+    if gen == generations.FA3.number:
         return [python, "setup.py", "bdist_wheel", "--dist-dir", str(dist)]
     return [
         python,
@@ -326,7 +327,7 @@ def fa3_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict
 
 
 def _setup_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
-    if settings.generation == generation.FA3.number:
+    if settings.generation == generations.FA3.number:
         if why := fa3.refuse_cuda(nvcc.version, fetches_toolchain=settings.fetches_toolchain):
             raise environment.EnvironmentProblem(f"nvcc {nvcc.version}: {why}")
         return fa3_environment(settings, nvcc)

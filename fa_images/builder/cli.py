@@ -17,8 +17,9 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build, compiler_cache, environment, fa3, fa4, generation, gpucheck, scratch, source
+from . import build, compiler_cache, environment, generations, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
+from .generations import fa3, fa4
 from .settings import parse_archs
 from .shards import Shard, parse_shard, require_compiler_cache
 from .timeline import Timeline
@@ -363,16 +364,16 @@ def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tup
     """(FA3's build, or None for flash-attn 2; flash-attn 2's archs), each refused before anything is
     probed where the generation cannot take it."""
     gen = (
-        generation.of_version(args.flash_attn, untested=args.allow_untested)
+        generations.of_version(args.flash_attn, untested=args.allow_untested)
         if args.flash_attn is not None
-        else (generation.FA3 if args.sdist.name.startswith("flash_attn_3-") else generation.FA2)
+        else (generations.FA3 if args.sdist.name.startswith("flash_attn_3-") else generations.FA2)
     )
-    if gen is generation.FA4:
+    if gen is generations.FA4:
         raise UsageError(
             f"flash-attn {args.flash_attn} is FlashAttention-4: Python, with no wheel to compile",
             hint="`fa4-cache` compiles its kernels ahead of their first call",
         )
-    is_fa3 = gen is generation.FA3
+    is_fa3 = gen is generations.FA3
     knobs = (args.fa3_head_dims, args.fa3_dtypes, args.fa3_without)
     if not is_fa3:
         if args.flash_attn is not None:

@@ -35,7 +35,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import generation, safe_io, scratch, settings, untrusted, variants, wheelfile
+from . import generations, safe_io, scratch, settings, untrusted, variants, wheelfile
 from .errors import UsageError, VerificationFailed
 from .source import sha256_of
 
@@ -199,8 +199,8 @@ def check_wheel_name(name: object, *, where: str) -> None:
         project, _version, _build, tags = parse_wheel_filename(name)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise UsageError(f"{where}: {name!r} is not a wheel file name: {exc}") from None
-    if generation.of_project(project) is None:
-        known = " or ".join(g.project for g in generation.GENERATIONS)
+    if generations.of_project(project) is None:
+        known = " or ".join(g.project for g in generations.GENERATIONS)
         raise UsageError(f"{where}: {name!r} is a wheel of {project}, not of {known}")
     odd = sorted({t.platform for t in tags if not KNOWN_PLATFORM.fullmatch(t.platform)})
     if odd:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import generation
+from . import generations
 from .comparison import CaseResult, sdpa
 from .contract import EXIT_NO_GPU, EXIT_WRONG_ARCH, WRONG_ARCH_PREFIX
 
@@ -104,14 +104,14 @@ def varlen_case(seqlens=(300, 724), heads=8, dim=64) -> CaseResult:
     return CaseResult(f"varlen float16 causal, seqlens {list(seqlens)}", max(errs), _bound(max(low_errs), "float16"))
 
 
-def installed() -> list[generation.Generation]:
+def installed() -> list[generations.Generation]:
     """The flash-attn generations installed here: by their distributions' metadata, or, without
     one (a source tree on the path), by the module only each of them has, found without importing it."""
     import importlib.metadata
     import importlib.util
 
     found = []
-    for gen in generation.GENERATIONS:
+    for gen in generations.GENERATIONS:
         try:
             importlib.metadata.distribution(gen.project)
         except importlib.metadata.PackageNotFoundError:
@@ -148,20 +148,20 @@ def arch_verdict(capability, code: tuple[set[str], set[str]] | None):
 class Checks:
     """What the check runs for one generation: its import, its extension's file, its cases."""
 
-    generation: generation.Generation
+    generation: generations.Generation
     import_check: Callable[[], str]
     code: Callable[[], tuple[set[str], set[str]] | None]  # the attention kernels' (cubins, PTX)
     cases: Callable[[], list[CaseResult]]
     what: str  # the reference the cases compare with, for the verdict line
 
 
-def checks_for(gen: generation.Generation) -> Checks:
-    if gen is generation.FA4:
-        from . import fa4
+def checks_for(gen: generations.Generation) -> Checks:
+    if gen is generations.FA4:
+        from .generations import fa4
 
         return Checks(gen, fa4.import_check, fa4.kernel_code, fa4.check_cases, "an fp32 reference")
-    if gen is generation.FA3:
-        from . import fa3_check
+    if gen is generations.FA3:
+        from .generations import fa3_check
 
         return Checks(
             gen,
@@ -182,7 +182,7 @@ def checks_for(gen: generation.Generation) -> Checks:
 def run(*, import_only: bool = False, out=print) -> int:
     gens = installed()
     if not gens:
-        projects = ", ".join(g.project for g in generation.GENERATIONS)
+        projects = ", ".join(g.project for g in generations.GENERATIONS)
         out(f"FAIL: import: no flash-attn is installed here (none of {projects})")
         return EXIT_FAILED
     codes = [run_one(checks_for(gen), import_only=import_only, out=out) for gen in gens]

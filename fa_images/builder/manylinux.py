@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import elf
 from .contract import MILESTONE
-from .generation import GENERATIONS
+from .generations import GENERATIONS
 
 # auditwheel 6.8.2, auditwheel/policy/manylinux-policy.json, x86_64 (MIT; pypa/auditwheel): per
 # policy the newest version of each symbol-version kind. Each list there holds every version the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import gpuarch
 from .contract import SETTINGS_FILE, cuda_tag
-from .fa3 import Fa3Build
+from .generations.fa3 import Fa3Build
 
 # flash-attn arch codes the builder compiles; 8.6/8.9 GPUs run the sm_80 kernels. The compat
 # table's `archs` is the source; the builder runs inside images without it, so it keeps this

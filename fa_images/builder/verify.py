@@ -28,8 +28,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import elf, fa3, generation, gpuarch, untrusted, wheelfile
+from . import elf, generations, gpuarch, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
+from .generations import fa3
 from .source import sha256_of
 
 # One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
@@ -209,11 +210,11 @@ def inspect_wheel(
         raise UsageError(f"{path.name} is not a wheel file name: {exc}") from None
     report.version = str(version)
     report.tags = sorted(str(t) for t in tags)
-    gen = generation.of_project(str(_name))
+    gen = generations.of_project(str(_name))
     report.generation = gen.number if gen else None
-    _check_tags(report, tags, expect_python, gen or generation.FA2)
+    _check_tags(report, tags, expect_python, gen or generations.FA2)
 
-    label = (_FA3_LABEL.fullmatch if gen is generation.FA3 else _LABEL.search)(version.local or "")
+    label = (_FA3_LABEL.fullmatch if gen is generations.FA3 else _LABEL.search)(version.local or "")
     try:
         with wheelfile.open_wheel(path) as wheel, tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp:
             _inspect_members(
@@ -234,14 +235,14 @@ def _inspect_members(
     python: str,
     import_check: bool,
     gpus: list[tuple[str, tuple[int, int]]] | None,
-    gen: generation.Generation | None,
+    gen: generations.Generation | None,
 ) -> None:
     """The checks of what is inside the wheel, read as pip reads it."""
     tags = wheel.tags
     metadata = _check_metadata(report, wheel, gen)
     if gen is None:
         return
-    if gen is generation.FA3:
+    if gen is generations.FA3:
         _check_fa3_build(report, wheel)
         report.add("torch pin", "pass", f"none: built on torch's stable ABI, for torch >= {fa3.STABLE_ABI_TORCH}")
     else:
@@ -258,14 +259,14 @@ def _inspect_members(
     imported = _import_next_to_torch(tmp, python, tags, gen) if import_check else None
     torch_here = imported[2] if imported else {}
     try:
-        if gen is generation.FA3:
+        if gen is generations.FA3:
             report.add("C++ ABI", "pass", "none to match: built on torch's stable C ABI")
             _check_fa3_label(report, label, torch_here)
         else:
             _check_abi(report, so, *_expected_abi(expect_cxx11_abi, torch_here, label))
             _check_label(report, label, torch_here)
         _check_archs(report, so, expect_archs, gpuarch.visible_gpus() if gpus is None else gpus)
-        if gen is not generation.FA3:
+        if gen is not generations.FA3:
             _check_gpu_class(report, label)
         _check_glibc_floor(report, so, on_this_host=import_check)
         _check_manylinux(report, so, tags)
@@ -296,7 +297,7 @@ def _extract_bounded(zf: zipfile.ZipFile, name: str, dest: Path, shown: str) -> 
     return target
 
 
-def _check_tags(report: WheelReport, tags, expect_python: str | None, gen: generation.Generation) -> None:
+def _check_tags(report: WheelReport, tags, expect_python: str | None, gen: generations.Generation) -> None:
     tag = sorted(tags, key=str)[0]
     if gen.abi3:
         _check_abi3_tag(report, tag, expect_python)
@@ -374,7 +375,7 @@ def _check_fa3_label(report: WheelReport, label: re.Match[str] | None, torch_her
         report.add("label", "pass", f"{label.group(0)} fits torch {here} (CUDA {cuda})")
 
 
-def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel, gen: generation.Generation | None) -> str | None:
+def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel, gen: generations.Generation | None) -> str | None:
     """The wheel's METADATA (the one pip reads, in its own dist-info) against its file name;
     returns the METADATA's text, or None where it has none."""
     data = wheel.metadata()
@@ -390,7 +391,7 @@ def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel, gen: generation
     elif meta_name is not None and canonicalize_name(meta_name) != project:
         report.add("metadata", "fail", f"file name says {project}, METADATA says {meta_name}")
     elif gen is None:
-        known = ", ".join(g.project for g in generation.GENERATIONS)
+        known = ", ".join(g.project for g in generations.GENERATIONS)
         report.add("metadata", "fail", f"a wheel of {project}, not of flash-attn ({known})")
     else:
         report.add("metadata", "pass", f"version {version} in file name and METADATA")
@@ -668,7 +669,7 @@ def _gpu_here(report: WheelReport, name: str, capability: tuple[int, int]) -> st
     )
 
 
-def _import_next_to_torch(unpacked: Path, python: str, tags, gen: generation.Generation) -> tuple[str, str, dict]:
+def _import_next_to_torch(unpacked: Path, python: str, tags, gen: generations.Generation) -> tuple[str, str, dict]:
     """(status, detail, torch's facts) of importing the extension with ``python``; skipped when
     ``python`` is not an interpreter the wheel is for."""
     proc = run_python(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], timeout=120)
@@ -688,7 +689,7 @@ def _report_import(report: WheelReport, python: str, status: str, detail: str, i
         report.add("torch pin", "fail", f"requires {report.torch_requirement}, but {python} has torch {info['torch']}")
 
 
-def _check_import(report: WheelReport, unpacked: Path, python: str, tags, gen: generation.Generation) -> None:
+def _check_import(report: WheelReport, unpacked: Path, python: str, tags, gen: generations.Generation) -> None:
     _report_import(report, python, *_import_next_to_torch(unpacked, python, tags, gen))
 
 

@@ -17,7 +17,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..builder import contract, fa4, generation, gpuarch
+from ..builder import contract, generations, gpuarch
+from ..builder.generations import fa4
 from ..builder.settings import ARCH_CODES
 from ..builder.source import SUPPORTED_FLASH_ATTN
 from ..errors import ConfigError, Problem
@@ -496,7 +497,7 @@ def _flash_attn_3(c: _Checker, data: dict) -> dict[str, Fa3Release]:
     for ver, raw in c.mapping(("flash_attn_3",), data.get("flash_attn_3", {})).items():
         ver = c.key(("flash_attn_3", ver), ver)
         raw = c.mapping(("flash_attn_3", ver), raw)
-        if ver is not None and Version(ver).major != generation.FA3.number:
+        if ver is not None and Version(ver).major != generations.FA3.number:
             c.fail(("flash_attn_3", ver), f"flash_attn_3: {ver} is not a FlashAttention-3 version (3.x)")
             continue
         bad = [k for k in ("sha256", "flash_attention", "cutlass") if not isinstance(raw.get(k), str)]
@@ -524,7 +525,7 @@ def _flash_attn_4(c: _Checker, data: dict) -> dict[str, Fa4Release]:
     for ver, raw in c.mapping(("flash_attn_4",), data.get("flash_attn_4", {})).items():
         ver = c.key(("flash_attn_4", ver), ver)
         raw = c.mapping(("flash_attn_4", ver), raw)
-        if ver is not None and Version(ver).major != generation.FA4.number:
+        if ver is not None and Version(ver).major != generations.FA4.number:
             c.fail(("flash_attn_4", ver), f"flash_attn_4: {ver} is not a FlashAttention-4 version (4.x)")
             continue
         pins = {}

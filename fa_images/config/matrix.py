@@ -16,8 +16,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..builder import fa3, fa4
 from ..builder.errors import UsageError
+from ..builder.generations import fa3, fa4
 from ..builder.settings import gpu_class
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe

@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..builder import contract, dist, fa3, generation
-from ..builder.fa3 import Fa3Build
-from ..builder.fa4 import Fa4Grid, Fa4Target
+from ..builder import contract, dist, generations
+from ..builder.generations import fa3
+from ..builder.generations.fa3 import Fa3Build
+from ..builder.generations.fa4 import Fa4Grid, Fa4Target
 from ..builder.settings import local_version_label
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
@@ -141,8 +142,8 @@ class Entry:
         return contract.cuda_tag(self.cuda)
 
     @property
-    def generation(self) -> generation.Generation:
-        return generation.of_version(self.flash_attn)
+    def generation(self) -> generations.Generation:
+        return generations.of_version(self.flash_attn)
 
     @property
     def compile_group(self) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from ..builder import dist, generation
+from ..builder import dist, generations
 from ..errors import UsageError
 from .compat import Compat, arch_runs_on, did_you_mean, gpu_key
 from .model import Entry
@@ -142,7 +142,7 @@ def from_manifest(manifest: dist.Manifest, where: str) -> list[Offer]:
     offers = []
     for name, record in sorted(manifest.wheels.items()):
         project, version, _build, _tags = parse_wheel_filename(name)
-        gen = generation.of_project(project)
+        gen = generations.of_project(project)
         offers.append(
             Offer(
                 entry=record.entry or name,

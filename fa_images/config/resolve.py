@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from packaging.version import Version
 
-from ..builder import contract, fa3, fa4, generation, gpuarch
+from ..builder import contract, generations, gpuarch
 from ..builder.errors import UsageError
+from ..builder.generations import fa3, fa4
 from ..builder.settings import gpu_class, parse_archs
 from ..errors import Problem
 from . import grammar, yamlfile
@@ -203,9 +204,9 @@ class EntryResolver:
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
         gen = self._generation(combo, fa)
-        if gen is generation.FA3:
+        if gen is generations.FA3:
             return self._fa3_entry(combo, before, python, torch_v, fa, cuda)
-        if gen is generation.FA4:
+        if gen is generations.FA4:
             return self._fa4_entry(combo, before, python, torch_v, fa, cuda)
         ptx = combo.values.get("ptx", self.build_opts.ptx)
         archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
@@ -313,11 +314,11 @@ class EntryResolver:
             return None
         return replace(entry, id=tag, image=f"{self.image}:{tag}", gpu_class=named)
 
-    def _generation(self, combo: Combo, fa: str | None) -> generation.Generation | None:
+    def _generation(self, combo: Combo, fa: str | None) -> generations.Generation | None:
         if fa is None:
             return None
         try:
-            gen = generation.of_version(fa)
+            gen = generations.of_version(fa)
         except UsageError as exc:
             self.fail(combo, "flash_attn", exc.message, hint=exc.hint)
             return None

@@ -13,8 +13,9 @@ import re
 import shutil
 from pathlib import Path
 
-from ..builder import contract, fa3, source
+from ..builder import contract, source
 from ..builder.errors import SourceError
+from ..builder.generations import fa3
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from . import group_cache, wheelhouse

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import jinja2
 
-from ..builder import contract, fa4, safe_io, untrusted
+from ..builder import contract, safe_io, untrusted
+from ..builder.generations import fa4
 from ..config import grammar
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
@@ -27,7 +28,7 @@ from . import os_packages, wheelhouse
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
 BUILD_TOOLS_DIR = "/opt/build-tools"
-# Where a FlashAttention-4 image keeps its kernels, compiled ahead (builder/fa4.py).
+# Where a FlashAttention-4 image keeps its kernels, compiled ahead (builder/generations/fa4.py).
 FA4_CACHE = "/opt/fa4-cache"
 # A rendered Dockerfile is a few kB; --check reads no more than this of what is there.
 MAX_DOCKERFILE = 1 << 20

@@ -20,7 +20,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from ..builder import dist as dist_dir
-from ..builder import fa3, wheelfile
+from ..builder import wheelfile
+from ..builder.generations import fa3
 from ..config.matrix import Entry
 from ..errors import UsageError
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from fixtures import tiny_fa3
 
-from fa_images.builder import fa3, safe_io
+from fa_images.builder import safe_io
 from fa_images.builder.errors import SourceError
+from fa_images.builder.generations import fa3
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +185,8 @@ def test_a_big_file_in_a_clone_is_streamed_not_held(tmp_path: Path) -> None:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (500 << 20, 500 << 20))  # git's own processes too
         from pathlib import Path
-        from fa_images.builder import fa3, safe_io
+        from fa_images.builder import safe_io
+        from fa_images.builder.generations import fa3
         out = safe_io.OutputDir(Path({str(tmp_path / "o")!r}))
         path, sha = fa3.make_archive(flash_attention=Path({str(fa)!r}), commit={commit!r},
                                      cutlass=Path({str(cutlass)!r}), out=out)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import toolchain
 
-from fa_images.builder import contract, fa4
+from fa_images.builder import contract
+from fa_images.builder.generations import fa4
 
 REPO = Path(__file__).resolve().parents[2]
 # One call of a grid: a forward keeping the LSE and its backward (4 kernels), head dim 128, causal.

@@ -22,7 +22,7 @@ import yaml
 from build_project import Project
 from fixtures import tiny_fa3
 
-from fa_images.builder import fa3
+from fa_images.builder.generations import fa3
 
 pytestmark = pytest.mark.engine
 

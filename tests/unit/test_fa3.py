@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from test_gpu_arch import H100, extension
 
-from fa_images.builder import build, contract, fa3, generation, gpucheck, verify
+from fa_images.builder import build, contract, generations, gpucheck, verify
 from fa_images.builder.environment import NvccInfo
 from fa_images.builder.errors import SourceError, UsageError
+from fa_images.builder.generations import fa3
 from fa_images.builder.settings import BuildSettings
 
 TRIMMED = dict(head_dims=(128,), dtypes=("bf16", "fp16"), without=("split", "paged_kv", "sm80"))
@@ -247,10 +248,10 @@ def test_the_check_runs_the_generation_installed_and_judges_the_arch_by_its_buil
     sm_80 code its scheduler carries."""
     import torch
 
-    from fa_images.builder import fa3_check
+    from fa_images.builder.generations import fa3_check
 
     ran: list[str] = []
-    monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA3])
+    monkeypatch.setattr(gpucheck, "installed", lambda: [generations.FA3])
     monkeypatch.setattr(fa3_check, "import_check", lambda: "flash_attn_3 imports")
     monkeypatch.setattr(fa3_check, "installed_build", lambda: fa3.Fa3Build(**TRIMMED))
     monkeypatch.setattr(fa3_check, "cases", lambda build: ran.append(build.describe()) or [])
@@ -297,7 +298,7 @@ def test_fa3_entries_share_one_compile_group_across_pythons_and_torches(tmp_path
     assert fa3_entries[0].compile_group == f"fa3.0.0-cu13.{fa3.Fa3Build(**TRIMMED).label()}-sm90a"
     assert fa3_entries[0].sdist_sha256 == m.compat.flash_attn_3["3.0.0"].sha256
     (fa2,) = (e for e in m.entries if e.fa3 is None)
-    assert fa2.archs == ("90",) and fa2.generation is generation.FA2 and "fa3" not in fa2.summary()
+    assert fa2.archs == ("90",) and fa2.generation is generations.FA2 and "fa3" not in fa2.summary()
     assert fa3_entries[0].summary()["fa3"]["build"] == "hdim 128; bf16,fp16; without split,paged_kv,sm80"
 
 
@@ -490,4 +491,4 @@ def test_a_generation_on_the_path_without_its_metadata_is_found(tmp_path: Path, 
     """A source tree on PYTHONPATH has no dist-info: its own module says which generation it is."""
     (tmp_path / "flash_attn_interface.py").write_text("# FA3's\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert gpucheck.installed() == [generation.FA3]
+    assert gpucheck.installed() == [generations.FA3]

@@ -13,9 +13,10 @@ from pathlib import Path
 import fakes
 import pytest
 
-from fa_images.builder import contract, fa4, generation, gpucheck
+from fa_images.builder import contract, generations, gpucheck
 from fa_images.builder.comparison import CaseResult
 from fa_images.builder.errors import UsageError
+from fa_images.builder.generations import fa4
 
 
 def test_the_default_grid_covers_the_common_llm_calls() -> None:
@@ -68,7 +69,7 @@ def test_the_cache_is_fa4s_own_environment(tmp_path: Path, monkeypatch) -> None:
 def test_the_check_fails_an_image_whose_declared_grid_compiled_at_its_first_calls(monkeypatch) -> None:
     import torch
 
-    monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA4])
+    monkeypatch.setattr(gpucheck, "installed", lambda: [generations.FA4])
     monkeypatch.setattr(fa4, "import_check", lambda: "flash-attn-4 imports")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda _i=0: "NVIDIA Test GPU")
@@ -99,7 +100,7 @@ ENTRY = 'entries: [{python: "3.12", torch: "2.11.0", flash_attn: "4.0.0b36", tar
 def test_an_fa4_entry_carries_its_grid_for_each_gpu_of_its_target(tmp_path: Path) -> None:
     m = load(tmp_path, "fa4: {head_dims: [128], kv_heads: [16], causal: [true]}\n" + ENTRY)
     (entry,) = m.entries
-    assert entry.generation is generation.FA4 and entry.gpus == ("H100", "B200") and entry.archs == ("90a", "100a")
+    assert entry.generation is generations.FA4 and entry.gpus == ("H100", "B200") and entry.archs == ("90a", "100a")
     assert entry.fa4 == fa4.Fa4Grid(head_dims=(128,), kv_heads=(16,), causal=(True,))
 
 
@@ -172,7 +173,7 @@ def test_a_batch_script_refuses_fa4_which_makes_no_wheel(tmp_path: Path) -> None
 def test_the_matrix_reads_every_field_of_a_generations_settings() -> None:
     from dataclasses import fields
 
-    from fa_images.builder import fa3
+    from fa_images.builder.generations import fa3
     from fa_images.config import matrix
 
     assert set(matrix.FA4_FIELDS) == {f.name for f in fields(fa4.Fa4Grid)}
@@ -261,7 +262,7 @@ def test_the_check_of_an_fa4_image_on_a_gpu_it_was_not_compiled_for_is_wrong_arc
     (tmp_path / fa4.TARGETS_FILE).write_text(json.dumps(["RTXPRO6000:12.0:188"]))
     monkeypatch.setenv(fa4.CACHE_ON_ENV, "1")
     monkeypatch.setenv(fa4.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA4])
+    monkeypatch.setattr(gpucheck, "installed", lambda: [generations.FA4])
     monkeypatch.setattr(fa4, "import_check", lambda: "flash-attn-4 imports")
     monkeypatch.setattr(fa4, "check_cases", lambda: pytest.fail("no kernel runs on a GPU of another class"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_manylinux import a_wheel
 
-from fa_images.builder import contract, elf, generation, gpuarch, gpucheck, verify
+from fa_images.builder import contract, elf, generations, gpuarch, gpucheck, verify
 
 H100, A10G, L4, A100, B200, RTX5090 = (9, 0), (8, 6), (8, 9), (8, 0), (10, 0), (12, 0)
 
@@ -135,7 +135,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         so.write_bytes(extension(cubins, ptx))
         monkeypatch.setitem(sys.modules, "flash_attn_2_cuda", types.SimpleNamespace(__file__=str(so)))
         monkeypatch.setattr(gpucheck, "import_check", lambda: "flash_attn imports")
-        monkeypatch.setattr(gpucheck, "installed", lambda: [generation.FA2])
+        monkeypatch.setattr(gpucheck, "installed", lambda: [generations.FA2])
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: capability)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda _i=0: "NVIDIA Test GPU")

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fa_images.builder import fa4, untrusted
+from fa_images.builder import untrusted
 from fa_images.builder.errors import UsageError
+from fa_images.builder.generations import fa4
 from fa_images.config import matrix as matrix_mod
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fa_images import cli, doctor
-from fa_images.builder import dist, elf, generation, safe_io, simple_index, untrusted, verify
+from fa_images.builder import dist, elf, generations, safe_io, simple_index, untrusted, verify
 from fa_images.config import compatgen, grammar
 from fa_images.errors import ConfigError, FatalError, UsageError, VerificationFailed
 
@@ -737,7 +737,7 @@ def test_the_import_check_survives_a_python_that_lies_or_is_missing(case: str, t
     report = verify.WheelReport(wheel=WHEEL)
     from packaging.tags import Tag
 
-    verify._check_import(report, tmp_path, python, {Tag("cp311", "cp311", "linux_x86_64")}, generation.FA2)
+    verify._check_import(report, tmp_path, python, {Tag("cp311", "cp311", "linux_x86_64")}, generations.FA2)
     status, _detail, info = verify._import_check(tmp_path, python, "flash_attn_2_cuda")
     assert report.checks and status in ("pass", "fail", "skip") and isinstance(info, dict)
 

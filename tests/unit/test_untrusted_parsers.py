@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.utils import parse_wheel_filename
 
-from fa_images.builder import dist, elf, generation, simple_index, verify, wheelfile
+from fa_images.builder import dist, elf, generations, simple_index, verify, wheelfile
 from fa_images.errors import UsageError
 
 PAGE = "https://pypi.example/simple/flash-attn/"
@@ -182,7 +182,7 @@ def test_any_metadata_is_a_finding_not_a_crash(metadata: bytes) -> None:
         name, version, _build, tags = parse_wheel_filename("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl")
         info = "flash_attn-2.8.3.dist-info"
         verify._check_metadata(
-            report, wheelfile.Wheel(Path("w.whl"), name, version, tags, zf, info, zf.namelist()), generation.FA2
+            report, wheelfile.Wheel(Path("w.whl"), name, version, tags, zf, info, zf.namelist()), generations.FA2
         )
     assert [c.name for c in report.checks] == ["metadata"]
     assert all(line.isprintable() for line in report.lines())

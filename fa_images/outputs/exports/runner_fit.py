@@ -20,7 +20,8 @@ import json
 import math
 from dataclasses import dataclass
 
-from ...builder import environment, fa3, fa4, setup_shim
+from ...builder import environment, setup_shim
+from ...builder.generations import fa3, fa4
 from ...builder.wording import counted
 from ...config.model import Entry
 from ...errors import UsageError

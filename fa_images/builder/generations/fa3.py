@@ -34,9 +34,9 @@ from typing import BinaryIO
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import safe_io, scratch, untrusted
-from .errors import SourceError, UsageError
-from .source import MAX_UNPACKED, ZIP_EPOCH, SourceTree, check_sha256, extract
+from .. import safe_io, scratch, untrusted
+from ..errors import SourceError, UsageError
+from ..source import MAX_UNPACKED, ZIP_EPOCH, SourceTree, check_sha256, extract
 
 SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
 # The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import safe_io
-from .comparison import CaseResult, sdpa
-from .errors import UsageError
+from .. import safe_io
+from ..comparison import CaseResult, sdpa
+from ..errors import UsageError
 
 CACHE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
 CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)

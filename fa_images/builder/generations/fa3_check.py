@@ -8,8 +8,8 @@ input dtype, plus twice the dtype's rounding at the reference's magnitude.
 
 from __future__ import annotations
 
+from ..comparison import CaseResult, sdpa
 from . import fa3
-from .comparison import CaseResult, sdpa
 
 SHAPE = (2, 1024, 8)  # batch, seqlen, query heads
 GQA_KV_HEADS = 2  # one grouped-query case: 8 query heads over 2 KV heads
