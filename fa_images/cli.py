@@ -125,13 +125,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say(f"{e.id:<{width}}  archs {archs:<7} {abi:<8} {e.image}{covers}")
         if e.cuda_note:
             say(f"{'':<{width}}  {e.cuda_note}")
-    for build in dict.fromkeys(e.fa3 for e in entries if e.fa3 is not None):
-        full = " (upstream's full build)" if build.full else ""
-        kernels = ", ".join(f"sm_{a}" for a in build.archs)
-        say(f"FlashAttention-3 builds {build.describe()}{full}: one abi3 wheel per compile group, {kernels}")
-    for e in entries:
-        if e.fa4 is not None:
-            say(f"FlashAttention-4 {e.id} compiles its grid ahead for {_fa4_targets_text(m.fa4_targets(e), e.fa4)}")
+    for note in dict.fromkeys(note for e in entries for note in e.recipe.notes(e)):  # a group's once
+        say(note)
     groups = len({e.compile_group for e in entries})
     also = f"; {counted(len(left_out), 'combination')} left out" if left_out else ""
     say(f"{counted(len(entries), 'entry')} in {counted(groups, 'compile group')} (entries that share kernels){also}")
@@ -147,17 +142,6 @@ def _warn_unfound_archives(m, entries) -> None:
         count = counted(len(unfound), "entry")
         say(f"warning: {count} without a source archive, which build and the exports refuse: {lines} ({fix})",
             out=sys.stderr)  # fmt: skip
-
-
-def _fa4_targets_text(targets, grid) -> str:
-    """'A10G (sm_86, 80 SMs; inference only: ...), H100 (sm_90a, 132 SMs)': each GPU and what of the grid it gets."""
-    from .builder.generations import fa4
-
-    shown = []
-    for target in targets:
-        why = fa4.refused("train", target.major) if "train" in grid.modes else None
-        shown.append(f"{target.name} ({target.compile_target}, {target.sms} SMs" + (f"; {why})" if why else ")"))
-    return ", ".join(shown)
 
 
 def _add_plan(sub: argparse._SubParsersAction) -> None:

@@ -7,6 +7,7 @@ the sha256 the index publishes, and against a pinned sha256 when one is known.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
@@ -265,3 +266,23 @@ def read_version(source_dir: Path) -> str:
     if not match:
         raise SourceError(f"cannot read __version__ from {init}; is this flash-attn's source?")
     return match.group(1)
+
+
+def tar_sha256(path: Path) -> str:
+    """The sha256 of the tar inside ``path`` (a .tar or .tar.gz), read at most MAX_UNPACKED bytes far."""
+    try:
+        with untrusted.open_regular(path, what="source archive") as raw:
+            head = raw.read(2)
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
+            digest, total = hashlib.sha256(), 0
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_UNPACKED:
+                    raise SourceError(f"{path.name} unpacks past {MAX_UNPACKED >> 20} MiB; refusing")
+                digest.update(chunk)
+    except untrusted.UntrustedInput as exc:
+        raise SourceError(str(exc)) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SourceError(f"{path.name} is not a readable .tar.gz: {exc}") from None
+    return digest.hexdigest()

@@ -17,12 +17,11 @@ from typing import Any
 from packaging.version import Version
 
 from ..builder.errors import UsageError
-from ..builder.generations import fa3, fa4
 from ..builder.settings import gpu_class
 from ..builder.wording import counted
 from ..errors import ConfigError, Problem, dedupe
 from . import compat as compat_mod
-from . import grammar, rules, yamlfile
+from . import generations, grammar, rules, yamlfile
 from .compat import did_you_mean
 from .expand import AXES, MAX_COMBINATIONS, Combo, as_list, expand, kind
 from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, LeftOut, Matrix, Packages, ResolvedRule
@@ -30,18 +29,12 @@ from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
 
+# The top-level keys: the matrix's own, and each generation's section (``fa3:``), in that order.
 TOP_KEYS = (
-    "image", "targets", "matrix", "entries", "bases", "packages", "build", "fa3", "fa4", "compat", "allow_unknown",
+    "image", "targets", "matrix", "entries", "bases", "packages", "build",
+    *(section.key for section in generations.sections()), "compat", "allow_unknown",
 )  # fmt: skip
-# The keys of each generation's section and their shapes: a list of one type, or one number.
-FA3_FIELDS: dict[str, Any] = {"head_dims": [int], "dtypes": [str], "without": [str]}
-FA4_FIELDS: dict[str, Any] = {
-    "head_dims": [int], "dtypes": [str], "causal": [bool], "kv_heads": [int], "heads": int, "batch": int,
-    "seqlen": int, "modes": [str],
-}  # fmt: skip
-FA4_EXAMPLE = "e.g. fa4: {head_dims: [64, 128], dtypes: [bf16], kv_heads: [16, 4], heads: 16, seqlen: 2048}"
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
-FA3_EXAMPLE = "e.g. fa3: {head_dims: [128], dtypes: [bf16, fp16], without: [split, paged_kv]}"
 # The grammar each setting must follow before it may reach a Dockerfile or the engine.
 SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("bases", "devel"): grammar.image_reference,
@@ -136,9 +129,9 @@ def wheel_name_key(entry: Entry) -> tuple[str, str, str]:
     """What an entry's wheel is named by: flash-attn labels a wheel by the torch series it runs
     with (``+cu128torch2.9cxx11abitrue``), so two torch releases of one series make one name.
     FlashAttention-3's abi3 wheel is its compile group's, shared by design: each entry is its own."""
-    if entry.fa3 is not None:
+    if entry.recipe.shares_wheel():
         return (entry.flash_attn, entry.id, entry.compile_group)
-    return (entry.flash_attn, entry.python, entry.wheel_label())
+    return (entry.flash_attn, entry.python, entry.wheel_label() or entry.id)
 
 
 def _one_wheel_per_name(builder: EntryResolver, made: list[tuple[Entry, Combo]]) -> list[Entry]:
@@ -189,8 +182,7 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
         packages=_section(doc, "packages", Packages, problems),
         build=_section(doc, "build", BuildOptions, problems),
         allow_unknown=allow_unknown,
-        fa3_build=_fa3(doc, problems),
-        fa4_grid=_fa4(doc, problems),
+        settings={section.key: _generation_section(doc, problems, section) for section in generations.sections()},
     )
     resolved = rules.resolve_axes(doc, compat, problems)
     combos = expand(doc, problems, {axis: rule.values if rule else None for axis, rule in resolved.items()})
@@ -274,21 +266,10 @@ def _targets(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict[str, list[s
     return {str(k): list(v) for k, v in targets.items()}
 
 
-def _fa3(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa3.Fa3Build:
-    """What every FlashAttention-3 entry compiles (``fa3:``); upstream's full build where it is absent."""
-    return _generation_section(doc, problems, "fa3", fa3.Fa3Build, FA3_FIELDS, FA3_EXAMPLE)
-
-
-def _fa4(doc: yamlfile.YamlDoc, problems: list[Problem]) -> fa4.Fa4Grid:
-    """The calls whose FlashAttention-4 kernels every FA4 image carries compiled (``fa4:``)."""
-    return _generation_section(doc, problems, "fa4", fa4.Fa4Grid, FA4_FIELDS, FA4_EXAMPLE)
-
-
-def _generation_section(
-    doc: yamlfile.YamlDoc, problems: list[Problem], key: str, cls: Any, fields: dict[str, Any], example: str
-) -> Any:
-    """A generation's section (``fa3:``, ``fa4:``) -> its frozen settings, every bad key reported;
-    ``fields``: each key's shape, a list of one type (``[int]``) or one number (``int``)."""
+def _generation_section(doc: yamlfile.YamlDoc, problems: list[Problem], section: generations.Section) -> Any:
+    """A generation's section (``fa3:``) -> its frozen settings, every bad key reported; its fields:
+    each key's shape, a list of one type (``[int]``) or one number (``int``)."""
+    key, cls, fields, example = section.key, section.settings, section.fields, section.example
     raw = doc.data.get(key)
     if raw is None:
         return cls()

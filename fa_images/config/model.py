@@ -6,19 +6,16 @@ Code past the loader (``matrix.load``) sees only these, never raw YAML.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..builder import contract, dist, generations
-from ..builder.generations import fa3
-from ..builder.generations.fa3 import Fa3Build
-from ..builder.generations.fa4 import Fa4Grid, Fa4Target
-from ..builder.settings import local_version_label
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
 from . import builders, grammar
 from .compat import Compat, did_you_mean
+from .generations import Recipe
 
 DEFAULT_IMAGE = "fa-images/flash-attn"
 
@@ -90,29 +87,24 @@ class Entry:
     devel_image: str
     runtime_image: str
     torch_index: str | None
-    fa3: Fa3Build | None = None  # what a FlashAttention-3 entry compiles; None for flash-attn 2
-    # FlashAttention-4: the calls whose kernels its image carries compiled, for each GPU of ``gpus``.
-    fa4: Fa4Grid | None = None
+    # How its generation makes its wheel and image, with that generation's own settings: decided once,
+    # when the entry was resolved (config/generations/).
+    recipe: Recipe
     cuda_note: str | None = None  # why its CUDA is not its torch's default (Compat.cuda_for)
     # 'sm120': the GPU class its id, image tag and wheel label carry, where its matrix builds several
     # classes of one Python, torch and CUDA (settings.gpu_class); None where it builds one.
     gpu_class: str | None = None
 
-    def wheel_label(self, cxx11_abi: bool | None = None) -> str:
-        """The +label of its flash-attn 2 wheel: torch series, CUDA, C++ ABI, and its GPU class where
-        the matrix builds several."""
-        abi = self.cxx11_abi if cxx11_abi is None else cxx11_abi
-        archs = self.archs if self.gpu_class else ()
-        return local_version_label(cuda=self.cuda, torch=self.torch, cxx11_abi=bool(abi), archs=archs)
+    def wheel_label(self) -> str | None:
+        """The +label of its wheel, as its generation names it; None where it makes none."""
+        return self.recipe.wheel_label(self)
 
     @property
     def wheel_version(self) -> str | None:
         """Its wheel's version, +label included; None where it installs its generation's release
-        from the package index (FlashAttention-4, pure Python)."""
-        if self.fa4 is not None:
-            return None
-        label = fa3.local_version_label(self.cuda, self.fa3) if self.fa3 is not None else self.wheel_label()
-        return f"{self.flash_attn}+{label}"
+        from the package index (pure Python)."""
+        label = self.wheel_label()
+        return None if label is None else f"{self.flash_attn}+{label}"
 
     @property
     def requirement(self) -> str:
@@ -143,22 +135,12 @@ class Entry:
 
     @property
     def generation(self) -> generations.Generation:
-        return generations.of_version(self.flash_attn)
+        return self.recipe.generation
 
     @property
     def compile_group(self) -> str:
-        """Entries that differ only in Python share their kernels: no kernel includes Python.h.
-
-        The devel base is a function of the CUDA version within one matrix, so it is covered.
-        FlashAttention-3 builds on torch's stable ABI, as abi3: one compile serves every Python
-        and torch of a CUDA major, and the group is named by what it compiles instead.
-        """
-        archs = "_".join(self.archs) + ("-ptx" if self.ptx else "")
-        if self.fa4 is not None:  # nothing compiles with nvcc: a group of its own
-            return f"fa{self.flash_attn}-{self.id}"
-        if self.fa3 is not None:
-            return f"fa{self.flash_attn}-{fa3.local_version_label(self.cuda, self.fa3)}-sm{archs}"
-        return f"fa{self.flash_attn}-torch{self.torch}-{self.cuda_tag}-sm{archs}"
+        """The entries that share its kernels, and so one compile (and its cache): its generation's rule."""
+        return self.recipe.compile_group(self)
 
     @property
     def same_base(self) -> bool:
@@ -172,7 +154,10 @@ class Entry:
         return f"{self.image}-builder"
 
     def summary(self) -> dict[str, Any]:
-        data = asdict(self)
+        fields = asdict(replace(self, recipe=None))  # type: ignore[arg-type]  # its own summary, in its place
+        data: dict[str, Any] = {}
+        for key, value in fields.items():
+            data.update(self.recipe.summary() if key == "recipe" else {key: value})
         data["archs"] = list(self.archs)
         data["group"] = self.compile_group
         if self.torch_index:
@@ -180,11 +165,7 @@ class Entry:
         data["gpus"] = list(self.gpus)
         data["generation"] = self.generation.number
         data["wheel"] = {"requirement": self.requirement, "file": self.wheel_file, "index": self.wheel_index}
-        if self.fa3 is not None:
-            data["fa3"] = {"build": self.fa3.describe(), **{k: list(v) for k, v in asdict(self.fa3).items()}}
-        else:
-            data.pop("fa3")
-        for optional in ("fa4", "cuda_note", "gpu_class"):
+        for optional in ("cuda_note", "gpu_class"):
             if data[optional] is None:
                 data.pop(optional)
         return data
@@ -226,20 +207,12 @@ class Matrix:
     rules: tuple[ResolvedRule, ...] = ()
     left_out: tuple[LeftOut, ...] = ()
 
-    def fa4_targets(self, entry: Entry) -> tuple[Fa4Target, ...]:
-        """The GPUs a FlashAttention-4 entry's kernels are compiled ahead for, with the capability and
-        SM count the compat table gives each (the resolver refused one without them); () for others."""
-        if entry.fa4 is None:
-            return ()
-        found = [self.compat.fa4_target(gpu) for gpu in entry.gpus]
-        return tuple(t for t in found if not isinstance(t, str))
-
     def archive_path(self, entry: Entry) -> Path | None:
-        """Where an entry's pinned source archive must lie (FlashAttention-3's, which no index serves):
-        in packages.sdists; None for an entry without one, or where packages.sdists is not set."""
-        if entry.fa3 is None or not self.packages.sdists:
+        """Where an entry's pinned source archive must lie (one no index serves): in packages.sdists;
+        None for an entry without one, or where packages.sdists is not set."""
+        if entry.recipe.source != "archive" or not self.packages.sdists:
             return None
-        return Path(self.packages.sdists) / fa3.archive_name(entry.flash_attn)
+        return Path(self.packages.sdists) / entry.recipe.source_name(entry.flash_attn)
 
     def unfound_archives(self, entries: tuple[Entry, ...]) -> list[str]:
         """A line for each entry whose source archive is not where a build looks: `plan` and `render`
@@ -247,9 +220,9 @@ class Matrix:
         lines = []
         for entry in entries:
             path = self.archive_path(entry)
-            if entry.fa3 is not None and (path is None or not path.is_file()):
+            if entry.recipe.source == "archive" and (path is None or not path.is_file()):
                 where = f"in {path.parent}" if path is not None else "(packages.sdists is not set)"
-                lines.append(f"{entry.id}: no {fa3.archive_name(entry.flash_attn)} {where}")
+                lines.append(f"{entry.id}: no {entry.recipe.source_name(entry.flash_attn)} {where}")
         return lines
 
     def select(self, ids: list[str] | None) -> tuple[Entry, ...]:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import string
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from packaging.version import Version
 
-from ..builder import contract, generations, gpuarch
+from ..builder import contract
+from ..builder import generations as builder_generations
 from ..builder.errors import UsageError
-from ..builder.generations import fa3, fa4
 from ..builder.settings import gpu_class, parse_archs
 from ..errors import Problem
-from . import grammar, yamlfile
+from . import generations, grammar, yamlfile
 from .compat import Compat, CudaRelease, TorchRelease, arch_runs_on, did_you_mean, gpu_key
 from .expand import AXES, RULE_EXAMPLES, Combo, as_list, as_written, kind
 from .model import Bases, BuildOptions, Entry, LeftOut, Packages
@@ -65,15 +66,17 @@ class EntryResolver:
         packages: Packages,
         build: BuildOptions,
         allow_unknown: bool,
-        fa3_build: fa3.Fa3Build | None = None,
-        fa4_grid: fa4.Fa4Grid | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
-        self.fa3_build = fa3_build or fa3.Fa3Build()
-        self.fa4_grid = fa4_grid or fa4.Fa4Grid()
+        self.settings = settings or {}  # each generation's section (``fa3:``) as its settings
         self.left_out: list[LeftOut] = []
+
+    def settings_of(self, section: generations.Section) -> Any:
+        """A generation's settings from its section of the matrix, or its defaults."""
+        return self.settings.get(section.key) or section.settings()
 
     def fail(self, combo: Combo, key: str | None, message: str, hint: str | None = None) -> None:
         path = combo.key_origin.get(key or "", combo.origin + ((key,) if key else ()))
@@ -129,7 +132,7 @@ class EntryResolver:
                 hint="e.g. target: aws (a name under targets:) or archs: [80]",
             )
             return None
-        gpus = self._target_gpus(combo) if "target" in combo.values else []
+        gpus = self.target_gpus(combo) if "target" in combo.values else []
         if gpus is None:
             return None
         names = tuple(gpu for gpu, _, _ in gpus)
@@ -154,7 +157,7 @@ class EntryResolver:
             return None
         return archs, names
 
-    def _target_gpus(self, combo: Combo, runs: str = "flash-attn 2") -> list[tuple[str, str, str]] | None:
+    def target_gpus(self, combo: Combo, runs: str = "flash-attn 2") -> list[tuple[str, str, str]] | None:
         """(GPU name, compute capability, the arch it needs) of each GPU the `target` names; ``runs``:
         what the entry builds, which no GPU older than Ampere runs."""
         gpus: list[tuple[str, str]] = []  # (the name written, a GPU it stands for)
@@ -196,7 +199,8 @@ class EntryResolver:
         return found
 
     def entry(self, combo: Combo) -> Entry | None:
-        """Validates one combination; every problem is recorded, None if there were any."""
+        """Validates one combination; every problem is recorded, None if there were any. The generation
+        its flash-attn version names is decided here, once, and its module resolves the rest."""
         before = len(self.problems)
         for key in combo.values:
             if key not in AXES:
@@ -204,12 +208,11 @@ class EntryResolver:
         python, torch_v, fa = (self._version(combo, k) for k in ("python", "torch", "flash_attn"))
         cuda = self._version(combo, "cuda") if combo.values.get("cuda") is not None else None
         gen = self._generation(combo, fa)
-        if gen is generations.FA3:
-            return self._fa3_entry(combo, before, python, torch_v, fa, cuda)
-        if gen is generations.FA4:
-            return self._fa4_entry(combo, before, python, torch_v, fa, cuda)
-        ptx = combo.values.get("ptx", self.build_opts.ptx)
-        archs, gpus = self.archs_for(combo, ptx=ptx is True) or ((), ())
+        module = generations.module_of(gen or builder_generations.FA2)  # a generation refused is said once
+        versions = generations.Versions(python, torch_v, fa if gen is not None else None, cuda)
+        return module.resolve(self, combo, versions, before)
+
+    def check_python(self, combo: Combo, python: str | None) -> None:
         if python is not None and python not in self.compat.pythons:
             self.fail(
                 combo,
@@ -217,55 +220,32 @@ class EntryResolver:
                 f"Python {python} is not supported",
                 hint=f"use one of {', '.join(self.compat.pythons)}",
             )
-        if len(self.problems) == before and python and torch_v and combo.ruled:
-            reason = self._left_out_reason(combo, python, torch_v, cuda, archs)
-            if reason:
-                self.left_out.append(LeftOut(combination=combo.label, reason=reason))
-                return None
-        release, cuda, cuda_note = self._torch(combo, python, torch_v, cuda, archs)
-        cuda_rel = self._cuda(combo, cuda, torch_v)
-        self._flash_attn(combo, fa if gen is not None else None)  # a generation refused is said once
-        self._archs(combo, archs, cuda)
-        if not isinstance(ptx, bool):
-            self.fail(combo, "ptx", f"ptx must be true or false, not {ptx!r}")
-        if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and archs):
-            return None
-        fa_rel = self.compat.flash_attn.get(fa)
-        return self._made(
-            combo,
-            python=python,
-            torch_v=torch_v,
-            cuda=cuda,
-            cuda_rel=cuda_rel,
-            fa=fa,
-            archs=archs,
-            ptx=bool(ptx),
-            gpus=gpus,
-            release=release,
-            sha256=fa_rel.sha256 if fa_rel else None,
-            cuda_note=cuda_note,
-        )
 
-    def _made(
+    def left_out_because(self, combo: Combo, reason: str | None) -> bool:
+        """Records a combination a rule made that the table has no build for: True where there is a reason."""
+        if reason:
+            self.left_out.append(LeftOut(combination=combo.label, reason=reason))
+        return reason is not None
+
+    def made(
         self,
         combo: Combo,
+        versions: generations.Versions,
         *,
-        python: str,
-        torch_v: str,
         cuda: str,
         cuda_rel: CudaRelease,
-        fa: str,
         archs: tuple[str, ...],
         ptx: bool,
         gpus: tuple[str, ...],
         release: TorchRelease | None,
         sha256: str | None,
-        fa3_build: fa3.Fa3Build | None = None,
-        fa4_grid: fa4.Fa4Grid | None = None,
+        recipe: generations.Recipe,
         cuda_note: str | None = None,
     ) -> Entry | None:
         """The entry, its image tag checked against Docker's grammar before anything is built; its
         C++ ABI that of its torch's variant (None for a torch the table does not know)."""
+        python, torch_v, fa = versions.python, versions.torch, versions.flash_attn
+        assert python and torch_v and fa  # its generation's resolve() made sure
         variant = release.variant(cuda) if release else None
         tag = f"fa{fa}-py{python}-torch{torch_v}-{contract.cuda_tag(cuda)}"
         fill = {"cuda": cuda, "cuda_release": cuda_rel.release, "cuda_tag": contract.cuda_tag(cuda)}
@@ -299,8 +279,7 @@ class EntryResolver:
             devel_image=bases["devel"],
             runtime_image=bases["runtime"],
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
-            fa3=fa3_build,
-            fa4=fa4_grid,
+            recipe=recipe,
             cuda_note=cuda_note,
         )
 
@@ -314,203 +293,17 @@ class EntryResolver:
             return None
         return replace(entry, id=tag, image=f"{self.image}:{tag}", gpu_class=named)
 
-    def _generation(self, combo: Combo, fa: str | None) -> generations.Generation | None:
+    def _generation(self, combo: Combo, fa: str | None) -> builder_generations.Generation | None:
         if fa is None:
             return None
         try:
-            gen = generations.of_version(fa)
+            gen = builder_generations.of_version(fa)
         except UsageError as exc:
             self.fail(combo, "flash_attn", exc.message, hint=exc.hint)
             return None
         return gen
 
-    def _fa3_entry(
-        self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None
-    ) -> Entry | None:
-        """A FlashAttention-3 entry: torch's stable ABI (torch >= 2.9), a CUDA its setup.py builds with
-        and nothing downloaded, and the GPUs its kernels run on (sm_90a: 9.0; sm_80: 8.x)."""
-        build = self.fa3_build
-        for key in ("archs", "ptx"):
-            if key in combo.values:
-                self.fail(
-                    combo, key, f"{key} is not for FlashAttention-3: its kernels are sm_90a and sm_80, as fa3: says"
-                )
-        gpus = self._fa3_gpus(combo, build)
-        if python is not None and python not in self.compat.pythons:
-            self.fail(
-                combo,
-                "python",
-                f"Python {python} is not supported",
-                hint=f"use one of {', '.join(self.compat.pythons)}",
-            )
-        if len(self.problems) == before and python and torch_v and combo.ruled:
-            reason = self._fa3_left_out_reason(combo, python, torch_v, cuda)
-            if reason:
-                self.left_out.append(LeftOut(combination=combo.label, reason=reason))
-                return None
-        release, cuda, _ = self._torch(combo, python, torch_v, cuda)
-        cuda_rel = self._cuda(combo, cuda, torch_v)
-        fa_rel = self.compat.flash_attn_3.get(fa) if fa else None
-        if fa and fa_rel is None:
-            known = list(self.compat.flash_attn_3)
-            self.fail(
-                combo,
-                "flash_attn",
-                f"FlashAttention-3 {fa} is not in the compat table (flash_attn_3:)",
-                hint=f"known: {', '.join(known) or 'none'}; add it with --compat FILE",
-            )
-        if torch_v and Version(torch_v) < fa3.STABLE_ABI_TORCH:
-            self.fail(
-                combo,
-                "torch",
-                f"FlashAttention-3 is built on torch's stable ABI, from torch {fa3.STABLE_ABI_TORCH}; not {torch_v}",
-            )
-        if cuda and (why := fa3.refuse_cuda(cuda)):
-            self.fail(combo, "cuda" if "cuda" in combo.values else "torch", why)
-        if len(self.problems) > before or not (
-            python and torch_v and fa and fa_rel and cuda and cuda_rel and gpus is not None
-        ):
-            return None
-        return self._made(
-            combo,
-            python=python,
-            torch_v=torch_v,
-            cuda=cuda,
-            cuda_rel=cuda_rel,
-            fa=fa,
-            archs=build.archs,
-            ptx=False,
-            gpus=gpus,
-            release=release,
-            sha256=fa_rel.sha256,
-            fa3_build=build,
-        )
-
-    def _fa4_entry(
-        self, combo: Combo, before: int, python: str | None, torch_v: str | None, fa: str | None, cuda: str | None
-    ) -> Entry | None:
-        """A FlashAttention-4 entry: its pinned set for the torch's CUDA major, and its kernels compiled
-        into the image for each GPU of the target (its capability and SM count: Compat.fa4_target)."""
-        for key in ("archs", "ptx"):
-            if key in combo.values:
-                self.fail(combo, key, f"{key} is not for FlashAttention-4: its kernels are compiled for the target")
-        targets = self._fa4_targets(combo)
-        if python is not None and (python not in self.compat.pythons or Version(python) < Version("3.10")):
-            self.fail(combo, "python", f"FlashAttention-4 needs Python >= 3.10 (its DSL's wheels), not {python}")
-        release, cuda, _ = self._torch(combo, python, torch_v, cuda)
-        cuda_rel = self._cuda(combo, cuda, torch_v)
-        fa_rel = self.compat.flash_attn_4.get(fa) if fa else None
-        if fa and fa_rel is None:
-            known = ", ".join(self.compat.flash_attn_4) or "none"
-            self.fail(
-                combo,
-                "flash_attn",
-                f"FlashAttention-4 {fa} is not in the compat table (flash_attn_4:)",
-                hint=f"known: {known}",
-            )
-        major = cuda.split(".")[0] if cuda else None
-        if fa_rel is not None and major is not None and major not in fa_rel.pins:
-            majors = ", ".join(f"CUDA {m}" for m in fa_rel.pins)
-            self.fail(
-                combo,
-                "cuda" if "cuda" in combo.values else "torch",
-                f"FlashAttention-4 {fa} has no pinned set for CUDA {major} (the table has {majors})",
-                hint=self._fa4_cuda_hint(fa_rel.pins, torch_v),
-            )
-        if len(self.problems) > before or not (python and torch_v and fa and cuda and cuda_rel and targets):
-            return None
-        # Its kernels run where they were compiled for: each GPU's own arch ('90a': 9.0 only).
-        archs = tuple(gpuarch.sorted_archs({t.compile_target.removeprefix("sm_") for t in targets}))
-        return self._made(
-            combo,
-            python=python,
-            torch_v=torch_v,
-            cuda=cuda,
-            cuda_rel=cuda_rel,
-            fa=fa,
-            archs=archs,
-            ptx=False,
-            gpus=tuple(t.name for t in targets),
-            release=release,
-            sha256=None,
-            fa4_grid=self.fa4_grid,
-        )
-
-    def _fa4_cuda_hint(self, pinned: dict, torch_v: str | None) -> str:
-        """Where FA4 works today: this torch's own build for a CUDA it has a pinned set for, else the
-        torch releases that have one."""
-        own = self.compat.torch.get(torch_v or "")
-        same = [v.cuda for v in own.variants if v.cuda.split(".")[0] in pinned] if own else []
-        if same:
-            return f'torch {torch_v} has a CUDA {same[-1]} build: write cuda: "{same[-1]}"'
-        works = [
-            f"{t.version} (CUDA {v.cuda})"
-            for t in self.compat.torch.values()
-            for v in t.variants
-            if v.cuda.split(".")[0] in pinned
-        ]
-        if not works:
-            return "add a pinned set with --compat FILE"
-        return f"use a torch built for CUDA {', '.join(pinned)}, such as torch " + ", ".join(works[-3:])
-
-    def _fa4_targets(self, combo: Combo) -> tuple[fa4.Fa4Target, ...] | None:
-        """The target's GPUs as FA4's kernels are compiled for them: each one's capability and SM
-        count from the compat table (``Compat.fa4_target``)."""
-        if "target" not in combo.values:
-            self.fail(combo, None, "no target: name the GPUs its kernels are compiled for", hint="e.g. target: [H100]")
-            return None
-        found = self._target_gpus(combo, "FlashAttention-4")
-        if found is None:
-            return None
-        targets = [self.compat.fa4_target(gpu) for gpu, _cc, _arch in found]
-        refused = [why for why in targets if isinstance(why, str)]
-        refused += [
-            f"{t.name} runs none of the grid's calls ({fa4.refused('train', t.major)})"
-            for t in targets
-            if not isinstance(t, str) and not self.fa4_grid.points(t.major)
-        ]
-        if refused:
-            self.fail(combo, "target", f"FlashAttention-4's kernels cannot be compiled ahead: {'; '.join(refused)}")
-            return None
-        return tuple({t.name: t for t in targets if not isinstance(t, str)}.values())
-
-    def _fa3_gpus(self, combo: Combo, build: fa3.Fa3Build) -> tuple[str, ...] | None:
-        """The target's GPUs, each one FA3's kernels run on: 9.0 (sm_90a), 8.x (sm_80, unless left out)."""
-        if "target" not in combo.values:
-            self.fail(combo, None, "no target: name the GPUs it is for", hint="e.g. target: [H100]")
-            return None
-        found = self._target_gpus(combo)
-        if found is None:
-            return None
-        for gpu, cc, _arch in found:
-            runs = cc == "9.0" or (cc.startswith("8.") and "80" in build.archs)
-            if not runs:
-                why = (
-                    "its sm_80 kernels are left out (fa3.without: sm80)"
-                    if cc.startswith("8.")
-                    else "FA3's kernels are sm_90a (9.0 only) and sm_80 (8.x)"
-                )
-                self.fail(combo, "target", f"FlashAttention-3 cannot run on {gpu} (compute capability {cc}): {why}")
-                return None
-        return tuple(gpu for gpu, _, _ in found)
-
-    def _fa3_left_out_reason(self, combo: Combo, python: str, torch_v: str, cuda: str | None) -> str | None:
-        release = self.compat.torch.get(torch_v)
-        if release is None:
-            return None
-        if "torch" in combo.ruled and Version(torch_v) < fa3.STABLE_ABI_TORCH:
-            return f"FlashAttention-3 is built on torch's stable ABI, from torch {fa3.STABLE_ABI_TORCH}"
-        if combo.ruled & {"python", "torch"} and python not in release.pythons:
-            return f"torch {torch_v} has no wheels for Python {python}"
-        given = combo.values.get("cuda") is not None
-        cuda = cuda if given else release.default_cuda
-        if ("cuda" in combo.ruled if given else "torch" in combo.ruled) and cuda and release.variant(cuda) is None:
-            return f"torch {torch_v} has no CUDA {cuda} build"
-        if ("cuda" in combo.ruled if given else "torch" in combo.ruled) and cuda and (why := fa3.refuse_cuda(cuda)):
-            return why
-        return None
-
-    def _left_out_reason(
+    def left_out_reason(
         self, combo: Combo, python: str, torch_v: str, cuda: str | None, archs: tuple[str, ...]
     ) -> str | None:
         """Why the table has no build of this combination, where a rule chose a value the reason
@@ -538,7 +331,7 @@ class EntryResolver:
             return f"arch {too_old[0]} needs CUDA >= {too_old[1]}, not {cuda}"
         return None
 
-    def _torch(
+    def torch_release(
         self, combo: Combo, python: str | None, torch_v: str | None, cuda: str | None, archs: tuple[str, ...] = ()
     ) -> tuple[TorchRelease | None, str | None, str | None]:
         """The torch release (None if unknown), the CUDA variant (as given, else the one its archs
@@ -569,7 +362,7 @@ class EntryResolver:
             )
         return release, cuda, note
 
-    def _cuda(self, combo: Combo, cuda: str | None, torch_v: str | None) -> CudaRelease | None:
+    def cuda_release(self, combo: Combo, cuda: str | None, torch_v: str | None) -> CudaRelease | None:
         """The CUDA release of the table, checked against the torch it goes with."""
         if not cuda:
             return None
@@ -586,7 +379,7 @@ class EntryResolver:
             )
         return cuda_rel
 
-    def _flash_attn(self, combo: Combo, fa: str | None) -> None:
+    def check_flash_attn(self, combo: Combo, fa: str | None) -> None:
         if fa is None:
             return
         if Version(fa) not in self.compat.flash_attn_range:
@@ -599,7 +392,7 @@ class EntryResolver:
         else:
             self._known(combo, "flash_attn", fa, list(self.compat.flash_attn), "flash-attn")
 
-    def _archs(self, combo: Combo, archs: tuple[str, ...], cuda: str | None) -> None:
+    def check_archs(self, combo: Combo, archs: tuple[str, ...], cuda: str | None) -> None:
         """Each arch is in the table, and the entry's CUDA compiles for it."""
         key = "archs" if "archs" in combo.values else "target"
         for arch in archs:

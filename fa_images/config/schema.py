@@ -12,9 +12,9 @@ import json
 import typing
 from typing import Any
 
-from . import grammar
+from . import generations, grammar
 from .expand import AXES, MATRIX_RULES
-from .matrix import FA3_FIELDS, FA4_FIELDS, TOP_KEYS
+from .matrix import TOP_KEYS
 from .model import Bases, BuildOptions, Packages
 
 SCHEMA_ID = "https://fa-images.invalid/matrix.schema.json"  # names it; nothing is fetched from there
@@ -67,8 +67,7 @@ def matrix_schema() -> dict[str, Any]:
         "bases": _section("bases", Bases),
         "packages": _section("packages", Packages),
         "build": _section("build", BuildOptions),
-        "fa3": _generation(FA3_FIELDS),
-        "fa4": _generation(FA4_FIELDS),
+        **{section.key: _generation(section) for section in generations.sections()},
         "compat": {**_STRING, "description": "a compat table file merged over the built-in one"},
         "allow_unknown": {"type": "boolean"},
     }
@@ -109,10 +108,10 @@ def _of_type(hint: Any, choices: tuple[str, ...] | None) -> dict[str, Any]:
     return dict(_SHAPES[hint])
 
 
-def _generation(fields: dict[str, Any]) -> dict[str, Any]:
+def _generation(section: generations.Section) -> dict[str, Any]:
     """A generation's section: a list of one type, or one number, per key."""
     properties = {
         name: {"type": "array", "items": _SHAPES[shape[0]]} if isinstance(shape, list) else _SHAPES[shape]
-        for name, shape in fields.items()
+        for name, shape in section.fields.items()
     }
     return {"type": "object", "properties": properties, "additionalProperties": False}

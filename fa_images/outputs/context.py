@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..builder import contract, source
 from ..builder.errors import SourceError
-from ..builder.generations import fa3
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from . import group_cache, wheelhouse
@@ -31,18 +30,18 @@ def cache_dir() -> Path:
 
 
 def source_name(entry: Entry) -> str:
-    """The file name of the entry's source: flash-attn's sdist, or FlashAttention-3's archive."""
-    return fa3.archive_name(entry.flash_attn) if entry.fa3 is not None else source.sdist_name(entry.flash_attn)
+    """The file name of the entry's source, as its generation names it (an sdist, an archive)."""
+    return entry.recipe.source_name(entry.flash_attn)
 
 
 def fetch_sdist(matrix: Matrix, entry: Entry) -> Path | None:
     """The entry's sdist from ``packages.sdists``, the local cache or the index, sha256-checked;
-    FlashAttention-3's archive from ``packages.sdists`` only (no index serves it); None for
-    FlashAttention-4, which its build installs from the index, pinned (nothing to fetch)."""
-    if entry.fa4 is not None:
+    a pinned archive from ``packages.sdists`` only (no index serves it); None for a generation its
+    build installs from the index, pinned (nothing to fetch)."""
+    if entry.recipe.source is None:
         return None
-    if entry.fa3 is not None:
-        return fa3_archive(matrix, entry)
+    if entry.recipe.source == "archive":
+        return source_archive(matrix, entry)
     cache = cache_dir() / "sdists"
     local = Path(matrix.packages.sdists) if matrix.packages.sdists else None
     found_locally = local is not None and (local / source.sdist_name(entry.flash_attn)).is_file()
@@ -57,20 +56,20 @@ def fetch_sdist(matrix: Matrix, entry: Entry) -> Path | None:
     return path
 
 
-def fa3_archive(matrix: Matrix, entry: Entry) -> Path:
-    """FlashAttention-3's source archive in ``packages.sdists``, checked against its pin; refused,
-    with the command that makes it, where it is not there."""
-    name = fa3.archive_name(entry.flash_attn)
+def source_archive(matrix: Matrix, entry: Entry) -> Path:
+    """The entry's pinned source archive in ``packages.sdists`` (no index serves it), checked
+    against its pin; refused, with the command that makes it, where it is not there."""
+    name = entry.recipe.source_name(entry.flash_attn)
     local = matrix.archive_path(entry)
     if local is None or not local.is_file():
         raise SourceError(
-            f"{entry.id}: no {name} in packages.sdists ({matrix.packages.sdists or 'not set'}): FlashAttention-3 "
-            "is not on PyPI, and its source archive is made from the flash-attention and cutlass repositories",
-            hint="`fa-images source fa3 --flash-attention CLONE --cutlass CLONE --out DIR` makes it, "
+            f"{entry.id}: no {name} in packages.sdists ({matrix.packages.sdists or 'not set'}): "
+            f"{entry.generation.name} is not on PyPI, and its source archive is made from its repositories",
+            hint=f"`fa-images source fa{entry.generation.number} --help` says how to make it, "
             "and packages.sdists: DIR finds it",
         )
     if entry.sdist_sha256:
-        source.check_sha256(fa3.tar_sha256(local), entry.sdist_sha256, shown_as=f"{local} (the tar inside)")
+        source.check_sha256(source.tar_sha256(local), entry.sdist_sha256, shown_as=f"{local} (the tar inside)")
     return local
 
 
@@ -151,7 +150,7 @@ def assemble(
         wheels = dest / "inputs" / "prebuilt"
         wheels.mkdir(parents=True)
         shutil.copy2(source_file, wheels / source_file.name)
-    elif entry.fa4 is None:  # FlashAttention-4 comes from the index, and compiles nothing with nvcc
+    elif entry.recipe.makes_wheel:  # else it comes from the index, and compiles nothing with nvcc
         assert source_file is not None
         sdists = dest / "inputs" / "sdists"
         sdists.mkdir(parents=True)

@@ -17,8 +17,7 @@ from pathlib import Path
 import jinja2
 
 from ..builder import contract, safe_io, untrusted
-from ..builder.generations import fa4
-from ..config import grammar
+from ..config import grammar, groups
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from ..errors import UsageError
@@ -28,8 +27,8 @@ from . import os_packages, wheelhouse
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 # The builder stage's build tools live here, outside the venv the runtime stage copies.
 BUILD_TOOLS_DIR = "/opt/build-tools"
-# Where a FlashAttention-4 image keeps its kernels, compiled ahead (builder/generations/fa4.py).
-FA4_CACHE = "/opt/fa4-cache"
+# Where the build context's sources are in the builder stage.
+SOURCES_IN_IMAGE = "/opt/fa-images/inputs/sdists"
 # A rendered Dockerfile is a few kB; --check reads no more than this of what is there.
 MAX_DOCKERFILE = 1 << 20
 
@@ -81,26 +80,18 @@ def cache_mount_id(entry: Entry) -> str:
     return "fa-images-compiler-cache-" + hashlib.sha256(entry.compile_group.encode()).hexdigest()[:16]
 
 
-def fa4_fingerprint(matrix: Matrix, entry: Entry) -> str:
-    """What a FlashAttention-4 image's kernel cache is made of, as 16 hex digits for its label: the
-    pinned set (FA4's sources and the DSL's versions), the Python, the grid and the GPUs compiled
-    for. Two images with the same one carry the same kernels."""
-    assert entry.fa4 is not None
-    made_of = [
-        wheelhouse.runtime_deps(matrix, entry),
-        entry.python,
-        entry.fa4.to_json(),
-        [t.argument() for t in matrix.fa4_targets(entry)],
-    ]
-    return hashlib.sha256(repr(made_of).encode()).hexdigest()[:16]
-
-
 def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt: bool = False) -> str:
     """The entry's Dockerfile for ``builder``; ``prebuilt``: the runtime image around a wheel the
     context carries (``inputs/prebuilt/``), with no compile."""
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
     installs = {i.name: i for i in wheelhouse.installs(matrix, entry)}
     private = wheelhouse.private_kinds(matrix, entry)
+    runtime = wheelhouse.runtime_deps(matrix, entry)
+    # The sdist is always in the context; the index is a fallback that must not carry a token.
+    index = grammar.without_credentials(matrix.packages.flash_attn_index)
+    command = groups.wheel_command(
+        entry, index_url=index, sources_dir=SOURCES_IN_IMAGE, compiler_cache=contract.CACHE_DIR
+    )
     return (
         _environment()
         .get_template("Dockerfile.j2")
@@ -118,13 +109,12 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
             runtime_install=pip_args(installs["runtime deps"]),
             build_tools=BUILD_TOOLS_DIR,
             prebuilt=prebuilt,
-            # The builder stage compiles a wheel: flash-attn 2 and 3, unless the wheel exists.
-            compiles=not prebuilt and entry.fa4 is None,
-            fa4_cache=FA4_CACHE,
-            fa4_fingerprint=fa4_fingerprint(matrix, entry) if entry.fa4 is not None else None,
-            fa4_targets=[t.argument() for t in matrix.fa4_targets(entry)],
-            fa4_cache_env=fa4.CACHE_ENV,
-            fa4_cache_on_env=fa4.CACHE_ON_ENV,
+            # The builder stage compiles a wheel, unless its generation makes none or the wheel exists.
+            makes_wheel=entry.recipe.makes_wheel,
+            compiles=not prebuilt and entry.recipe.makes_wheel,
+            wheel_command=command,
+            install=entry.recipe.install_stage(entry, runtime),
+            generation_labels=entry.recipe.labels(entry, runtime),
             buildkit=builder == "buildkit",
             venv_mounts=venv_mounts(matrix, entry, contract.TORCH_STAGE) if builder == "buildkit" else [],
             python_mounts=venv_mounts(matrix, entry, contract.PYTHON_STAGE) if builder == "buildkit" else [],
@@ -155,8 +145,6 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
             # Private installs, fetched on the host: torch apart, so its wheels reach no image.
             torch_wheelhouse=wheelhouse.dir_in_image("torch") if "torch" in private else None,
             tools_wheelhouse=wheelhouse.dir_in_image("tools") if "tools" in private else None,
-            # The sdist is always in the context; the index is a fallback that must not carry a token.
-            flash_attn_index=grammar.without_credentials(matrix.packages.flash_attn_index),
         )
     )
 

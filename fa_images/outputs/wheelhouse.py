@@ -127,12 +127,7 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
 def runtime_deps(matrix: Matrix, entry: Entry) -> tuple[str, ...]:
     """What the entry's flash-attn needs besides torch, pinned: the table's, and its generation's own
     (FlashAttention-4 is itself one of them: Python from the index, with its resolved set)."""
-    own: tuple[str, ...] = ()
-    if entry.fa3 is not None and (fa3_release := matrix.compat.flash_attn_3.get(entry.flash_attn)):
-        own = fa3_release.runtime_deps
-    if entry.fa4 is not None and (fa4_release := matrix.compat.flash_attn_4.get(entry.flash_attn)):
-        own = fa4_release.pins.get(entry.cuda.split(".")[0], ())
-    return merged_pins(matrix.compat.runtime_deps_for(entry.python), own)
+    return merged_pins(matrix.compat.runtime_deps_for(entry.python), entry.recipe.runtime_pins())
 
 
 def private_kinds(matrix: Matrix, entry: Entry) -> frozenset[Kind]:

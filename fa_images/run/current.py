@@ -150,11 +150,11 @@ def shared_wheels(dist: Path, every: tuple[Entry, ...], selected: tuple[Entry, .
     place = DistDir(dist)
     groups: dict[str, list[str]] = {}
     for e in every:
-        if e.fa3 is not None:
+        if e.recipe.shares_wheel():
             groups.setdefault(e.compile_group, []).append(e.id)
     found = {}
     for e in selected:
-        if e.fa3 is None or place.wheel(e.id, None) is not None:
+        if not e.recipe.shares_wheel() or place.wheel(e.id, None) is not None:
             continue
         for other in groups.get(e.compile_group, []):
             wheel = place.wheel(other, None) if other != e.id else None

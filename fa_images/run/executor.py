@@ -207,7 +207,7 @@ class Executor:
         def digest(sha256: str, *, around_wheel: bool) -> str:
             return context.inputs_digest(self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel)
 
-        if entry.fa4 is not None:  # Python from the index, pinned in the Dockerfile: no source to fetch
+        if entry.recipe.source is None:  # Python from the index, pinned in the Dockerfile: no source to fetch
             run.inputs = digest(hashlib.sha256(b"flash-attn-4 from the index").hexdigest(), around_wheel=False)
             return StepOutcome(note=f"flash-attn-4 {entry.flash_attn} from the index, pinned; no compile with nvcc")
         if prebuilt is None and run.plan.shares_wheel_of is not None:
@@ -329,7 +329,7 @@ class Executor:
                 key=(progress.step if progress else 0,),
             )
 
-        assert run.source is not None or run.entry.fa4 is not None
+        assert run.source is not None or run.entry.recipe.source is None
 
         def kept(line: str) -> None:
             run.log.write(line)

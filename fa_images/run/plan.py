@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from packaging.version import Version
-
 from ..builder import contract
+from ..config import groups
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry
 from .current import Wheel
@@ -136,7 +135,7 @@ class EntryPlan:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        if self.entry.fa4 is not None:
+        if not self.entry.recipe.makes_wheel:
             return PYTHON_STAGES
         if self.around_wheel:
             return PREBUILT_STAGES
@@ -187,7 +186,7 @@ class EntryPlan:
     def describe(self) -> list[str]:
         """The plan as a person reads it: one line per build, check and push."""
         lines = [f"{self.entry.id}: {' -> '.join(self.steps)}"]
-        if self.entry.fa4 is not None:  # its source step fetches nothing: the build installs from the index
+        if self.entry.recipe.source is None:  # its source step fetches nothing: the build installs from the index
             lines.append(
                 f"  source     {self.entry.requirement} and its pinned set from the index, in the build (no sdist)"
             )
@@ -232,8 +231,8 @@ def runtime_build(entry: Entry) -> BuildTarget:
 
 def from_stages(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_cache: bool) -> tuple[BuildTarget, ...]:
     """What the executor takes from the stages the build made: tagged, or their files read (the
-    compiler cache only where the host keeps one); nothing for FlashAttention-4, which makes no wheel."""
-    if entry.fa4 is not None:
+    compiler cache only where the host keeps one); nothing for a generation that makes no wheel."""
+    if not entry.recipe.makes_wheel:
         return ()
     wheel = BuildTarget(stage=contract.WHEEL_STAGE, tag=None, purpose="the wheel, exported and verified into dist")
     if prebuilt:
@@ -267,7 +266,7 @@ def before_build(entry: Entry, *, prebuilt: bool, form: BuilderForm, compiler_ca
     - compiler-cache-in, anew, where the host keeps a compiler cache: the compile takes it from the
       group's cache mount, put there first so the compile step's cache key never depends on it.
     """
-    if prebuilt or form != "buildkit" or entry.fa4 is not None:
+    if prebuilt or form != "buildkit" or not entry.recipe.makes_wheel:
         return ()
     torch = BuildTarget(
         stage=contract.TORCH_COMMIT_STAGE,
@@ -361,7 +360,7 @@ def make_plan(
             bases=tuple(
                 dict.fromkeys(
                     [e.runtime_image]
-                    if (e.id in around or e.fa4 is not None) and python_from != "uv"
+                    if (e.id in around or not e.recipe.makes_wheel) and python_from != "uv"
                     else [e.devel_image, e.runtime_image]
                 )
             ),
@@ -380,15 +379,10 @@ def _group_leaders(entries: tuple[Entry, ...] | list[Entry], *, given: Set[str],
     the first one given the wheel (``--wheels``), else the one with the oldest torch, then Python,
     which compiles it, so the wheel asks the least of the torch it meets. ``apart``: entries whose
     wheel is already decided (published, or the group's in dist/)."""
-    groups: dict[str, list[Entry]] = {}
-    for e in entries:
-        if e.fa3 is not None and e.id not in apart:
-            groups.setdefault(e.compile_group, []).append(e)
+    sharing = [e for e in entries if e.recipe.shares_wheel() and e.id not in apart]
     leaders = {}
-    for members in groups.values():
-        first = next((e for e in members if e.id in given), None) or min(
-            members, key=lambda e: (Version(e.torch), Version(e.python))
-        )
+    for members in groups.by_group(sharing).values():
+        first = next((e for e in members if e.id in given), None) or groups.leader(members)
         leaders.update({e.id: first.id for e in members if e is not first})
     return leaders
 

@@ -21,7 +21,6 @@ from packaging.version import Version
 
 from ..builder import dist as dist_dir
 from ..builder import wheelfile
-from ..builder.generations import fa3
 from ..config.matrix import Entry
 from ..errors import UsageError
 
@@ -55,17 +54,15 @@ def _is_for(wheel: Path, entry: Entry) -> bool:
     python = "cp" + entry.python.replace(".", "")
     if name != canonicalize_name(entry.generation.project) or version.public != Version(entry.flash_attn).public:
         return False
-    if entry.fa3 is not None:
-        return version.local == fa3.local_version_label(entry.cuda, entry.fa3) and any(
+    if entry.generation.abi3:
+        return version.local in entry.recipe.wheel_labels(entry) and any(
             t.abi == "abi3" and t.platform.endswith("x86_64") and _serves(t.interpreter, python) for t in tags
         )
     if not any(t.interpreter == python and t.platform.endswith("x86_64") for t in tags):
         return False
     if _recorded_for(wheel) == entry.id:
         return True
-    abis = (True, False) if entry.cxx11_abi is None else (entry.cxx11_abi,)
-    labels = {entry.wheel_label(abi) for abi in abis}
-    return version.local in labels
+    return version.local in entry.recipe.wheel_labels(entry)
 
 
 def _serves(interpreter: str, python: str) -> bool:

@@ -18,6 +18,7 @@ import pytest
 from fixtures import tiny_fa3
 
 from fa_images.builder import safe_io
+from fa_images.builder import source as source_mod
 from fa_images.builder.errors import SourceError
 from fa_images.builder.generations import fa3
 
@@ -108,7 +109,7 @@ def test_the_archive_is_the_same_bytes_from_the_same_commits(repos, tmp_path: Pa
         assert all(m.mtime == tar.getmembers()[0].mtime and m.uid == 0 for m in tar.getmembers())
     assert "flash_attn_3-3.0.0/csrc/cutlass/include/cutlass/cutlass.h" in names
     assert not any("media.png" in n or "csrc/other" in n for n in names)
-    assert fa3.tar_sha256(first) == sha
+    assert source_mod.tar_sha256(first) == sha
 
 
 def test_the_pin_is_the_tars_so_a_mirror_may_compress_it_again(repos, tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_the_pin_is_the_tars_so_a_mirror_may_compress_it_again(repos, tmp_path: 
     archive, sha = fa3.make_archive(flash_attention=fa, commit=commit, cutlass=cutlass, out=safe_io.OutputDir(tmp_path))
     plain = tmp_path / "flash_attn_3-3.0.0.tar"
     plain.write_bytes(gzip.decompress(archive.read_bytes()))
-    assert fa3.tar_sha256(plain) == sha
+    assert source_mod.tar_sha256(plain) == sha
     tree = fa3.unpack(plain, tmp_path / "src", sha)
     assert tree.version == "3.0.0" and tree.path.name == "hopper" and tree.sha256 == sha
     with pytest.raises(SourceError, match="sha256 mismatch"):

@@ -15,6 +15,7 @@ import pytest
 from test_gpu_arch import H100, extension
 
 from fa_images.builder import build, contract, generations, gpucheck, verify
+from fa_images.builder import source as source_mod
 from fa_images.builder.environment import NvccInfo
 from fa_images.builder.errors import SourceError, UsageError
 from fa_images.builder.generations import fa3
@@ -113,9 +114,9 @@ def test_an_archive_without_cutlass_or_hopper_is_refused(tmp_path: Path) -> None
 def test_an_archive_that_inflates_past_the_bound_is_refused_unread(tmp_path: Path, monkeypatch) -> None:
     bomb = tmp_path / "flash_attn_3-3.0.0.tar.gz"
     bomb.write_bytes(gzip.compress(b"\0" * (4 << 20)))  # 4 MiB of zeros in a few kB
-    monkeypatch.setattr(fa3, "MAX_UNPACKED", 1 << 20)
+    monkeypatch.setattr(source_mod, "MAX_UNPACKED", 1 << 20)
     with pytest.raises(SourceError, match="unpacks past 1 MiB"):
-        fa3.tar_sha256(bomb)
+        source_mod.tar_sha256(bomb)
 
 
 # --- the builder -----------------------------------------------------------------------------------
@@ -292,12 +293,12 @@ def test_fa3_entries_share_one_compile_group_across_pythons_and_torches(tmp_path
         'cuda: ["13.0"], target: [H100]}\n'
         'entries: [{python: "3.12", torch: "2.11.0", flash_attn: "2.8.3", target: [H100]}]\n',
     )
-    fa3_entries = [e for e in m.entries if e.fa3 is not None]
+    fa3_entries = [e for e in m.entries if e.generation.number == 3]
     assert len(fa3_entries) == 4 and {e.archs for e in fa3_entries} == {("90a",)}
     assert len({e.compile_group for e in fa3_entries}) == 1
     assert fa3_entries[0].compile_group == f"fa3.0.0-cu13.{fa3.Fa3Build(**TRIMMED).label()}-sm90a"
     assert fa3_entries[0].sdist_sha256 == m.compat.flash_attn_3["3.0.0"].sha256
-    (fa2,) = (e for e in m.entries if e.fa3 is None)
+    (fa2,) = (e for e in m.entries if e.generation.number == 2)
     assert fa2.archs == ("90",) and fa2.generation is generations.FA2 and "fa3" not in fa2.summary()
     assert fa3_entries[0].summary()["fa3"]["build"] == "hdim 128; bf16,fp16; without split,paged_kv,sm80"
 
@@ -368,7 +369,7 @@ def fa3_matrix(tmp_path: Path, monkeypatch):
             }
         )
     )
-    sha = fa3.tar_sha256(archive)
+    sha = source_mod.tar_sha256(archive)
     (tmp_path / "compat.yaml").write_text(
         f'flash_attn_3: {{"3.0.0": {{sha256: {sha}, flash_attention: {"a" * 40}, cutlass: {"b" * 40}}}}}\n'
     )

@@ -101,7 +101,7 @@ def test_an_fa4_entry_carries_its_grid_for_each_gpu_of_its_target(tmp_path: Path
     m = load(tmp_path, "fa4: {head_dims: [128], kv_heads: [16], causal: [true]}\n" + ENTRY)
     (entry,) = m.entries
     assert entry.generation is generations.FA4 and entry.gpus == ("H100", "B200") and entry.archs == ("90a", "100a")
-    assert entry.fa4 == fa4.Fa4Grid(head_dims=(128,), kv_heads=(16,), causal=(True,))
+    assert entry.recipe.grid == fa4.Fa4Grid(head_dims=(128,), kv_heads=(16,), causal=(True,))
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,12 @@ def test_an_fa4_entry_it_cannot_build_is_refused_with_its_reason(text: str, says
 
 
 def test_the_dockerfile_installs_fa4_pinned_and_compiles_its_grid_per_gpu(tmp_path: Path) -> None:
-    from fa_images.outputs.render import FA4_CACHE, fa4_fingerprint, render_entry
+    from fa_images.config.generations.fa4 import CACHE
+    from fa_images.outputs.render import render_entry
+    from fa_images.outputs.wheelhouse import runtime_deps
+
+    def fingerprint(m, entry) -> str:
+        return entry.recipe.fingerprint(entry, runtime_deps(m, entry))
 
     m = load(tmp_path, ENTRY)
     (entry,) = m.entries
@@ -140,10 +145,10 @@ def test_the_dockerfile_installs_fa4_pinned_and_compiles_its_grid_per_gpu(tmp_pa
         assert "AS builder" not in text and "AS wheel" not in text and "AS compiler-cache" not in text
         assert " flash-attn-4==4.0.0b36 " in text and " nvidia-cutlass-dsl-libs-cu13==4.8.1 " in text
         assert text.count("python -m fa_images.builder fa4-cache") == 2 and "--target B200:10.0:148" in text
-        assert f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={FA4_CACHE}" in text and 'fa-images.generation="4"' in text
-        assert f'fa-images.fa4-cache="{fa4_fingerprint(m, entry)}"' in text
+        assert f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={CACHE}" in text and 'fa-images.generation="4"' in text
+        assert f'fa-images.fa4-cache="{fingerprint(m, entry)}"' in text
     other = load(tmp_path, "fa4: {head_dims: [64]}\n" + ENTRY)  # another grid: other kernels, another label
-    assert fa4_fingerprint(other, other.entries[0]) != fa4_fingerprint(m, entry)
+    assert fingerprint(other, other.entries[0]) != fingerprint(m, entry)
 
 
 def test_the_plan_and_the_run_make_no_wheel(tmp_path: Path, monkeypatch) -> None:
@@ -173,11 +178,11 @@ def test_a_batch_script_refuses_fa4_which_makes_no_wheel(tmp_path: Path) -> None
 def test_the_matrix_reads_every_field_of_a_generations_settings() -> None:
     from dataclasses import fields
 
-    from fa_images.builder.generations import fa3
-    from fa_images.config import matrix
+    from fa_images.config import generations
 
-    assert set(matrix.FA4_FIELDS) == {f.name for f in fields(fa4.Fa4Grid)}
-    assert set(matrix.FA3_FIELDS) == {f.name for f in fields(fa3.Fa3Build)}
+    for section in generations.sections():
+        assert set(section.fields) == {f.name for f in fields(section.settings)}, section.key
+    assert [s.key for s in generations.sections()] == ["fa3", "fa4"]
 
 
 # --- every GPU class FA4's code runs on: its facts from the compat table -------------------------

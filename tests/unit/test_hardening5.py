@@ -184,7 +184,7 @@ def test_two_full_fa3_jobs_run_out_of_time_where_a_trimmed_one_fits(tmp_path: Pa
 
     fa3_only = "\n".join(MIXED.splitlines()[i] for i in (0, 1, 3)) + "\n"
     full = _entries(tmp_path, fa3_only)
-    assert [len(e.fa3.sources()) for e in full] == [293, 293]
+    assert [len(e.recipe.build.sources()) for e in full] == [293, 293]
     with pytest.raises(UsageError) as refused:
         runner_fit.check(full, cpus=4, memory_gib=16, timeout=100, shards=4, sharding=True)
     assert "2 build jobs would run out of time (--timeout-minutes 100)" in str(refused.value)
@@ -192,7 +192,7 @@ def test_two_full_fa3_jobs_run_out_of_time_where_a_trimmed_one_fits(tmp_path: Pa
     assert "--shards" not in (refused.value.hint or "")  # FA3 is built unsharded: shards change nothing
     knobs = "fa3: {head_dims: [128], dtypes: [bf16], without: [split, paged_kv, softcap, packgqa, sm80, hdim_diff]}\n"
     trimmed = _entries(tmp_path, knobs + fa3_only)
-    assert [len(e.fa3.sources()) for e in trimmed] == [4, 4]  # flash_api, fwd and bwd bf16, the scheduler
+    assert [len(e.recipe.build.sources()) for e in trimmed] == [4, 4]  # flash_api, fwd and bwd bf16, the scheduler
     runner_fit.check(trimmed, cpus=4, memory_gib=16, timeout=100, shards=1, sharding=True)
 
 

@@ -165,7 +165,7 @@ def test_init_writes_an_fa3_entry_with_its_knobs_and_where_its_archive_goes(new_
     assert '  - {python: "3.12", torch: "2.11.0", flash_attn: "3.0.0", target: ["H100"]}' in text
     assert "# fa3:\n#   head_dims: [128]" in text and "packages:\n  sdists: sources" in text
     (entry,) = matrix.load(new_torch / "matrix.yaml").entries
-    assert entry.fa3 is not None and entry.fa3.full and entry.gpus == ("H100",)
+    assert entry.recipe.build.full and entry.gpus == ("H100",)
     assert "fa3.0.0-py3.12-torch2.11.0-cu130: CUDA 13.0" in capsys.readouterr().out
 
 
@@ -175,14 +175,14 @@ def test_init_writes_an_fa4_entry_per_arch_it_compiles_for(new_torch: Path) -> N
     assert cli.main(["init", "--flash-attn", "4.0.0b36", *args]) == 0
     entries = matrix.load(new_torch / "matrix.yaml").entries
     assert [e.gpus for e in entries] == [("A10G",), ("L40S",), ("H100", "H200")]
-    assert all(e.fa4 is not None for e in entries)
+    assert all(e.generation.number == 4 for e in entries)
     assert "# fa4:\n#   head_dims: [64, 128]" in (new_torch / "matrix.yaml").read_text()
 
 
 def test_init_for_fa4_without_a_target_takes_this_machines_gpu(new_torch: Path) -> None:
     assert cli.main(["init", "--flash-attn", "4.0.0b36"]) == 0
     (entry,) = matrix.load(new_torch / "matrix.yaml").entries
-    assert entry.gpus == ("H100",) and entry.fa4 is not None
+    assert entry.gpus == ("H100",) and entry.generation.number == 4
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,6 @@ import subprocess
 import tarfile
 import tempfile
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -34,9 +33,9 @@ from typing import BinaryIO
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .. import safe_io, scratch, untrusted
+from .. import safe_io, scratch, source, untrusted
 from ..errors import SourceError, UsageError
-from ..source import MAX_UNPACKED, ZIP_EPOCH, SourceTree, check_sha256, extract
+from ..source import ZIP_EPOCH, SourceTree, check_sha256, extract
 
 SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
 # The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.
@@ -234,29 +233,9 @@ def refuse_cuda(cuda: str, *, fetches_toolchain: bool = True) -> str | None:
 # --- the source archive ---------------------------------------------------------------------
 
 
-def tar_sha256(path: Path) -> str:
-    """The sha256 of the tar inside ``path`` (a .tar or .tar.gz), read at most MAX_UNPACKED bytes far."""
-    try:
-        with untrusted.open_regular(path, what="FA3 source archive") as raw:
-            head = raw.read(2)
-            raw.seek(0)
-            stream = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
-            digest, total = hashlib.sha256(), 0
-            while chunk := stream.read(1 << 20):
-                total += len(chunk)
-                if total > MAX_UNPACKED:
-                    raise SourceError(f"{path.name} unpacks past {MAX_UNPACKED >> 20} MiB; refusing")
-                digest.update(chunk)
-    except untrusted.UntrustedInput as exc:
-        raise SourceError(str(exc)) from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise SourceError(f"{path.name} is not a readable .tar.gz: {exc}") from None
-    return digest.hexdigest()
-
-
 def unpack(archive: Path, dest_dir: Path, sha256: str | None) -> SourceTree:
     """The FA3 archive, checked against its pin (the tar's sha256) and unpacked into a fresh ``dest_dir``."""
-    actual = tar_sha256(archive)
+    actual = source.tar_sha256(archive)
     if sha256:
         check_sha256(actual, sha256, shown_as=f"{archive.name} (the tar inside)")
     root, newest = extract(archive, dest_dir, marker=f"{SOURCE_SUBDIR}/setup.py", what="FA3 source archive")

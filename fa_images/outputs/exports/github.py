@@ -31,6 +31,7 @@ import yaml
 
 from ...builder import untrusted
 from ...builder.wording import counted
+from ...config import groups
 from ...config.matrix import Entry, Matrix
 from ...errors import SourceError, UsageError
 from .. import context
@@ -232,7 +233,7 @@ def _sharded_jobs(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOption
     builder_env.refuse_what_a_job_cannot_reach(matrix, entries, "--shards")
     for entry in entries:
         sharding.check_entry(entry, "a workflow", shards=opts.shards)
-    jobs = {_shard_job_id(g): _shard_job(matrix, g, e, opts) for g, e in sharding.group_firsts(entries).items()}
+    jobs = {_shard_job_id(g): _shard_job(matrix, g, e, opts) for g, e in groups.leaders(entries).items()}
     jobs |= {_link_job_id(e): _link_job(matrix, e, opts) for e in entries}
     jobs |= {job_id: _build_job(job_id, group, opts, linked=True) for job_id, group in job_entries(entries)}
     return jobs
@@ -333,14 +334,14 @@ def render(matrix: Matrix, entries: tuple[Entry, ...], opts: GithubOptions) -> s
 
 
 def _check_archives(matrix: Matrix, entries: tuple[Entry, ...]) -> None:
-    """A job checks out the repository and builds there: FlashAttention-3's archives (no index
-    serves them) must be in its packages.sdists now. Every missing one in one error."""
+    """A job checks out the repository and builds there: source archives no index serves must be in
+    its packages.sdists now. Every missing one in one error."""
     missing = []
     for entry in entries:
-        if entry.fa3 is None:
+        if entry.recipe.source != "archive":
             continue
         try:
-            context.fa3_archive(matrix, entry)
+            context.source_archive(matrix, entry)
         except SourceError as exc:
             missing.append(exc)
     if missing:

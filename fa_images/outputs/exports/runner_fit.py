@@ -1,12 +1,8 @@
 """Whether each build job of an exported workflow fits its runner and its timeout.
 
-Each generation's compile is estimated from what was measured of it:
-- flash-attn 2: builder/compile_costs.json, the compile seconds of each of its kernels for one
-  arch on one core, times the gencode targets;
-- FlashAttention-3: the units its setup.py compiles for the entry's knobs (293 for upstream's full
-  build), each for its own arch, at the measured seconds of one (``fa3.KERNEL_SECONDS``);
-- FlashAttention-4: the grid's calls for each GPU of its target, compiled one after another in one
-  process (``fa4.SECONDS_PER_CALL``).
+Each generation estimates its compile from what was measured of it (``Recipe.work``, in
+config/generations/): flash-attn 2's measured kernel costs times the gencode targets, the units
+another's setup.py compiles for the entry's knobs, a grid of calls compiled one after another.
 
 nvcc's work is spread over the jobs the builder runs on the runner (the sizing it applies there:
 one nvcc job per CPU, 5 GiB each). A job that would run out of time is refused at export, with
@@ -15,14 +11,12 @@ what fits, not found out after six hours on a runner.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 from dataclasses import dataclass
 
-from ...builder import environment, setup_shim
-from ...builder.generations import fa3, fa4
+from ...builder import environment
 from ...builder.wording import counted
+from ...config.generations import Work
 from ...config.model import Entry
 from ...errors import UsageError
 
@@ -32,42 +26,15 @@ OTHER_MINUTES = 20  # a build job besides the compile: setup, the torch stage, t
 
 
 @dataclass(frozen=True)
-class Work:
-    """What an entry's build job compiles: nvcc's core-seconds (spread over its jobs), the gencode
-    targets of each kernel (which size those jobs), and seconds that run one after another."""
-
-    nvcc_core_seconds: float
-    targets: int
-    serial_seconds: float
-    what: str  # for the refusal: "compiles 2 arch(s) of flash-attn's kernels"
-    shardable: bool = False  # whether --shards splits its nvcc work (flash-attn 2's only)
-
-
-@dataclass(frozen=True)
 class Fit:
     entry: str
     minutes: int  # the job, compile and the rest
     jobs: int  # nvcc jobs at once on the runner
 
 
-@functools.cache
-def _arch_core_seconds() -> float:
-    """The measured compile seconds of all of flash-attn's kernels, for one arch: read once."""
-    return float(sum(json.loads(setup_shim.COSTS_FILE.read_text())["kernels"].values()))
-
-
 def work(entry: Entry) -> Work:
-    """What the entry's build job compiles, by its generation."""
-    if entry.fa4 is not None:
-        calls = len(entry.fa4.points()) * len(entry.gpus)
-        what = f"compiles FA4's {counted(calls, 'call')} ahead ({counted(len(entry.gpus), 'GPU')}), one at a time"
-        return Work(0.0, 1, calls * fa4.SECONDS_PER_CALL, what)
-    if entry.fa3 is not None:
-        units = len(entry.fa3.sources())
-        return Work(units * fa3.KERNEL_SECONDS, 1, 0.0, f"compiles {units} FlashAttention-3 kernels")
-    targets = len(entry.archs) + int(entry.ptx)
-    what = f"compiles {targets} arch(s) of flash-attn's kernels"
-    return Work(_arch_core_seconds() * targets, targets, 0.0, what, shardable=True)
+    """What the entry's build job compiles, as its generation estimates it."""
+    return entry.recipe.work(entry)
 
 
 def compile_core_minutes(entry: Entry) -> float:

@@ -11,7 +11,7 @@ farms is only how the cache travels: shared storage on Slurm, artifacts on GitHu
 from __future__ import annotations
 
 from ...builder.shards import MAX_SHARDS
-from ...config import grammar
+from ...config import grammar, groups
 from ...config.matrix import Entry
 from ...errors import UsageError
 from .builder_env import SdistFetch
@@ -23,14 +23,6 @@ def check_count(shards: int, *, most: int = MAX_SHARDS, why: str = "") -> None:
         raise UsageError(f"--shards {shards} must be between 1 and {most}{why}")
 
 
-def group_firsts(entries: tuple[Entry, ...]) -> dict[str, Entry]:
-    """Each compile group, in matrix order, with the entry whose Python compiles its shards."""
-    firsts: dict[str, Entry] = {}
-    for entry in entries:
-        firsts.setdefault(entry.compile_group, entry)
-    return firsts
-
-
 def check_entry(entry: Entry, where: str, *, shards: int = 1) -> None:
     """What reaches a script from a matrix entry was checked when the matrix loaded; again, cheaply.
     FlashAttention-3's setup.py compiles its kernels in one run: it is never split into shards."""
@@ -38,11 +30,8 @@ def check_entry(entry: Entry, where: str, *, shards: int = 1) -> None:
         problem = grammar.generated_value(value) or (None if grammar.REPO_PATH.fullmatch(value) else "unsafe")
         if problem:
             raise UsageError(f"entry {entry.id!r}: {value!r} cannot go into {where}")
-    if entry.fa3 is not None and shards > 1:
-        raise UsageError(
-            f"entry {entry.id!r}: FlashAttention-3 is built unsharded (its setup.py compiles every kernel in one "
-            "run); export its entries without --shards, or --only the others"
-        )
+    if shards > 1 and (why := entry.recipe.shard_problem()):
+        raise UsageError(f"entry {entry.id!r}: {why}; export its entries without --shards, or --only the others")
 
 
 def wheel_args(
@@ -53,23 +42,15 @@ def wheel_args(
     fetch: SdistFetch,
 ) -> list[str]:
     """The builder's ``wheel`` arguments of an entry, shard and link alike (without ``--shard``,
-    ``--after-shards`` and ``--out``): the same flags and the same two paths everywhere, since
-    the cache keys on them; the sdist fetched as ``builder_env.sdist_fetch`` says, for every farm."""
-    args = ["wheel", "--flash-attn", entry.flash_attn]
-    if entry.fa3 is not None:  # no index serves its archive: only a folder of sources does
-        if not fetch.sources_dir:
-            raise UsageError(
-                f"entry {entry.id!r}: FlashAttention-3's source archive is on no index; put "
-                f"flash_attn_3-{entry.flash_attn}.tar.gz (`fa-images source fa3`) in packages.sdists"
-            )
-        args += entry.fa3.arguments()
-    else:
-        args += ["--archs", ",".join(entry.archs)] + (["--ptx"] if entry.ptx else [])
-        args += ["--label-archs"] if entry.gpu_class else []
-    args += ["--sha256", entry.sdist_sha256] if entry.sdist_sha256 else []
-    args += ["--sources-dir", fetch.sources_dir] if fetch.sources_dir else []
-    args += ["--index-url", fetch.index_url] if entry.fa3 is None else []
-    args += ["--expect-cuda", entry.cuda]
-    args += ["--expect-cxx11-abi", str(entry.cxx11_abi).lower()] if entry.cxx11_abi is not None else []
-    args += ["--compiler-cache", compiler_cache, "--work-dir", work_dir]
-    return args
+    ``--after-shards`` and ``--out``): the command every consumer of the plan shares
+    (``groups.wheel_command``), the sdist fetched as ``builder_env.sdist_fetch`` says, for every farm."""
+    if entry.recipe.source == "archive" and not fetch.sources_dir:  # no index serves it
+        raise UsageError(
+            f"entry {entry.id!r}: {entry.generation.name}'s source archive is on no index; put "
+            f"{entry.recipe.source_name(entry.flash_attn)} (`fa-images source fa{entry.generation.number}`) "
+            "in packages.sdists"
+        )
+    command = groups.wheel_command(
+        entry, index_url=fetch.index_url, sources_dir=fetch.sources_dir, compiler_cache=compiler_cache
+    )
+    return [*groups.flat(command), "--work-dir", work_dir]

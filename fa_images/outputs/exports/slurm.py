@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...builder import environment, safe_io
 from ...builder.wording import counted
-from ...config import grammar
+from ...config import grammar, groups
 from ...config.matrix import Entry, Matrix
 from ...errors import UsageError
 from . import builder_env, sharding, slug
@@ -125,7 +125,7 @@ def tasks(entries: tuple[Entry, ...], opts: SlurmOptions, fetch: builder_env.Sdi
     if opts.shards == 1:
         return [Task(e.id, e, (*_wheel_args(e, opts, fetch), "--out", f"wheels/{e.id}")) for e in entries]
     out: list[Task] = []
-    for group, entry in sharding.group_firsts(entries).items():
+    for group, entry in groups.leaders(entries).items():
         for index in range(1, opts.shards + 1):
             shard = ("--shard", f"{index}/{opts.shards}", "--out", f"shards/{slug(group)}")
             args = (*_wheel_args(entry, opts, fetch), *shard)
@@ -286,11 +286,8 @@ def export(matrix: Matrix, entries: tuple[Entry, ...], out_dir: Path, opts: Slur
             sharding.check_entry(entry, "a batch script", shards=opts.shards)
         except UsageError as exc:
             problems.append(exc.message)
-        if entry.fa4 is not None:
-            problems.append(
-                f"entry {entry.id!r}: FlashAttention-4 makes no wheel for a node to compile (it is Python, from "
-                "the index, its kernels compiled into its image): build its image with `fa-images build`"
-            )
+        if why := entry.recipe.farm_problem():
+            problems.append(f"entry {entry.id!r}: {why}")
     if problems:
         raise UsageError(f"no batch script written, {counted(len(problems), 'problem')}: " + "; ".join(problems))
     fetch = sdist_fetch(matrix, opts)
