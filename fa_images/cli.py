@@ -17,6 +17,7 @@ from .builder import safe_io
 from .builder.wording import counted
 from .commands import pick as pick_command
 from .commands import schema as schema_command
+from .commands import source as source_command
 from .config.grammar import BUILDER_CHOICES, PUBLIC_URL_RULE, PULL_POLICIES
 from .run.gpus import MODES as GPU_MODES
 from .run.gpus import resolve as resolve_gpus
@@ -138,7 +139,7 @@ def _warn_unfound_archives(m, entries) -> None:
     unfound = m.unfound_archives(entries)
     if unfound:
         lines = "; ".join(unfound)
-        fix = "`fa-images source fa3` makes it; packages.sdists: DIR finds it"
+        fix = "`fa-images source --help` says how to make it; packages.sdists: DIR finds it"
         count = counted(len(unfound), "entry")
         say(f"warning: {count} without a source archive, which build and the exports refuse: {lines} ({fix})",
             out=sys.stderr)  # fmt: skip
@@ -908,7 +909,7 @@ examples:
   fa-images init --target H100 --out h100.yaml
   fa-images init --target g5 --target g6e --target g7e    an entry per GPU class: sm80 (g5, g6e), sm120 (g7e)
   fa-images init --target g5 --target g7e --one-image     one image for both (archs 80 and 120)
-  fa-images init --flash-attn 3.0.0 --target H100         FlashAttention-3 (its fa3: knobs commented)
+  fa-images init --flash-attn 3.0.0 --target H100         FlashAttention-3 (its build knobs commented)
   fa-images init --flash-attn 4.0.0b36 --target g6e --target p5    FlashAttention-4, an image per class
 then: fa-images plan, fa-images build
 
@@ -1069,77 +1070,6 @@ def _add_compat(sub: argparse._SubParsersAction) -> None:
     refresh.set_defaults(func=cmd_compat_refresh)
 
 
-SOURCE_EXAMPLES = """\
-examples:
-  git clone https://github.com/Dao-AILab/flash-attention fa && git clone https://github.com/NVIDIA/cutlass
-  fa-images source fa3 --flash-attention fa --cutlass cutlass --out sources/
-  fa-images source fa3 --flash-attention fa --commit e2743ab5 --cutlass cutlass --out sources/
-
-FlashAttention-3 is not on PyPI, and flash-attn's sdists hold none of its CUDA sources. This
-writes its source archive, flash_attn_3-VERSION.tar.gz, from two local clones: flash-attention's
-hopper/ and README.md at --commit, and cutlass's include/ at the commit that --commit records for
-its csrc/cutlass submodule (so that commit must be in the cutlass clone). The same commits give
-the same tar, byte for byte; it prints the tar's sha256, the pin compat.yaml's flash_attn_3
-holds (the built-in table pins 3.0.0). Put the archive in the matrix's packages.sdists: builds
-take it from there, check the pin, and download nothing.
-"""
-
-
-def cmd_source_fa3(args: argparse.Namespace) -> int:
-    from packaging.version import Version
-
-    from .builder import safe_io
-    from .builder.generations import fa3
-    from .config import compat as compat_mod
-
-    table = compat_mod.load()
-    commit = args.commit or table.flash_attn_3[max(table.flash_attn_3, key=Version)].flash_attention
-    path, sha = fa3.make_archive(
-        flash_attention=args.flash_attention, commit=commit, cutlass=args.cutlass, out=safe_io.OutputDir(args.out)
-    )
-    version = path.name.removeprefix("flash_attn_3-").removesuffix(".tar.gz")
-    pinned = table.flash_attn_3.get(version)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    print(f"sha256 of the tar inside: {sha}")
-    if pinned is None:
-        print(f"FlashAttention-3 {version} is not in the built-in table: add it under flash_attn_3 (--compat FILE)")
-    elif pinned.sha256 == sha:
-        print(f"matches the built-in pin of FlashAttention-3 {version}")
-    else:
-        print(f"differs from the built-in pin of FlashAttention-3 {version} ({pinned.sha256}): another commit")
-    return 0
-
-
-def _add_source(sub: argparse._SubParsersAction) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    src = sub.add_parser(
-        "source",
-        help="make a source archive no index serves (FlashAttention-3)",
-        epilog=SOURCE_EXAMPLES,
-        formatter_class=fmt,
-    )
-    src_sub = src.add_subparsers(dest="source_command", required=True, metavar="GENERATION")
-    fa3 = src_sub.add_parser(
-        "fa3",
-        help="FlashAttention-3's archive from clones of flash-attention and cutlass",
-        epilog=SOURCE_EXAMPLES,
-        formatter_class=fmt,
-    )
-    fa3.add_argument("--flash-attention", type=Path, required=True, metavar="DIR", help="a clone of flash-attention")
-    fa3.add_argument(
-        "--commit",
-        metavar="REV",
-        help="its commit (default: that of the newest FlashAttention-3 the built-in table pins)",
-    )
-    fa3.add_argument(
-        "--cutlass", type=Path, required=True, metavar="DIR", help="a clone of cutlass holding the submodule's commit"
-    )
-    fa3.add_argument(
-        "--out", type=Path, default=Path("sources"), metavar="DIR", help="where the archive goes (default: sources/)"
-    )
-    fa3.set_defaults(func=cmd_source_fa3)
-
-
 CHECK_EXAMPLES = """\
 examples:
   fa-images check ghcr.io/acme/flash-attn:fa2.8.3-py3.12-torch2.9.1-cu128
@@ -1239,7 +1169,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_doctor,
         _add_init,
         _add_compat,
-        _add_source,
+        source_command.add,
         pick_command.add,
         schema_command.add,
     ):

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import doctor
-from .builder import generations, safe_io
+from .builder import generations as builder_generations
+from .builder import safe_io
 from .config import compat as compat_mod
-from .config import matrix, pick
+from .config import generations, matrix, pick
 from .config.grammar import PULL_POLICIES
 from .config.model import DEFAULT_IMAGE, Bases, Entry
 from .errors import ConfigError, EnvironmentProblem, UsageError
@@ -29,9 +30,9 @@ from .errors import ConfigError, EnvironmentProblem, UsageError
 _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_. -]{0,39}", re.ASCII)
 
 
-def _target_problem(target: str, table: compat_mod.Compat, number: int = 2) -> str | None:
+def _target_problem(target: str, table: compat_mod.Compat, fa2: bool = True) -> str | None:
     """Why ``target`` cannot be a starter's target, or None: what plan would say of it, in one line.
-    The rules of FlashAttention-3 and -4 (``number``) are the resolver's, which loads the starter."""
+    Another generation's rules (``fa2`` False) are the resolver's, which loads the starter."""
     if not _TARGET.fullmatch(target):
         return f"--target {target!r} is not a target name, an instance family or a GPU"
     if why := table.unbuilt_family(target):
@@ -42,7 +43,7 @@ def _target_problem(target: str, table: compat_mod.Compat, number: int = 2) -> s
         if capability is None:
             hint = compat_mod.did_you_mean(target, table.target_names())
             return f"--target {target!r} is neither a target nor a GPU fa-images knows ({hint})"
-        if number == 2 and not table.fa2_arch(capability):
+        if fa2 and not table.fa2_arch(capability):
             return (
                 f"--target {whose} (compute capability {capability}) cannot run flash-attn 2, which needs "
                 f"{table.fa2_min_capability} or newer"
@@ -68,9 +69,10 @@ def starter_text(
     whose GPUs need the same kernels share one), or one for all with ``one_image``; refused when
     nothing fits. ``flash_attn``: the version to build (its generation's), not the one doctor suggests."""
     table = compat_mod.load()
-    number = generations.of_version(flash_attn).number if flash_attn else 2
+    gen = builder_generations.of_version(flash_attn) if flash_attn else builder_generations.FA2
+    module = generations.module_of(gen)
     for target in targets or ():
-        problem = _target_problem(target, table, number)
+        problem = _target_problem(target, table, fa2=gen is builder_generations.FA2)
         if problem:
             raise UsageError(
                 problem,
@@ -82,18 +84,16 @@ def starter_text(
         raise EnvironmentProblem(f"no entry fits this machine: {why}", hint="run `fa-images doctor` to see why")
     facts = report.facts
     entries = [dict(report.entry)]
-    if number != 2 and not targets:  # its kernels are chosen by GPU: this machine's, named
+    if gen is not builder_generations.FA2 and not targets:  # its kernels are chosen by GPU: this machine's
         seen = facts.get("gpus") or []
         targets = list(dict.fromkeys(pick.named(table, g["name"], g.get("compute_capability", "")) for g in seen))
         if not targets:
-            raise UsageError(
-                f"FlashAttention-{number} needs a target, and no GPU is seen here", hint="e.g. --target H100"
-            )
+            raise UsageError(f"{gen.name} needs a target, and no GPU is seen here", hint="e.g. --target H100")
     if flash_attn:
         entries = [{**entries[0], "flash_attn": flash_attn}]
     if targets:
         base = {k: v for k, v in entries[0].items() if k not in ("archs", "cuda")}
-        groups = [list(dict.fromkeys(targets))] if one_image else _classes(targets, table, number)
+        groups = [list(dict.fromkeys(targets))] if one_image else _classes(targets, table, module)
         entries = [{**base, "target": group} for group in groups]
     version = (facts.get("torch") or {}).get("version")
     torch = f"torch {version}" if version else "no torch"
@@ -105,23 +105,17 @@ def starter_text(
     notes = [n for f in report.findings if f.name == "matrix entry" for n in f.detail.split("; ")]
     why = f"the torch of {python}" if installed == chose else "; ".join(n for n in notes if "torch" in n)
     archs = next((n for n in notes if n.startswith("no GPU seen")), f"for this machine's GPUs: {gpus}")
-    return Starter(_render(entries, made_for, number), f"Python {report.entry['python']}, {torch} here: {why}", archs)
+    text = _render(entries, made_for, module.STARTER)
+    return Starter(text, f"Python {report.entry['python']}, {torch} here: {why}", archs)
 
 
-def _classes(targets: list[str], table: compat_mod.Compat, number: int = 2) -> list[list[str]]:
-    """The targets grouped by the kernels their GPUs need, in the order given: one entry, one image
-    and one wheel per GPU class. flash-attn 2's by arch; FlashAttention-4's by the arch it compiles
-    for each GPU (sm_86, sm_90a); FlashAttention-3's kernels are the same for all (sm_80, sm_90a)."""
-    if number == 3:
-        return [list(dict.fromkeys(targets))]
+def _classes(targets: list[str], table: compat_mod.Compat, module=generations.fa2) -> list[list[str]]:
+    """The targets grouped by the kernels their GPUs need, as the generation's ``module`` says (its
+    ``class_of``), in the order given: one entry, one image and one wheel per GPU class."""
+    class_of = module.class_of
     groups: dict[tuple[str, ...], list[str]] = {}
     for target in dict.fromkeys(targets):
-        if number == 4:
-            found = [table.fa4_target(gpu) for gpu in table.target_gpus(target)]
-            key = tuple(sorted({t.compile_target if not isinstance(t, str) else t for t in found}))
-        else:
-            capabilities = (table.capability_of(gpu) or "" for gpu in table.target_gpus(target))
-            key = tuple(sorted({table.arch_for_capability(cc) or "" for cc in capabilities}))
+        key = tuple(sorted({class_of(table, gpu) for gpu in table.target_gpus(target)}))
         groups.setdefault(key, []).append(target)
     return list(groups.values())
 
@@ -131,37 +125,12 @@ def _flow(entry: dict) -> str:
     return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items()) + "}"
 
 
-# What each later generation's starter adds: the section that shapes what its image compiles.
-_GENERATION_NOTES = {
-    3: """
-# FlashAttention-3 is on no index: its source archive is made once from two clones, and found in
-# packages.sdists (`fa-images source fa3 --flash-attention CLONE --cutlass CLONE --out sources/`).
-packages:
-  sdists: sources
-# What it compiles: upstream's full build (about 293 kernels, hours on few cores) unless trimmed:
-# fa3:
-#   head_dims: [128]         # of 64, 96, 128, 192, 256
-#   dtypes: [bf16, fp16]     # of bf16 (always), fp16, fp8
-#   without: [split, paged_kv, append_kv, local, softcap, packgqa, sm80, hdim_diff]
-""",
-    4: """
-# FlashAttention-4's kernels are compiled ahead, for each GPU of the target, for these calls
-# (the defaults); a call of another shape compiles at its first call, as without fa-images:
-# fa4:
-#   head_dims: [64, 128]
-#   dtypes: [bf16]
-#   causal: [false, true]
-#   kv_heads: [16, 4]        # of 16 query heads: MHA and GQA 4:1
-#   modes: [train, infer]
-""",
-}
-
-
-def _render(entries: list[dict], made_for: str, number: int = 2) -> str:
+def _render(entries: list[dict], made_for: str, generation_notes: str = "") -> str:
     entry = entries[0]
     lines = "\n".join(f"  - {_flow(e)}" for e in entries)
     bases = Bases()
-    return f"""\
+    return (
+        f"""\
 # The flash-attn images and wheels to build, written by `fa-images init` for {made_for}.
 # yaml-language-server: $schema=matrix.schema.json
 #   (editors check this file against `fa-images schema > matrix.schema.json`, the line above)
@@ -197,12 +166,14 @@ entries:
 #   pull: {PULL_POLICIES[0]}  # or {" or ".join(PULL_POLICIES[1:])}: when the bases are pulled, before any build
 #   # offline: `docker load -i base.tar`, name its tag under bases:, and set pull: never
 #   memory: 16g  # a memory limit for the compile; the builder sizes its jobs by it
-""" + _GENERATION_NOTES.get(number, "")
+"""
+        + generation_notes
+    )
 
 
 def _check(text: str, flash_attn: str | None = None) -> tuple[Entry, ...]:
     """Loads the text as ``plan`` would, into its entries: a starter that does not validate is never
-    written. It is the user's choice that fails where ``flash_attn`` was given (FA3 on an old torch)."""
+    written. It is the user's choice that fails where ``flash_attn`` was given (a generation the torch cannot have)."""
     with tempfile.TemporaryDirectory(prefix="fa-init-") as tmp:
         path = Path(tmp) / "matrix.yaml"
         path.write_text(text)

@@ -223,7 +223,7 @@ def fa4_site(python_version: str = "3.11") -> Path:
     the DSL's CUDA 12 libraries (which its compile does not load): next to the toolchain venv's
     torch, through ``site.addsitedir`` (the DSL adds its packages with a .pth file). About 100 MB
     downloaded once."""
-    pins = compat.load().flash_attn_4[FA4_VERSION].pins["13"]
+    pins = compat.load().releases["flash_attn_4"][FA4_VERSION].pins["13"]
     # A CUDA 13 torch brings the CUDA Python bindings the DSL needs; the toolchain's 2.9.1 (CUDA 12.8) does not.
     wanted = [p for p in pins if not p.startswith("nvidia-cutlass-dsl-libs-cu12")] + FA4_BINDINGS
     dest = cache_dir() / f"fa4-site-{FA4_VERSION}-{_cp_tag(python_version)}"

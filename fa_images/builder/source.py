@@ -41,7 +41,7 @@ class SourceTree:
     sha256: str
     honours_cuda_archs_env: bool  # FLASH_ATTN_CUDA_ARCHS: not in 2.6.x and older
     honours_local_version: bool  # FLASH_ATTN_LOCAL_VERSION
-    # FA3: it fetches nvcc and ptxas from NVIDIA's server for some CUDA (fa3.DOWNLOADS_TOOLCHAIN).
+    # Whether its setup.py fetches nvcc and ptxas from NVIDIA's server for some CUDA versions.
     fetches_toolchain: bool = False
     # The sdist's newest member time: the wheel's timestamps (SOURCE_DATE_EPOCH), so that the
     # same inputs give the same wheel, byte for byte, when a build runs again.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,14 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..builder import contract, generations, gpuarch
-from ..builder.generations import fa4
+from ..builder import contract, gpuarch
 from ..builder.settings import ARCH_CODES
 from ..builder.source import SUPPORTED_FLASH_ATTN
-from ..errors import ConfigError, Problem
-from . import grammar, yamlfile
+from ..errors import ConfigError
+from . import generations, grammar, tablecheck, yamlfile
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
 _DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)
-_COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)
 SECTIONS = (
     "pythons",
     "torch",
@@ -42,8 +39,7 @@ SECTIONS = (
     "runtime_deps_python",
     "flash_attn_range",
     "flash_attn",
-    "flash_attn_3",
-    "flash_attn_4",
+    *(m.TABLE for m in generations.MODULES if m.TABLE),
 )
 
 
@@ -83,23 +79,17 @@ class FlashAttnRelease:
     cuda_archs_env: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fa3Release:
-    """A FlashAttention-3 release: its source archive's pin (the tar's sha256) and the commits it is made of."""
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU of the table's gpus section: its name there ("RTXPRO6000"), compute capability, SM count."""
 
-    version: str
-    sha256: str
-    flash_attention: str  # the flash-attention commit (hopper/)
-    cutlass: str  # the cutlass commit of its csrc/cutlass submodule
-    runtime_deps: tuple[str, ...]  # what its wheel requires besides torch and runtime_deps, pinned
+    name: str
+    capability: str
+    sms: int | None
 
-
-@dataclass(frozen=True, kw_only=True)
-class Fa4Release:
-    """A FlashAttention-4 release: the set pip resolves for it, pinned, per CUDA major of torch ("13")."""
-
-    version: str
-    pins: dict[str, tuple[str, ...]]
+    @property
+    def major(self) -> int:
+        return int(self.capability.split(".")[0])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +117,8 @@ class Compat:
     targets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> GPU names
     instances: dict[str, Instance] = field(default_factory=dict)  # lower-case family -> its GPU
     sms: dict[str, int] = field(default_factory=dict)  # upper-case name -> its SM count, where the table has it
-    flash_attn_3: dict[str, Fa3Release] = field(default_factory=dict)
-    flash_attn_4: dict[str, Fa4Release] = field(default_factory=dict)
+    # Each later generation's releases, under its own key of the table (config/generations/).
+    releases: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def tools_for(self, python: str) -> tuple[str, ...]:
         """The build-tool pins for one Python: its own pins replace the defaults of the same name."""
@@ -179,21 +169,14 @@ class Compat:
             f"arch {arch} needs CUDA >= {need}"
         )
 
-    def fa4_target(self, gpu: str) -> fa4.Fa4Target | str:
-        """The GPU as FlashAttention-4's kernels are compiled ahead for it (its capability and SM
-        count, which FA4's heuristics read), or why they cannot be."""
-        key = gpu_key(gpu)
-        capability = self.capability_of(gpu)
+    def gpu(self, name: str) -> Gpu | None:
+        """A GPU's facts as the table has them: its name there, compute capability and SM count
+        (None where the table has none); None for a name that is not a GPU of its gpus section."""
+        key = gpu_key(name)
+        capability = self.capability_of(name)
         if capability is None or key not in self.gpus:
-            return f"{gpu} is not a GPU of the compat table's gpus section, whose SM count FA4's kernels are chosen by"
-        if int(capability.split(".")[0]) not in fa4.MAJORS:
-            return f"FlashAttention-4 runs on compute capability 8.x to 12.x; {gpu} is {capability}"
-        if key not in self.sms:
-            return (
-                f"the compat table has no SM count for {gpu}, which FA4's kernels are chosen by: "
-                f'give it with --compat FILE (gpus: {{{key}: {{capability: "{capability}", sms: N}}}})'
-            )
-        return fa4.Fa4Target(key, capability, self.sms[key])
+            return None
+        return Gpu(key, capability, self.sms.get(key))
 
     def target_gpus(self, name: str) -> tuple[str, ...]:
         """The GPUs a target name stands for: a name under targets:, an instance family, else the
@@ -272,52 +255,13 @@ def merge(base: dict, override: dict) -> dict:
     return out
 
 
-class _Checker:
-    """Collects every problem in a compat document instead of stopping at the first."""
-
-    def __init__(self, doc: yamlfile.YamlDoc) -> None:
-        self.doc = doc
-        self.problems: list[Problem] = []
-
-    def fail(self, path: tuple, message: str, hint: str | None = None) -> None:
-        self.problems.append(self.doc.problem(path, message, hint=hint))
-
-    def mapping(self, path: tuple, value: Any) -> dict:
-        if not isinstance(value, dict):
-            self.fail(path, f"{'.'.join(map(str, path))} must be a mapping")
-            return {}
-        return value
-
-    def version(self, path: tuple, value: Any, check: Callable[[str], str | None] = grammar.version) -> str | None:
-        """A string that follows ``check``'s grammar; everything here may reach a Dockerfile."""
-        where = ".".join(map(str, path))
-        if not isinstance(value, str):
-            written = getattr(value, "text", value)
-            self.fail(path, f"{where}: {written} must be a quoted string", hint=f'write "{written}"')
-            return None
-        problem = check(value)
-        if problem:
-            self.fail(path, f"{where}: {problem}")
-            return None
-        return value
-
-    def key(self, path: tuple, value: Any, check: Callable[[str], str | None] = grammar.version) -> str | None:
-        """A mapping key that names a version: quoted or not, it must follow its grammar."""
-        text = str(getattr(value, "text", value))
-        problem = check(text)
-        if problem:
-            self.fail(path, f"{'.'.join(map(str, path[:-1]))}: key {problem}")
-            return None
-        return text
-
-
 _CUDA = grammar.matches(grammar.CUDA, "12.8")
 _PYTHON = grammar.matches(grammar.PYTHON, "3.12")
 _ARCH = grammar.matches(re.compile(r"\d{2,3}", re.ASCII), "90")
 _MAJOR = grammar.matches(re.compile(r"\d{1,2}", re.ASCII), "9")
 
 
-def _cuda(c: _Checker, data: dict) -> dict[str, CudaRelease]:
+def _cuda(c: tablecheck.Checker, data: dict) -> dict[str, CudaRelease]:
     cuda = {}
     for ver, raw in c.mapping(("cuda",), data.get("cuda", {})).items():
         ver = c.key(("cuda", ver), ver, _CUDA)
@@ -331,7 +275,7 @@ def _cuda(c: _Checker, data: dict) -> dict[str, CudaRelease]:
     return cuda
 
 
-def _torch(c: _Checker, data: dict, cuda: dict[str, CudaRelease]) -> dict[str, TorchRelease]:
+def _torch(c: tablecheck.Checker, data: dict, cuda: dict[str, CudaRelease]) -> dict[str, TorchRelease]:
     torch = {}
     for ver, raw in c.mapping(("torch",), data.get("torch", {})).items():
         ver = c.key(("torch", ver), ver)
@@ -365,7 +309,7 @@ def _torch(c: _Checker, data: dict, cuda: dict[str, CudaRelease]) -> dict[str, T
     return torch
 
 
-def _archs(c: _Checker, data: dict) -> dict[str, tuple[str, str]]:
+def _archs(c: tablecheck.Checker, data: dict) -> dict[str, tuple[str, str]]:
     archs = {}
     for arch, raw in c.mapping(("archs",), data.get("archs", {})).items():
         arch = c.key(("archs", arch), arch, _ARCH)
@@ -383,7 +327,7 @@ def _archs(c: _Checker, data: dict) -> dict[str, tuple[str, str]]:
     return archs
 
 
-def _gpus(c: _Checker, data: dict) -> tuple[dict[str, str], dict[str, int]]:
+def _gpus(c: tablecheck.Checker, data: dict) -> tuple[dict[str, str], dict[str, int]]:
     """Each GPU's compute capability, and its SM count where the table gives one: ``L4: "8.9"``
     or ``H100: {capability: "9.0", sms: 132}``."""
     gpus, sms = {}, {}
@@ -411,7 +355,7 @@ def _gpus(c: _Checker, data: dict) -> tuple[dict[str, str], dict[str, int]]:
     return gpus, sms
 
 
-def _targets(c: _Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[str, ...]]:
+def _targets(c: tablecheck.Checker, data: dict, gpus: dict[str, str]) -> dict[str, tuple[str, ...]]:
     targets = {}
     for name, names in c.mapping(("targets",), data.get("targets", {})).items():
         if not isinstance(names, list) or not names or not all(isinstance(g, str) and g for g in names):
@@ -431,7 +375,7 @@ CPUS = ("x86_64", "aarch64")
 
 
 def _instances(
-    c: _Checker, data: dict, gpus: dict[str, str], targets: dict[str, tuple[str, ...]]
+    c: tablecheck.Checker, data: dict, gpus: dict[str, str], targets: dict[str, tuple[str, ...]]
 ) -> dict[str, Instance]:
     """AWS instance families: each names a GPU of the gpus table, and no family shadows a GPU or a
     target of the same name (a `target` would then mean two things)."""
@@ -458,7 +402,7 @@ def _instances(
     return out
 
 
-def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
+def _flash_attn_range(c: tablecheck.Checker, data: dict) -> SpecifierSet:
     """What plan and render accept: the builder's own SUPPORTED_FLASH_ATTN, which is the one fact.
     A table (or an override) may narrow it with flash_attn_range; it can never widen it, since
     the builder would refuse the version inside the image, after torch is installed."""
@@ -475,7 +419,7 @@ def _flash_attn_range(c: _Checker, data: dict) -> SpecifierSet:
         return SUPPORTED_FLASH_ATTN
 
 
-def _flash_attn(c: _Checker, data: dict, supported: SpecifierSet) -> dict[str, FlashAttnRelease]:
+def _flash_attn(c: tablecheck.Checker, data: dict, supported: SpecifierSet) -> dict[str, FlashAttnRelease]:
     flash = {}
     for ver, raw in c.mapping(("flash_attn",), data.get("flash_attn", {})).items():
         ver = c.key(("flash_attn", ver), ver)
@@ -492,65 +436,7 @@ def _flash_attn(c: _Checker, data: dict, supported: SpecifierSet) -> dict[str, F
     return flash
 
 
-def _flash_attn_3(c: _Checker, data: dict) -> dict[str, Fa3Release]:
-    found = {}
-    for ver, raw in c.mapping(("flash_attn_3",), data.get("flash_attn_3", {})).items():
-        ver = c.key(("flash_attn_3", ver), ver)
-        raw = c.mapping(("flash_attn_3", ver), raw)
-        if ver is not None and Version(ver).major != generations.FA3.number:
-            c.fail(("flash_attn_3", ver), f"flash_attn_3: {ver} is not a FlashAttention-3 version (3.x)")
-            continue
-        bad = [k for k in ("sha256", "flash_attention", "cutlass") if not isinstance(raw.get(k), str)]
-        bad += [k for k in ("flash_attention", "cutlass") if k not in bad and not _COMMIT.fullmatch(raw[k])]
-        if "sha256" not in bad and not grammar.SHA256.fullmatch(raw["sha256"]):
-            bad.append("sha256")
-        for key in bad:
-            what = "64 hex digits" if key == "sha256" else "a full commit (40 hex digits)"
-            c.fail(("flash_attn_3", ver, key), f"flash_attn_3.{ver}.{key} must be {what}")
-        deps = _pins(c, ("flash_attn_3", ver, "runtime_deps"), raw.get("runtime_deps", []))
-        if ver is None or bad:
-            continue
-        found[ver] = Fa3Release(
-            version=ver,
-            sha256=raw["sha256"],
-            flash_attention=raw["flash_attention"],
-            cutlass=raw["cutlass"],
-            runtime_deps=deps,
-        )
-    return found
-
-
-def _flash_attn_4(c: _Checker, data: dict) -> dict[str, Fa4Release]:
-    found = {}
-    for ver, raw in c.mapping(("flash_attn_4",), data.get("flash_attn_4", {})).items():
-        ver = c.key(("flash_attn_4", ver), ver)
-        raw = c.mapping(("flash_attn_4", ver), raw)
-        if ver is not None and Version(ver).major != generations.FA4.number:
-            c.fail(("flash_attn_4", ver), f"flash_attn_4: {ver} is not a FlashAttention-4 version (4.x)")
-            continue
-        pins = {}
-        for key, value in raw.items():
-            major = str(key).removeprefix("cuda")
-            if not (str(key).startswith("cuda") and major.isdigit()):
-                c.fail(("flash_attn_4", ver, key), f"flash_attn_4.{ver}.{key}: keys are cuda12, cuda13, ...")
-                continue
-            pins[major] = _pins(c, ("flash_attn_4", ver, key), value)
-            if ver is not None and f"flash-attn-4=={ver}" not in pins[major]:
-                c.fail(("flash_attn_4", ver, key), f"flash_attn_4.{ver}.{key} must pin flash-attn-4=={ver} itself")
-        if ver is not None:
-            found[ver] = Fa4Release(version=ver, pins=pins)
-    return found
-
-
-def _pins(c: _Checker, path: tuple, tools: Any) -> tuple[str, ...]:
-    """A list of ``name==version`` pins; each reaches a RUN line."""
-    if not isinstance(tools, list):
-        c.fail(path, f'{".".join(map(str, path))} must be a list of pins like "ninja==1.13.2"')
-        return ()
-    return tuple(t for i, t in enumerate(tools) if c.version((*path, i), t, grammar.pin))
-
-
-def _pythons(c: _Checker, data: dict) -> tuple[str, ...]:
+def _pythons(c: tablecheck.Checker, data: dict) -> tuple[str, ...]:
     raw = data.get("pythons")
     if not isinstance(raw, list) or not raw:
         c.fail(("pythons",), 'pythons must be a list of quoted versions like "3.12"')
@@ -558,18 +444,18 @@ def _pythons(c: _Checker, data: dict) -> tuple[str, ...]:
     return tuple(p for i, p in enumerate(raw) if c.version(("pythons", i), p, _PYTHON))
 
 
-def _pins_per_python(c: _Checker, data: dict, section: str) -> dict[str, tuple[str, ...]]:
+def _pins_per_python(c: tablecheck.Checker, data: dict, section: str) -> dict[str, tuple[str, ...]]:
     out = {}
     for py, pins in c.mapping((section,), data.get(section, {})).items():
         key = c.key((section, py), py, _PYTHON)
         if key:
-            out[key] = _pins(c, (section, key), pins)
+            out[key] = tablecheck.pins(c, (section, key), pins)
     return out
 
 
 def build(doc: yamlfile.YamlDoc) -> Compat:
     """The validated table; every problem in it is reported at once."""
-    c = _Checker(doc)
+    c = tablecheck.Checker(doc)
     data = doc.data
     for key in data:
         if key not in SECTIONS:
@@ -582,12 +468,11 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     instances = _instances(c, data, gpus, targets)
     supported = _flash_attn_range(c, data)
     flash = _flash_attn(c, data, supported)
-    flash3 = _flash_attn_3(c, data)
-    flash4 = _flash_attn_4(c, data)
-    tools = _pins(c, ("build_tools",), data.get("build_tools", []))
+    releases = {m.TABLE: m.load_releases(c, data.get(m.TABLE, {})) for m in generations.MODULES if m.TABLE}
+    tools = tablecheck.pins(c, ("build_tools",), data.get("build_tools", []))
     pythons = _pythons(c, data)
     per_python = _pins_per_python(c, data, "build_tools_python")
-    runtime_deps = _pins(c, ("runtime_deps",), data.get("runtime_deps", []))
+    runtime_deps = tablecheck.pins(c, ("runtime_deps",), data.get("runtime_deps", []))
     runtime_per_python = _pins_per_python(c, data, "runtime_deps_python")
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
@@ -609,8 +494,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         flash_attn_range=supported,
         targets=targets,
         instances=instances,
-        flash_attn_3=flash3,
-        flash_attn_4=flash4,
+        releases=releases,
     )
 
 

@@ -29,7 +29,7 @@ from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
 __all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
 
-# The top-level keys: the matrix's own, and each generation's section (``fa3:``), in that order.
+# The top-level keys: the matrix's own, and each generation's own section, in that order.
 TOP_KEYS = (
     "image", "targets", "matrix", "entries", "bases", "packages", "build",
     *(section.key for section in generations.sections()), "compat", "allow_unknown",
@@ -267,7 +267,7 @@ def _targets(doc: yamlfile.YamlDoc, problems: list[Problem]) -> dict[str, list[s
 
 
 def _generation_section(doc: yamlfile.YamlDoc, problems: list[Problem], section: generations.Section) -> Any:
-    """A generation's section (``fa3:``) -> its frozen settings, every bad key reported; its fields:
+    """A generation's own section -> its frozen settings, every bad key reported; its fields:
     each key's shape, a list of one type (``[int]``) or one number (``int``)."""
     key, cls, fields, example = section.key, section.settings, section.fields, section.example
     raw = doc.data.get(key)

@@ -71,7 +71,7 @@ class EntryResolver:
         self.doc, self.compat, self.problems = doc, compat, problems
         self.targets, self.image, self.bases, self.packages = targets, image, bases, packages
         self.build_opts, self.allow_unknown = build, allow_unknown
-        self.settings = settings or {}  # each generation's section (``fa3:``) as its settings
+        self.settings = settings or {}  # each generation's own section, as its settings
         self.left_out: list[LeftOut] = []
 
     def settings_of(self, section: generations.Section) -> Any:

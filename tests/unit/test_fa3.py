@@ -297,7 +297,7 @@ def test_fa3_entries_share_one_compile_group_across_pythons_and_torches(tmp_path
     assert len(fa3_entries) == 4 and {e.archs for e in fa3_entries} == {("90a",)}
     assert len({e.compile_group for e in fa3_entries}) == 1
     assert fa3_entries[0].compile_group == f"fa3.0.0-cu13.{fa3.Fa3Build(**TRIMMED).label()}-sm90a"
-    assert fa3_entries[0].sdist_sha256 == m.compat.flash_attn_3["3.0.0"].sha256
+    assert fa3_entries[0].sdist_sha256 == m.compat.releases["flash_attn_3"]["3.0.0"].sha256
     (fa2,) = (e for e in m.entries if e.generation.number == 2)
     assert fa2.archs == ("90",) and fa2.generation is generations.FA2 and "fa3" not in fa2.summary()
     assert fa3_entries[0].summary()["fa3"]["build"] == "hdim 128; bf16,fp16; without split,paged_kv,sm80"

@@ -215,14 +215,17 @@ def test_each_arch_class_compiles_what_fa4_runs_there() -> None:
 
 def test_the_gpu_table_gives_fa4_each_gpu_s_sm_count(tmp_path: Path) -> None:
     from fa_images.config import compat as compat_mod
+    from fa_images.config.generations.fa4 import target
 
     table = compat_mod.load()
-    assert table.fa4_target("g7e") != table.fa4_target("RTX PRO 6000")  # a family is not a GPU name
-    assert table.fa4_target("RTX PRO 6000") == fa4.Fa4Target("RTXPRO6000", "12.0", 188)
-    assert "no SM count for B300" in str(table.fa4_target("B300"))
+    assert target(table, "g7e") != target(table, "RTX PRO 6000")  # a family is not a GPU name
+    assert target(table, "RTX PRO 6000") == fa4.Fa4Target("RTXPRO6000", "12.0", 188)
+    assert table.gpu("RTX PRO 6000") == compat_mod.Gpu("RTXPRO6000", "12.0", 188)
+    assert "no SM count for B300" in str(target(table, "B300")) and table.gpu("B300").sms is None
+    assert "runs on compute capability 8.x to 12.x" in str(target(table, "T4"))
     override = tmp_path / "more.yaml"
     override.write_text('gpus: {B300: {capability: "10.3", sms: 148}}\n')
-    assert compat_mod.load(override).fa4_target("B300") == fa4.Fa4Target("B300", "10.3", 148)
+    assert target(compat_mod.load(override), "B300") == fa4.Fa4Target("B300", "10.3", 148)
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,20 @@ from ...builder.settings import local_version_label
 from .recipe import Recipe, Versions, Work
 
 if TYPE_CHECKING:
+    from ..compat import Compat
     from ..expand import Combo
     from ..model import Entry
     from ..resolve import EntryResolver
 
 GENERATION = generations.FA2
 SECTION = None
+TABLE = None  # its sdists' pins are the compat table's own flash_attn: section
+STARTER = ""  # what `init` adds to a starter matrix of it: nothing, the starter is flash-attn 2's
+
+
+def class_of(compat: Compat, gpu: str) -> str:
+    """The kernels a GPU needs: its arch ('80' serves every 8.x GPU); one entry per class."""
+    return compat.arch_for_capability(compat.capability_of(gpu) or "") or ""
 
 
 @cache

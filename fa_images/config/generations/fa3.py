@@ -4,6 +4,7 @@ compile group on torch's stable ABI, built once by the entry with the oldest tor
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,9 +12,11 @@ from packaging.version import Version
 
 from ...builder import generations
 from ...builder.generations import fa3
+from .. import grammar, tablecheck
 from .recipe import Recipe, Section, Versions, Work
 
 if TYPE_CHECKING:
+    from ..compat import Compat
     from ..expand import Combo
     from ..model import Entry
     from ..resolve import EntryResolver
@@ -26,6 +29,73 @@ SECTION = Section(
     example="e.g. fa3: {head_dims: [128], dtypes: [bf16, fp16], without: [split, paged_kv]}",
     about="what every FlashAttention-3 entry compiles; upstream's full build where it is absent",
 )
+
+
+TABLE = "flash_attn_3"  # its releases in the compat table
+# What `init` adds to a starter matrix of it: where its archive is found, and its knobs, commented.
+STARTER = """
+# FlashAttention-3 is on no index: its source archive is made once from two clones, and found in
+# packages.sdists (`fa-images source fa3 --flash-attention CLONE --cutlass CLONE --out sources/`).
+packages:
+  sdists: sources
+# What it compiles: upstream's full build (about 293 kernels, hours on few cores) unless trimmed:
+# fa3:
+#   head_dims: [128]         # of 64, 96, 128, 192, 256
+#   dtypes: [bf16, fp16]     # of bf16 (always), fp16, fp8
+#   without: [split, paged_kv, append_kv, local, softcap, packgqa, sm80, hdim_diff]
+"""
+
+
+def class_of(compat: Compat, gpu: str) -> str:
+    """Its kernels are the same for every GPU it runs on (sm_80 and sm_90a): one class."""
+    return ""
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A release: its source archive's pin (the tar's sha256) and the commits it is made of."""
+
+    version: str
+    sha256: str
+    flash_attention: str  # the flash-attention commit (hopper/)
+    cutlass: str  # the cutlass commit of its csrc/cutlass submodule
+    runtime_deps: tuple[str, ...]  # what its wheel requires besides torch and runtime_deps, pinned
+
+
+def load_releases(c: tablecheck.Checker, raw_table: Any) -> dict[str, Release]:
+    """The compat table's flash_attn_3: section, every problem reported."""
+    found = {}
+    for ver, raw in c.mapping((TABLE,), raw_table).items():
+        ver = c.key((TABLE, ver), ver)
+        raw = c.mapping((TABLE, ver), raw)
+        if ver is not None and Version(ver).major != GENERATION.number:
+            c.fail((TABLE, ver), f"{TABLE}: {ver} is not a {GENERATION.name} version (3.x)")
+            continue
+        bad = [k for k in ("sha256", "flash_attention", "cutlass") if not isinstance(raw.get(k), str)]
+        bad += [k for k in ("flash_attention", "cutlass") if k not in bad and not _COMMIT.fullmatch(raw[k])]
+        if "sha256" not in bad and not grammar.SHA256.fullmatch(raw["sha256"]):
+            bad.append("sha256")
+        for key in bad:
+            what = "64 hex digits" if key == "sha256" else "a full commit (40 hex digits)"
+            c.fail((TABLE, ver, key), f"{TABLE}.{ver}.{key} must be {what}")
+        deps = tablecheck.pins(c, (TABLE, ver, "runtime_deps"), raw.get("runtime_deps", []))
+        if ver is None or bad:
+            continue
+        found[ver] = Release(
+            version=ver,
+            sha256=raw["sha256"],
+            flash_attention=raw["flash_attention"],
+            cutlass=raw["cutlass"],
+            runtime_deps=deps,
+        )
+    return found
+
+
+def releases(compat: Compat) -> dict[str, Release]:
+    return compat.releases.get(TABLE, {})
 
 
 @dataclass(frozen=True)
@@ -93,9 +163,9 @@ def resolve(resolver: EntryResolver, combo: Combo, v: Versions, before: int) -> 
     release, cuda, _ = resolver.torch_release(combo, v.python, v.torch, v.cuda)
     cuda_rel = resolver.cuda_release(combo, cuda, v.torch)
     fa = v.flash_attn
-    fa_rel = resolver.compat.flash_attn_3.get(fa) if fa else None
+    fa_rel = releases(resolver.compat).get(fa) if fa else None
     if fa and fa_rel is None:
-        known = list(resolver.compat.flash_attn_3)
+        known = list(releases(resolver.compat))
         resolver.fail(
             combo,
             "flash_attn",

@@ -13,9 +13,11 @@ from packaging.version import Version
 from ...builder import generations, gpuarch
 from ...builder.generations import fa4
 from ...builder.wording import counted
+from .. import tablecheck
 from .recipe import InstallStage, Recipe, Section, Versions, Work
 
 if TYPE_CHECKING:
+    from ..compat import Compat
     from ..expand import Combo
     from ..model import Entry
     from ..resolve import EntryResolver
@@ -34,6 +36,59 @@ SECTION = Section(
 )
 # Where its image keeps its kernels, compiled ahead.
 CACHE = "/opt/fa4-cache"
+TABLE = "flash_attn_4"  # its releases in the compat table
+# What `init` adds to a starter matrix of it: its grid, commented.
+STARTER = """
+# FlashAttention-4's kernels are compiled ahead, for each GPU of the target, for these calls
+# (the defaults); a call of another shape compiles at its first call, as without fa-images:
+# fa4:
+#   head_dims: [64, 128]
+#   dtypes: [bf16]
+#   causal: [false, true]
+#   kv_heads: [16, 4]        # of 16 query heads: MHA and GQA 4:1
+#   modes: [train, infer]
+"""
+
+
+def class_of(compat: Compat, gpu: str) -> str:
+    """Its kernels are compiled for each GPU's own arch (sm_86, sm_89, sm_90a): one entry per arch."""
+    found = target(compat, gpu)
+    return found if isinstance(found, str) else found.compile_target
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A release: the set pip resolves for it, pinned, per CUDA major of torch ("13")."""
+
+    version: str
+    pins: dict[str, tuple[str, ...]]
+
+
+def load_releases(c: tablecheck.Checker, raw_table: Any) -> dict[str, Release]:
+    """The compat table's flash_attn_4: section, every problem reported."""
+    found = {}
+    for ver, raw in c.mapping((TABLE,), raw_table).items():
+        ver = c.key((TABLE, ver), ver)
+        raw = c.mapping((TABLE, ver), raw)
+        if ver is not None and Version(ver).major != GENERATION.number:
+            c.fail((TABLE, ver), f"{TABLE}: {ver} is not a {GENERATION.name} version (4.x)")
+            continue
+        pins = {}
+        for key, value in raw.items():
+            major = str(key).removeprefix("cuda")
+            if not (str(key).startswith("cuda") and major.isdigit()):
+                c.fail((TABLE, ver, key), f"{TABLE}.{ver}.{key}: keys are cuda12, cuda13, ...")
+                continue
+            pins[major] = tablecheck.pins(c, (TABLE, ver, key), value)
+            if ver is not None and f"{GENERATION.project}=={ver}" not in pins[major]:
+                c.fail((TABLE, ver, key), f"{TABLE}.{ver}.{key} must pin {GENERATION.project}=={ver} itself")
+        if ver is not None:
+            found[ver] = Release(version=ver, pins=pins)
+    return found
+
+
+def releases(compat: Compat) -> dict[str, Release]:
+    return compat.releases.get(TABLE, {})
 
 
 @dataclass(frozen=True)
@@ -116,7 +171,7 @@ class Fa4Recipe(Recipe):
 
 def resolve(resolver: EntryResolver, combo: Combo, v: Versions, before: int) -> Entry | None:
     """A FlashAttention-4 entry: its pinned set for the torch's CUDA major, and its kernels compiled
-    into the image for each GPU of the target (its capability and SM count: Compat.fa4_target)."""
+    into the image for each GPU of the target (its capability and SM count: target())."""
     grid: fa4.Fa4Grid = resolver.settings_of(SECTION)
     for key in ("archs", "ptx"):
         if key in combo.values:
@@ -127,9 +182,9 @@ def resolve(resolver: EntryResolver, combo: Combo, v: Versions, before: int) -> 
         resolver.fail(combo, "python", f"FlashAttention-4 needs Python >= 3.10 (its DSL's wheels), not {python}")
     release, cuda, _ = resolver.torch_release(combo, python, torch_v, v.cuda)
     cuda_rel = resolver.cuda_release(combo, cuda, torch_v)
-    fa_rel = resolver.compat.flash_attn_4.get(fa) if fa else None
+    fa_rel = releases(resolver.compat).get(fa) if fa else None
     if fa and fa_rel is None:
-        known = ", ".join(resolver.compat.flash_attn_4) or "none"
+        known = ", ".join(releases(resolver.compat)) or "none"
         resolver.fail(
             combo,
             "flash_attn",
@@ -181,16 +236,32 @@ def _cuda_hint(resolver: EntryResolver, pinned: dict, torch_v: str | None) -> st
     return f"use a torch built for CUDA {', '.join(pinned)}, such as torch " + ", ".join(works[-3:])
 
 
+def target(compat: Compat, gpu: str) -> fa4.Fa4Target | str:
+    """The GPU as its kernels are compiled ahead for it (its capability and SM count, which FA4's
+    heuristics read), or why they cannot be."""
+    found = compat.gpu(gpu)
+    if found is None:
+        return f"{gpu} is not a GPU of the compat table's gpus section, whose SM count FA4's kernels are chosen by"
+    if found.major not in fa4.MAJORS:
+        return f"FlashAttention-4 runs on compute capability 8.x to 12.x; {gpu} is {found.capability}"
+    if found.sms is None:
+        return (
+            f"the compat table has no SM count for {gpu}, which FA4's kernels are chosen by: "
+            f'give it with --compat FILE (gpus: {{{found.name}: {{capability: "{found.capability}", sms: N}}}})'
+        )
+    return fa4.Fa4Target(found.name, found.capability, found.sms)
+
+
 def _targets(resolver: EntryResolver, combo: Combo, grid: fa4.Fa4Grid) -> tuple[fa4.Fa4Target, ...] | None:
     """The target's GPUs as FA4's kernels are compiled for them: each one's capability and SM
-    count from the compat table (``Compat.fa4_target``)."""
+    count from the compat table (``target``)."""
     if "target" not in combo.values:
         resolver.fail(combo, None, "no target: name the GPUs its kernels are compiled for", hint="e.g. target: [H100]")
         return None
     found = resolver.target_gpus(combo, "FlashAttention-4")
     if found is None:
         return None
-    targets = [resolver.compat.fa4_target(gpu) for gpu, _cc, _arch in found]
+    targets = [target(resolver.compat, gpu) for gpu, _cc, _arch in found]
     refused = [why for why in targets if isinstance(why, str)]
     refused += [
         f"{t.name} runs none of the grid's calls ({fa4.refused('train', t.major)})"
