@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .builder import argtypes, safe_io
 from .builder import cli as builder_cli
-from .builder import safe_io
 from .builder.wording import counted
 from .commands import pick as pick_command
 from .commands import schema as schema_command
@@ -705,17 +705,17 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     gh.add_argument(
         "--merge-runs-on", action="append", metavar="LABEL", help="merge job runner label (default: ubuntu-latest)"
     )
-    gh.add_argument("--timeout-minutes", type=builder_cli.positive, metavar="N", help="per build job (default: 360)")
+    gh.add_argument("--timeout-minutes", type=argtypes.positive, metavar="N", help="per build job (default: 360)")
     gh.add_argument(
         "--runner-cpus",
-        type=builder_cli.positive,
+        type=argtypes.positive,
         metavar="N",
         help="the build runner's CPUs (default: GitHub's ubuntu-latest runner's): each job's compile, from "
         "flash-attn's measured kernel costs x its archs, must fit --timeout-minutes there",
     )
     gh.add_argument(
         "--runner-memory",
-        type=builder_cli.positive,
+        type=argtypes.positive,
         metavar="GIB",
         help="the build runner's memory in GiB (default: GitHub's ubuntu-latest runner's); 5 GiB per nvcc job",
     )
@@ -742,7 +742,7 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     )
     gh.add_argument(
         "--shards",
-        type=builder_cli.positive,
+        type=argtypes.positive,
         metavar="N",
         help="split each compile group's kernels over a matrix of N jobs (wheel --shard I/N, 1 to 256) whose "
         "compiler caches travel as artifacts to a link job per entry (wheel --after-shards); images are then "
@@ -790,7 +790,7 @@ def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
     )
     sl.add_argument(
         "--shards",
-        type=builder_cli.positive,
+        type=argtypes.positive,
         default=1,
         metavar="N",
         help="split each compile group's kernels over N array tasks (wheel --shard I/N), then link each entry "
@@ -798,7 +798,7 @@ def _add_export_slurm(sub: argparse._SubParsersAction) -> None:
     )
     sl.add_argument(
         "--cpus",
-        type=builder_cli.positive,
+        type=argtypes.positive,
         default=16,
         metavar="N",
         help="CPUs per task (default: 16); the memory asked for follows the builder's sizing (about 5 GiB "

@@ -8,7 +8,6 @@ setup.py through the shim, then hands the wheel to the verifier before accepting
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import subprocess
@@ -20,15 +19,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
-
 from . import dist as dist_dir
 from . import environment, generations, manylinux, source
 from .compiler_cache import CacheStats, CompilerCache
 from .contract import MILESTONE, SETTINGS_FILE, parse_phase_mark
-from .errors import BuildFailed, SourceError, UsageError
-from .generations import fa3
-from .settings import BuildSettings, local_version_label
+from .errors import BuildFailed
+from .generations.steps import SourceRequest
+from .settings import BuildSettings
 from .shards import Shard, check_shards_done, require_compiler_cache, write_record
 from .timeline import Timeline
 from .verify import accept_wheel
@@ -55,47 +52,38 @@ def prepare(
     python: str = sys.executable,
     torch: environment.TorchInfo | None = None,
     timeline: Timeline | None = None,
-    fa3_build: fa3.Fa3Build | None = None,
+    knobs: dict | None = None,
     label_archs: bool = False,
 ) -> BuildSettings:
     """``torch``: what ``environment.probe_torch(python)`` said, if the caller asked already.
-    ``fa3_build``: what a FlashAttention-3 build compiles (upstream's full build where None).
-    ``label_archs``: the wheel's +label names its GPU class (a matrix of several classes)."""
+    ``knobs``: the generation's own settings (what its build compiles; its defaults
+    where None). ``label_archs``: the wheel's +label names its GPU class (a matrix of several classes).
+    The generation is the version's (or the archive's name's), and its module prepares the source."""
     timeline = timeline or Timeline()
-    gen = _generation(version, sdist)
-    if gen is generations.FA4:
-        raise UsageError(f"flash-attn {version} is FlashAttention-4: Python, with no wheel to compile")
-    if gen is generations.FA2 and version is not None:
-        source.check_supported(version, allow_untested=allow_untested)
+    gen = (
+        generations.of_version(version, untested=True)
+        if version is not None
+        else generations.of_archive(sdist.name if sdist else "")
+    )
+    steps = gen.steps()
     if torch is None:
         torch = environment.probe_torch(python)
         timeline.mark("torch probe")
     _check_torch(torch, expect_cxx11_abi=expect_cxx11_abi, expect_cuda=expect_cuda)
-    local_version: str | None
-    if gen is generations.FA3:
-        build = fa3_build or fa3.Fa3Build()
-        tree = _fa3_source(version=version, archive=sdist, work_dir=work_dir, sha256=sha256, sources_dir=sources_dir)
-        _check_fa3(tree.version, torch)
-        archs, local_version = build.archs, fa3.local_version_label(torch.cuda, build)
-    else:
-        sdist_path, sha = source.obtain_sdist(
-            version=version,
-            sdist=sdist,
-            dest_dir=work_dir / "sdists",
-            sha256=sha256,
-            index_url=index_url,
-            sources_dir=sources_dir,
-        )
-        tree = source.unpack(sdist_path, work_dir / "src", sha)
-        if version is None:
-            source.check_supported(tree.version, allow_untested=allow_untested)
-        local_version = (
-            local_version_label(
-                cuda=torch.cuda, torch=torch.version, cxx11_abi=torch.cxx11_abi, archs=archs if label_archs else ()
-            )
-            if tree.honours_local_version
-            else None
-        )
+    request = SourceRequest(
+        version=version,
+        sdist=sdist,
+        work_dir=work_dir,
+        sha256=sha256,
+        index_url=index_url,
+        sources_dir=sources_dir,
+        archs=archs,
+        label_archs=label_archs,
+        allow_untested=allow_untested,
+        knobs=knobs,
+    )
+    prepared = steps.prepare_source(request, torch)
+    tree, archs, local_version = prepared.tree, prepared.archs, prepared.local_version
     timeline.mark("sdist")
     warnings: list[str] = []
     if torch.cuda is None:
@@ -112,7 +100,7 @@ def prepare(
         cuda=torch.cuda,
         cxx11_abi=torch.cxx11_abi,
         archs=archs,
-        ptx=ptx and gen is generations.FA2,
+        ptx=ptx and prepared.ptx,
         max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
         parallelism=par.reason,
@@ -125,20 +113,10 @@ def prepare(
         source_date_epoch=tree.source_date_epoch,
         warnings=tuple(warnings),
         generation=gen.number,
-        fa3=dataclasses.asdict(build) if gen is generations.FA3 else None,
+        knobs=prepared.knobs,
     )
     settings.write()
     return settings
-
-
-def _generation(version: str | None, archive: Path | None) -> generations.Generation:
-    """The generation a build names: its version's major (one no generation has is tried as
-    flash-attn 2's sdist, as ``--allow-untested`` asks), or a local archive's name."""
-    if version is not None:
-        return generations.of_version(version, untested=True)
-    if archive is not None and archive.name.startswith("flash_attn_3-"):
-        return generations.FA3
-    return generations.FA2
 
 
 def _check_torch(torch: environment.TorchInfo, *, expect_cxx11_abi: bool | None, expect_cuda: str | None) -> None:
@@ -152,67 +130,6 @@ def _check_torch(torch: environment.TorchInfo, *, expect_cxx11_abi: bool | None,
             f"torch {torch.version} is built for CUDA {torch.cuda or 'none (CPU)'}, but this build expects "
             f"CUDA {expect_cuda}; the wrong torch variant is installed"
         )
-
-
-def _fa3_source(
-    *, version: str | None, archive: Path | None, work_dir: Path, sha256: str | None, sources_dir: Path | None
-) -> source.SourceTree:
-    """FA3's pinned source archive: a local file, or its name in ``sources_dir``; never downloaded."""
-    if archive is None:
-        assert version is not None
-        if sources_dir is None or not os.path.lexists(sources_dir / fa3.archive_name(version)):
-            raise SourceError(
-                f"no {fa3.archive_name(version)} in {sources_dir or 'a sources directory'}: FlashAttention-3 is not "
-                "on PyPI, and its source archive is not downloaded while building",
-                hint="make it with `fa-images source fa3` from clones of flash-attention and cutlass, "
-                "and put it in packages.sdists",
-            )
-        if not sha256:  # a file found by its name is the pinned one only if its pin is checked
-            raise UsageError(
-                f"{fa3.archive_name(version)} is taken from {sources_dir} by its name: give --sha256, its pin "
-                "(compat.yaml's flash_attn_3 sha256; `fa-images plan --json` shows it as sdist_sha256)",
-                hint="or name the file itself with --sdist to build it unpinned",
-            )
-        archive = sources_dir / fa3.archive_name(version)
-    elif not os.path.lexists(archive):
-        raise UsageError(f"FA3 source archive {archive} does not exist")
-    tree = fa3.unpack(archive, work_dir / "src", sha256)
-    if version is not None and tree.version != version:
-        raise SourceError(f"{archive.name} holds FlashAttention-3 {tree.version}, not {version}")
-    return tree
-
-
-def _check_fa3(version: str, torch: environment.TorchInfo) -> None:
-    """FA3 is built on torch's stable ABI, for one CUDA major: refused where that cannot be."""
-    if Version(torch.version.split("+")[0]) < fa3.STABLE_ABI_TORCH:
-        raise environment.EnvironmentProblem(
-            f"torch {torch.version}: fa-images builds FlashAttention-3 on torch's stable ABI, "
-            f"from torch {fa3.STABLE_ABI_TORCH} on (one abi3 wheel for every later torch of a CUDA major)"
-        )
-    if torch.cuda is not None and (why := fa3.refuse_cuda(torch.cuda)):
-        raise environment.EnvironmentProblem(why)
-
-
-def build_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("FLASH_ATTENTION_FORCE_CXX11_ABI", "FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTN_LOCAL_VERSION"):
-        env.pop(var, None)  # each would silently change what gets built
-    env.update(
-        FLASH_ATTENTION_FORCE_BUILD="TRUE",  # never download a prebuilt wheel
-        FLASH_ATTN_CUDA_ARCHS=";".join(settings.archs),
-        TORCH_CUDA_ARCH_LIST=";".join(f"{a[:-1]}.{a[-1]}" for a in settings.archs),
-        MAX_JOBS=str(settings.max_jobs),
-        NVCC_THREADS=str(settings.nvcc_threads),
-        CUDA_HOME=str(nvcc.cuda_home),
-        PATH=f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
-    )
-    if settings.local_version:
-        env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
-    if settings.source_date_epoch is not None:
-        # A user's own SOURCE_DATE_EPOCH wins, as the reproducible-builds convention has it.
-        env.setdefault("SOURCE_DATE_EPOCH", str(settings.source_date_epoch))
-    return env
 
 
 def compile_wheel(
@@ -241,8 +158,9 @@ def compile_wheel(
     torch, nvcc = _probe_toolchain(python, torch, timeline)
     src = Path(settings.source_dir)
     dist = Path(tempfile.mkdtemp(prefix="fa-dist-", dir=src))
-    cmd = _setup_command(python, src, dist, settings.generation)
-    env = _setup_environment(settings, nvcc)
+    steps = generations.of_number(settings.generation).steps()
+    env = steps.setup_environment(settings, nvcc)
+    cmd = steps.setup_command(python, src, dist, src / SETTINGS_FILE)
     log(
         f"{MILESTONE}compiling flash-attn {settings.flash_attn} for archs {','.join(settings.archs)} with nvcc "
         f"{nvcc.version}, MAX_JOBS={settings.max_jobs} NVCC_THREADS={settings.nvcc_threads}: {settings.parallelism}"
@@ -284,57 +202,6 @@ def _probe_toolchain(
     environment.check_toolchain(torch, nvcc)
     timeline.mark("toolchain probe")
     return torch, nvcc
-
-
-def _setup_command(python: str, src: Path, dist: Path, gen: int) -> list[str]:
-    """setup.py through the shim, which reads its settings file and puts the wheel into ``dist``;
-    FA3's setup.py as it is: environment variables are all it reads (``fa3_environment``)."""
-    if gen == generations.FA3.number:
-        return [python, "setup.py", "bdist_wheel", "--dist-dir", str(dist)]
-    return [
-        python,
-        "-m",
-        "fa_images.builder.setup_shim",
-        str(src / SETTINGS_FILE),
-        "bdist_wheel",
-        "--dist-dir",
-        str(dist),
-    ]
-
-
-def fa3_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
-    """hopper/setup.py's environment: every knob it reads set here, none inherited."""
-    build = settings.fa3_build or fa3.Fa3Build()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASH_ATTENTION_", "FLASH_ATTN_"))}
-    env.pop("TORCH_CUDA_ARCH_LIST", None)  # its gencode flags are its own (sm_90a, sm_80)
-    env.update(build.environment())
-    env.update(
-        FLASH_ATTENTION_FORCE_BUILD="TRUE",  # never a wheel from GitHub
-        FLASH_ATTENTION_OFFLINE_BUILD="TRUE",
-        MAX_JOBS=str(settings.max_jobs),
-        NVCC_THREADS=str(settings.nvcc_threads),
-        CUDA_HOME=str(nvcc.cuda_home),
-        PATH=f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
-        # setup.py runs `git submodule update`: it must find no repository above the unpacked tree.
-        GIT_CEILING_DIRECTORIES=str(Path(settings.source_dir).parent),
-    )
-    if settings.local_version:
-        env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
-    if settings.source_date_epoch is not None:
-        env.setdefault("SOURCE_DATE_EPOCH", str(settings.source_date_epoch))
-    return env
-
-
-def _setup_environment(settings: BuildSettings, nvcc: environment.NvccInfo) -> dict[str, str]:
-    if settings.generation == generations.FA3.number:
-        if why := fa3.refuse_cuda(nvcc.version, fetches_toolchain=settings.fetches_toolchain):
-            raise environment.EnvironmentProblem(f"nvcc {nvcc.version}: {why}")
-        return fa3_environment(settings, nvcc)
-    env = build_environment(settings, nvcc)
-    # The shim is imported from this package wherever it lives (site-packages or a build context).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
-    return env
 
 
 @dataclass

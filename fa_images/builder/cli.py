@@ -17,9 +17,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import build, compiler_cache, environment, generations, gpucheck, scratch, source
+from . import argtypes, build, compiler_cache, environment, generations, gpucheck, scratch, source
 from .errors import EnvironmentProblem, FatalError, UsageError
-from .generations import fa3, fa4
 from .settings import parse_archs
 from .shards import Shard, parse_shard, require_compiler_cache
 from .timeline import Timeline
@@ -80,33 +79,6 @@ def _shard(text: str) -> Shard:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard ")) from None
 
 
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
-
-
-def _bools(text: str) -> tuple[bool, ...]:
-    return tuple(_bool(t.strip()) for t in text.split(",") if t.strip())
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
-def _bool(text: str) -> bool:
-    if text.lower() not in ("true", "false", "1", "0"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
-    return text.lower() in ("true", "1")
-
-
 def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None:
     """``check=False``: the host mounts its own ``check`` (images on a node, or this machine's check)."""
     fmt = argparse.RawDescriptionHelpFormatter
@@ -120,19 +92,18 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     what.add_argument(
         "--flash-attn",
         metavar="VERSION",
-        help="fetch this version's sdist from the index; a 3.x version is FlashAttention-3, whose pinned "
-        "source archive (flash_attn_3-VERSION.tar.gz) must be in --sources-dir",
+        help="fetch this version's sdist from the index; a generation whose source is a pinned archive (made "
+        "by `fa-images source`) finds it in --sources-dir",
     )
     what.add_argument(
-        "--sdist", type=Path, metavar="PATH", help="build this local sdist (or FA3 source archive, flash_attn_3-*)"
+        "--sdist", type=Path, metavar="PATH", help="build this local sdist, or a source archive `fa-images source` made"
     )
     wheel.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the wheel and manifest.json go")
     wheel.add_argument(
         "--archs",
         type=_archs,
         metavar="LIST",
-        help="flash-attn 2 archs, e.g. 80 or 80,90 (default: 80); FA3's are its own: sm_90a, and sm_80 unless "
-        "--fa3-without sm80",
+        help="flash-attn 2 archs, e.g. 80 or 80,90 (default: 80); a later generation compiles for archs of its own",
     )
     wheel.add_argument("--ptx", action="store_true", help="also embed PTX of the newest arch, for future GPUs")
     wheel.add_argument(
@@ -142,11 +113,11 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
         "of one torch, side by side in one index",
     )
     wheel.add_argument(
-        "--max-jobs", type=positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
+        "--max-jobs", type=argtypes.positive, metavar="N", help="parallel compile jobs (default: sized from memory)"
     )
     wheel.add_argument(
         "--nvcc-threads",
-        type=positive,
+        type=argtypes.positive,
         metavar="N",
         help="threads per nvcc (default: one per arch; nvcc parallelizes over archs only)",
     )
@@ -201,7 +172,7 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
     )
     wheel.add_argument(
         "--expect-cxx11-abi",
-        type=_bool,
+        type=argtypes.boolean,
         metavar="BOOL",
         help="fail unless the installed torch uses this ABI (guards the torch variant)",
     )
@@ -215,46 +186,11 @@ def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None
         help="fetch, unpack and prepare; do not compile; the work dir is kept, and the source in it named",
     )
     wheel.add_argument("--json", action="store_true", help="with --prepare-only: print the settings as JSON")
-    knobs = wheel.add_argument_group(
-        "FlashAttention-3's build (default: upstream's full build; what is left out is never run by `check`)"
-    )
-    knobs.add_argument("--fa3-head-dims", metavar="LIST", help=f"head dims to compile, of {list(fa3.HEAD_DIMS)}")
-    knobs.add_argument("--fa3-dtypes", metavar="LIST", help=f"dtypes, of {list(fa3.DTYPES)} (bf16 always)")
-    knobs.add_argument("--fa3-without", metavar="LIST", help=f"features left out, of {list(fa3.FEATURES)}")
+    for gen in generations.GENERATIONS:  # each generation's own settings, as flags
+        gen.steps().add_wheel_flags(wheel)
     wheel.set_defaults(func=cmd_wheel)
-
-    cache = sub.add_parser(
-        "fa4-cache",
-        help="compile FlashAttention-4's kernels for a grid of calls ahead of time, with no GPU",
-        description=fa4.__doc__,
-        formatter_class=fmt,
-    )
-    cache.add_argument("--out", type=Path, required=True, metavar="DIR", help="the cache (FA4's CUTE_DSL cache dir)")
-    cache.add_argument(
-        "--target",
-        required=True,
-        type=_fa4_target,
-        metavar="NAME:CAPABILITY:SMS",
-        help="the GPU to compile for: its name, compute capability and SM count (e.g. H100:9.0:132, as the "
-        "compat table's gpus: give them); FA4 reads it when it is imported, so one run compiles for one "
-        "GPU: run again, into the same DIR, for another",
-    )
-    defaults = fa4.Fa4Grid()
-    cache.add_argument("--head-dims", type=_ints, default=defaults.head_dims, metavar="LIST", help="default: 64,128")
-    cache.add_argument(
-        "--dtypes", type=_names, default=defaults.dtypes, metavar="LIST", help="bf16, fp16 (default: bf16)"
-    )
-    cache.add_argument("--kv-heads", type=_ints, default=defaults.kv_heads, metavar="LIST", help="default: 16,4")
-    cache.add_argument("--heads", type=positive, default=defaults.heads, metavar="N", help="query heads (default: 16)")
-    cache.add_argument("--batch", type=positive, default=defaults.batch, metavar="N", help="default: 2")
-    cache.add_argument("--seqlen", type=positive, default=defaults.seqlen, metavar="N", help="default: 2048")
-    cache.add_argument(
-        "--causal", type=_bools, default=defaults.causal, metavar="LIST", help="false, true or both (default)"
-    )
-    cache.add_argument(
-        "--modes", type=_names, default=defaults.modes, metavar="LIST", help="train, infer (default: both)"
-    )
-    cache.set_defaults(func=cmd_fa4_cache)
+    for gen in generations.GENERATIONS:  # the commands a generation adds (compiling ahead)
+        gen.steps().add_commands(sub)
 
     insp = sub.add_parser(
         "inspect",
@@ -312,7 +248,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
 
     timeline = Timeline()  # from here: the phases of this build, logged at its end
-    fa3_build, archs = _generation_args(args)
+    knobs, archs = _generation_args(args)
     torch = environment.probe_torch()  # once for both steps: each probe imports torch
     timeline.mark("torch probe")
 
@@ -339,7 +275,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
             expect_cuda=args.expect_cuda,
             torch=torch,
             timeline=timeline,
-            fa3_build=fa3_build,
+            knobs=knobs,
             label_archs=args.label_archs,
         )
         for warning in settings.warnings:
@@ -360,56 +296,19 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generation_args(args: argparse.Namespace) -> tuple[fa3.Fa3Build | None, tuple[str, ...]]:
-    """(FA3's build, or None for flash-attn 2; flash-attn 2's archs), each refused before anything is
-    probed where the generation cannot take it."""
+def _generation_args(args: argparse.Namespace) -> tuple[dict | None, tuple[str, ...]]:
+    """(the generation's knobs, the archs to compile) from its flags, each refused before anything is
+    probed where the generation cannot take it, and another generation's flags refused."""
     gen = (
         generations.of_version(args.flash_attn, untested=args.allow_untested)
         if args.flash_attn is not None
-        else (generations.FA3 if args.sdist.name.startswith("flash_attn_3-") else generations.FA2)
+        else generations.of_archive(args.sdist.name)
     )
-    if gen is generations.FA4:
-        raise UsageError(
-            f"flash-attn {args.flash_attn} is FlashAttention-4: Python, with no wheel to compile",
-            hint="`fa4-cache` compiles its kernels ahead of their first call",
-        )
-    is_fa3 = gen is generations.FA3
-    knobs = (args.fa3_head_dims, args.fa3_dtypes, args.fa3_without)
-    if not is_fa3:
-        if args.flash_attn is not None:
-            source.check_supported(args.flash_attn, allow_untested=args.allow_untested)
-        if any(k is not None for k in knobs):
-            raise UsageError("--fa3-* flags are for a FlashAttention-3 build (a 3.x version)")
-        return None, args.archs or ("80",)
-    flags = (("--archs", args.archs), ("--ptx", args.ptx), ("--shard", args.shard), ("--label-archs", args.label_archs))
-    for flag, given in flags:
-        if given:
-            raise UsageError(f"{flag} is not for FlashAttention-3: its archs are its own (sm_90a, sm_80), unsharded")
-    if args.after_shards:
-        raise UsageError("--after-shards is not for FlashAttention-3, which is built unsharded")
-    return fa3.Fa3Build.parse(*knobs), ()
-
-
-def _fa4_target(text: str) -> fa4.Fa4Target:
-    try:
-        return fa4.Fa4Target.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def cmd_fa4_cache(args: argparse.Namespace) -> int:
-    grid = fa4.Fa4Grid(
-        head_dims=args.head_dims,
-        dtypes=args.dtypes,
-        kv_heads=args.kv_heads,
-        heads=args.heads,
-        batch=args.batch,
-        seqlen=args.seqlen,
-        causal=args.causal,
-        modes=args.modes,
-    )
-    fa4.warm(grid, args.out.resolve(), target=args.target, log=_say)
-    return 0
+    for other in generations.GENERATIONS:
+        given = [f"--{flag.replace('_', '-')}" for flag in other.steps().FLAGS if getattr(args, flag, None) is not None]
+        if other is not gen and given:
+            raise UsageError(f"{', '.join(given)}: for a {other.name} build, not {gen.name}")
+    return gen.steps().from_flags(args)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ GPU cannot run the extension's code; it names the archs that can).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -156,20 +157,11 @@ class Checks:
 
 
 def checks_for(gen: generations.Generation) -> Checks:
-    if gen is generations.FA4:
-        from .generations import fa4
-
-        return Checks(gen, fa4.import_check, fa4.kernel_code, fa4.check_cases, "an fp32 reference")
-    if gen is generations.FA3:
-        from .generations import fa3_check
-
-        return Checks(
-            gen,
-            fa3_check.import_check,
-            fa3_check.kernel_code,
-            lambda: fa3_check.cases(fa3_check.installed_build()),
-            "an fp32 reference (FA3's rule)",
-        )
+    """A generation's checks: its own check module's (imported here, as it imports torch), else
+    flash-attn 2's, which are this module's."""
+    if gen.check_module is not None:
+        module = importlib.import_module(f"{generations.__name__}.{gen.check_module}")
+        return Checks(gen, module.import_check, module.kernel_code, module.check_cases, module.REFERENCE)
 
     def code() -> tuple[set[str], set[str]] | None:
         import flash_attn_2_cuda

@@ -54,7 +54,7 @@ class PublishedIndex:
 
 
 def generation_project(wheel_name: str) -> str:
-    """The project page a wheel is served on (flash-attn, flash-attn-3); dist's records are checked names."""
+    """The project page a wheel is served on (each generation's project); dist's records are checked names."""
     return canonicalize_name(parse_wheel_filename(wheel_name)[0])
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from . import gpuarch
 from .contract import SETTINGS_FILE, cuda_tag
-from .generations.fa3 import Fa3Build
 
 # flash-attn arch codes the builder compiles; 8.6/8.9 GPUs run the sm_80 kernels. The compat
 # table's `archs` is the source; the builder runs inside images without it, so it keeps this
@@ -38,25 +37,17 @@ class BuildSettings:
     sdist: str
     sha256: str
     honours_cuda_archs_env: bool
-    fetches_toolchain: bool = False  # SourceTree's: FA3's setup.py would download nvcc for some CUDA
+    fetches_toolchain: bool = False  # SourceTree's: its setup.py would download nvcc for some CUDA
     source_date_epoch: int | None = None  # SOURCE_DATE_EPOCH for the wheel (SourceTree)
     parallelism: str = ""  # why MAX_JOBS and NVCC_THREADS are what they are, for the log
     warnings: tuple[str, ...] = field(default=())
     # `wheel --shard I/N`: compile only the I-th of N subsets of the kernels, link nothing (shards.py).
     shard: int = 0
     shards: int = 0
-    # The flash-attn generation (generation.py), and for FlashAttention-3 what it compiles
-    # (fa3.Fa3Build's fields): a build's recipe, its wheel's checks and its record follow both.
+    # The flash-attn generation (generations/), and its own settings where it has any (what it
+    # compiles): a build's recipe, its wheel's checks and its record follow both.
     generation: int = 2
-    fa3: dict | None = None
-
-    @property
-    def fa3_build(self) -> Fa3Build | None:
-        if self.fa3 is None:
-            return None
-        return Fa3Build(
-            head_dims=tuple(self.fa3["head_dims"]), dtypes=tuple(self.fa3["dtypes"]), without=tuple(self.fa3["without"])
-        )
+    knobs: dict | None = None
 
     def gencode_flags(self) -> list[str]:
         """nvcc flags for exactly the requested archs, plus PTX of the newest for new GPUs."""

@@ -9,7 +9,6 @@ without nvcc; uses cuobjdump when one is around and reads the ELF otherwise.
 
 from __future__ import annotations
 
-import ast
 import email.parser
 import json
 import os
@@ -30,18 +29,10 @@ from packaging.version import InvalidVersion, Version
 
 from . import elf, generations, gpuarch, untrusted, wheelfile
 from .errors import UsageError, VerificationFailed
-from .generations import fa3
 from .source import sha256_of
 
 # One arch of flash-attn is ~212 MB of .so; all of them with PTX stay well below this.
 MAX_EXTENSION = 4 << 30
-# flash-attn 2's, with the GPU class where its matrix built several of one torch ('.sm80.120').
-_LABEL = re.compile(
-    r"cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>true|false)(?:\.sm(?P<gpu_class>\d+(?:\.\d+)*))?",
-    re.IGNORECASE,
-)
-# FlashAttention-3's: the CUDA major, and a trimmed build's name (fa3.local_version_label).
-_FA3_LABEL = re.compile(r"cu(?P<cuda>\d+)(?:\.k[0-9a-f]{8})?", re.IGNORECASE)
 # A Linux platform tag's architecture: linux_x86_64, manylinux2014_aarch64, manylinux_2_28_x86_64, musllinux_1_2_i686
 _LINUX_PLATFORM = re.compile(r"(?:linux|manylinux\d+|(?:many|musl)linux_\d+_\d+)_(?P<arch>.+)")
 # Old-ABI std::string mangles as the substitution "Ss" (e.g. RKSs), new-ABI as std::__cxx11::.
@@ -71,7 +62,7 @@ class WheelReport:
     glibcxx_floor: str | None = None  # "GLIBCXX_3.4.30": the same for libstdc++
     manylinux: str | None = None  # "manylinux_2_34": the oldest policy the extension's imports allow
     generation: int | None = None  # 2 or 3: the flash-attn generation, from the wheel's project
-    fa3_build: str | None = None  # FA3: what it was built with (flash_attn_config), as fa3.Fa3Build says it
+    built_with: str | None = None  # what its generation records in the wheel of how it was built
     gpus_here: list[dict] = field(default_factory=list)  # this host's GPUs: name, arch, runs, detail
     checks: list[Check] = field(default_factory=list)
 
@@ -214,7 +205,7 @@ def inspect_wheel(
     report.generation = gen.number if gen else None
     _check_tags(report, tags, expect_python, gen or generations.FA2)
 
-    label = (_FA3_LABEL.fullmatch if gen is generations.FA3 else _LABEL.search)(version.local or "")
+    label = (gen or generations.FA2).steps().label(version.local or "")
     try:
         with wheelfile.open_wheel(path) as wheel, tempfile.TemporaryDirectory(prefix="fa-inspect-") as tmp:
             _inspect_members(
@@ -242,10 +233,9 @@ def _inspect_members(
     metadata = _check_metadata(report, wheel, gen)
     if gen is None:
         return
-    if gen is generations.FA3:
-        _check_fa3_build(report, wheel)
-        report.add("torch pin", "pass", f"none: built on torch's stable ABI, for torch >= {fa3.STABLE_ABI_TORCH}")
-    else:
+    steps = gen.steps()
+    steps.check_wheel(report, wheel)  # what it records of its build
+    if not gen.abi3:  # a wheel on torch's own ABI pins the torch series it was built against
         _check_torch_pin(report, metadata, label["torch"] if label else None)
     so_names = [n for n in wheel.members if gen.owns(n)]
     if not so_names:
@@ -259,15 +249,13 @@ def _inspect_members(
     imported = _import_next_to_torch(tmp, python, tags, gen) if import_check else None
     torch_here = imported[2] if imported else {}
     try:
-        if gen is generations.FA3:
+        if gen.abi3:
             report.add("C++ ABI", "pass", "none to match: built on torch's stable C ABI")
-            _check_fa3_label(report, label, torch_here)
         else:
             _check_abi(report, so, *_expected_abi(expect_cxx11_abi, torch_here, label))
-            _check_label(report, label, torch_here)
+        steps.check_label(report, label, torch_here)
         _check_archs(report, so, expect_archs, gpuarch.visible_gpus() if gpus is None else gpus)
-        if gen is not generations.FA3:
-            _check_gpu_class(report, label)
+        _check_gpu_class(report, label)
         _check_glibc_floor(report, so, on_this_host=import_check)
         _check_manylinux(report, so, tags)
     except (elf.ElfError, ValueError, struct.error, IndexError, OverflowError) as exc:
@@ -333,46 +321,6 @@ def _check_abi3_tag(report: WheelReport, tag, expect_python: str | None) -> None
         report.add("platform tag", "fail", f"{tag} is for Python >= 3.{oldest.group(1)}, expected {expect_python}")
         return
     report.add("platform tag", "pass", f"{tag}: every Python >= 3.{oldest.group(1)}")
-
-
-def _check_fa3_build(report: WheelReport, wheel: wheelfile.Wheel) -> None:
-    """What the FA3 wheel was built with, from its flash_attn_config.py (a literal, never run)."""
-    if "flash_attn_config.py" not in wheel.members:
-        report.add("FA3 build", "fail", "no flash_attn_config.py: its build flags are unknown")
-        return
-    try:
-        text = wheel.zf.read("flash_attn_config.py")[: 1 << 20].decode()
-        match = re.search(r"^CONFIG = (\{.*\})$", text, re.MULTILINE)
-        build = fa3.Fa3Build.from_config(ast.literal_eval(match.group(1)) if match else {})
-    except (ValueError, SyntaxError, UsageError, MemoryError, RecursionError, *wheelfile.DAMAGED) as exc:
-        report.add("FA3 build", "fail", f"flash_attn_config.py cannot be read: {exc}")
-        return
-    report.fa3_build = build.describe()
-    report.add("FA3 build", "pass", build.describe() + (" (upstream's full build)" if build.full else ""))
-
-
-def _check_fa3_label(report: WheelReport, label: re.Match[str] | None, torch_here: dict) -> None:
-    """FA3's +cuNN against the torch it is next to: one CUDA major, torch >= 2.9."""
-    if not torch_here:
-        return
-    if label is None:
-        report.add("label", "skip", "no +cuNN label to compare with torch")
-        return
-    here, cuda = torch_here["torch"], torch_here.get("cuda")
-    wrong = []
-    if cuda is None:
-        wrong.append(f"CUDA {label['cuda']}, but torch {here} is a CPU build")
-    elif label["cuda"] != cuda.split(".")[0]:
-        wrong.append(f"CUDA {label['cuda']}, not {cuda}")
-    try:
-        if Version(here.split("+")[0]) < fa3.STABLE_ABI_TORCH:
-            wrong.append(f"torch >= {fa3.STABLE_ABI_TORCH}, not {here}")
-    except InvalidVersion:
-        wrong.append(f"a torch version, not {here!r}")
-    if wrong:
-        report.add("label", "fail", f"{label.group(0)} says {'; '.join(wrong)}")
-    else:
-        report.add("label", "pass", f"{label.group(0)} fits torch {here} (CUDA {cuda})")
 
 
 def _check_metadata(report: WheelReport, wheel: wheelfile.Wheel, gen: generations.Generation | None) -> str | None:
@@ -600,33 +548,6 @@ def _check_abi(report: WheelReport, so: Path, expected: bool | None, against: st
         report.add("C++ ABI", "pass", f"cxx11_abi={abi}, as {against} ({why})")
 
 
-def _check_label(report: WheelReport, label: re.Match[str] | None, torch_here: dict) -> None:
-    """The wheel's +label (torch X.Y, CUDA, ABI) against the torch it is next to: a wheel built for
-    another torch fails there even when its symbols happen to resolve."""
-    if not torch_here:
-        return
-    if label is None:
-        report.add("label", "skip", "no +cuXYZtorchX.Ycxx11abiBOOL label to compare with torch")
-        return
-    here, cuda = torch_here["torch"], torch_here.get("cuda")
-    series = ".".join(here.split("+")[0].split(".")[:2])
-    said_cuda, said_abi = label["cuda"], label["abi"].lower() == "true"
-    wrong = []
-    if label["torch"] != series:
-        wrong.append(f"torch {label['torch']}, not {series}")
-    if cuda is None:
-        wrong.append(f"CUDA {said_cuda}, but torch {here} is a CPU build")
-    elif said_cuda[:2] != cuda.replace(".", "")[:2]:  # cu12 and cu128 are both CUDA 12
-        wrong.append(f"CUDA {said_cuda}, not {cuda}")
-    if said_abi != torch_here["cxx11_abi"]:
-        wrong.append(f"cxx11_abi={said_abi}, not {torch_here['cxx11_abi']}")
-    text = label.group(0)
-    if wrong:
-        report.add("label", "fail", f"{text} says {'; '.join(wrong)}: built for another torch than {here}")
-    else:
-        report.add("label", "pass", f"{text} fits torch {here} (CUDA {cuda}, cxx11_abi={torch_here['cxx11_abi']})")
-
-
 def _check_archs(report: WheelReport, so: Path, expected, gpus: list[tuple[str, tuple[int, int]]]) -> None:
     cubins, ptx, how = gpu_archs(so)
     report.cubin_archs = gpuarch.sorted_archs(cubins)
@@ -645,7 +566,7 @@ def _check_archs(report: WheelReport, so: Path, expected, gpus: list[tuple[str, 
 def _check_gpu_class(report: WheelReport, label: re.Match[str] | None) -> None:
     """A +label that names a GPU class ('.sm120') names the archs the extension carries: a node
     asks for its class by that label, and must get kernels it runs."""
-    if label is None or not label["gpu_class"]:
+    if label is None or not label.groupdict().get("gpu_class"):
         return
     said = gpuarch.sorted_archs(label["gpu_class"].split("."))
     if said != report.cubin_archs:

@@ -128,7 +128,7 @@ def _missing_hint(path: Path) -> str:
 def wheel_name_key(entry: Entry) -> tuple[str, str, str]:
     """What an entry's wheel is named by: flash-attn labels a wheel by the torch series it runs
     with (``+cu128torch2.9cxx11abitrue``), so two torch releases of one series make one name.
-    FlashAttention-3's abi3 wheel is its compile group's, shared by design: each entry is its own."""
+    A generation's shared wheel (an abi3 one) is its compile group's, by design: each entry is its own."""
     if entry.recipe.shares_wheel():
         return (entry.flash_attn, entry.id, entry.compile_group)
     return (entry.flash_attn, entry.python, entry.wheel_label() or entry.id)

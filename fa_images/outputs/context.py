@@ -139,7 +139,7 @@ def assemble(
 ) -> Path:
     """Writes the context into ``dest``: only what the Dockerfile COPYs, so it stays small. The
     sdist and the compile group's cache from under ``compiler_cache`` (None: an empty one); or,
-    ``prebuilt``, the wheel ``source_file`` and no compiler cache; for FlashAttention-4, neither."""
+    ``prebuilt``, the wheel ``source_file`` and no compiler cache; for a generation that makes no wheel, neither."""
     (dest / "Dockerfile").write_text(render_entry(matrix, entry, prebuilt=prebuilt, builder=form))
     for path in builder_files():
         copy = dest / path.relative_to(PACKAGE.parent)

@@ -126,7 +126,7 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
 
 def runtime_deps(matrix: Matrix, entry: Entry) -> tuple[str, ...]:
     """What the entry's flash-attn needs besides torch, pinned: the table's, and its generation's own
-    (FlashAttention-4 is itself one of them: Python from the index, with its resolved set)."""
+    (a generation that is Python from the index is itself one of them, with its resolved set)."""
     return merged_pins(matrix.compat.runtime_deps_for(entry.python), entry.recipe.runtime_pins())
 
 

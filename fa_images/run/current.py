@@ -142,7 +142,7 @@ def published(value: str) -> tuple[Results, list[str]]:
 
 
 def shared_wheels(dist: Path, every: tuple[Entry, ...], selected: tuple[Entry, ...]) -> dict[str, tuple[str, Path]]:
-    """For each selected entry of a compile group that shares one wheel (FlashAttention-3) and has no
+    """For each selected entry of a compile group that shares one wheel (an abi3 one) and has no
     record of its own in ``dist``: the group's wheel, which an earlier run compiled for another entry
     of the matrix, as (that entry, its file). dist/ holds it once, so it is not compiled again."""
     if not (dist / dist_dir.MANIFEST).is_file():

@@ -208,8 +208,9 @@ class Executor:
             return context.inputs_digest(self.matrix, entry, sha256, base_ids=base_ids, prebuilt=around_wheel)
 
         if entry.recipe.source is None:  # Python from the index, pinned in the Dockerfile: no source to fetch
-            run.inputs = digest(hashlib.sha256(b"flash-attn-4 from the index").hexdigest(), around_wheel=False)
-            return StepOutcome(note=f"flash-attn-4 {entry.flash_attn} from the index, pinned; no compile with nvcc")
+            project = entry.generation.project
+            run.inputs = digest(hashlib.sha256(f"{project} from the index".encode()).hexdigest(), around_wheel=False)
+            return StepOutcome(note=f"{project} {entry.flash_attn} from the index, pinned; no compile with nvcc")
         if prebuilt is None and run.plan.shares_wheel_of is not None:
             prebuilt = self._group_wheel(run, run.plan.shares_wheel_of)
         if prebuilt is not None:
@@ -219,7 +220,7 @@ class Executor:
             candidates = [digest(report.sha256, around_wheel=True)]
         else:
             sdist = context.fetch_sdist(self.matrix, entry)
-            assert sdist is not None  # FlashAttention-4, whose source is None, went above
+            assert sdist is not None  # a generation without a source went above
             compiled = digest(source.sha256_of(sdist), around_wheel=False)
             run.source, note, candidates = sdist, sdist.name, [compiled]
             if published is not None:
@@ -428,10 +429,10 @@ class Executor:
             return StepOutcome(note=f"{run.result.wheel} (up to date)", skipped=True)
         entry, dist, staging = run.entry, self.options.dist, run.wheel_dir
         assert staging is not None
-        if contract.WHEEL_STAGE not in run.plan.files:  # FlashAttention-4: no wheel is made
+        if contract.WHEEL_STAGE not in run.plan.files:  # its generation makes no wheel
             shutil.rmtree(staging, ignore_errors=True)
             run.wheel_dir = None
-            return StepOutcome(note="no wheel: flash-attn-4 is Python, from the index", skipped=True)
+            return StepOutcome(note=f"no wheel: {entry.generation.project} is Python, from the index", skipped=True)
         try:
             # Regular files at the top of the stage, never a link: what the builder left is untrusted.
             wheels = sorted(f for f in staging.iterdir() if f.suffix == ".whl" and f.is_file() and not f.is_symlink())

@@ -40,7 +40,7 @@ STAGES = (
 )
 # Those of a runtime image made around a wheel that already exists: nothing compiles.
 PREBUILT_STAGES = tuple(s for s in STAGES if s not in (contract.BUILDER_STAGE, contract.CACHE_STAGE))
-# FlashAttention-4's: Python from the index, its kernels compiled in the install stage; no wheel.
+# A generation that makes no wheel: Python from the index, its kernels compiled in the install stage.
 PYTHON_STAGES = tuple(s for s in PREBUILT_STAGES if s != contract.WHEEL_STAGE)
 # BuildKit's form: the compile's cache is a cache mount, which two stages fill from the host's copy
 # and read back into the cache stage.
@@ -123,7 +123,7 @@ class EntryPlan:
     # Or the wheel a published index serves for the entry (final: never compiled again), fetched
     # and verified only if the image must be built.
     published: Wheel | None = None
-    # Or the wheel of its compile group, which another entry compiles (FlashAttention-3: one abi3
+    # Or the wheel of its compile group, which another entry compiles (an abi3
     # wheel serves every Python and torch of a CUDA major): that entry's id. dist/ holds the wheel once.
     shares_wheel_of: str | None = None
     form: BuilderForm  # the Dockerfile form of the builder that builds it
@@ -375,7 +375,7 @@ def make_plan(
 
 def _group_leaders(entries: tuple[Entry, ...] | list[Entry], *, given: Set[str], apart: Set[str]) -> dict[str, str]:
     """Entry id -> the entry that puts its wheel into dist/, for the entries of a compile group that
-    share one wheel (FlashAttention-3's abi3 wheel, on torch's stable ABI) other than that entry:
+    share one wheel (an abi3 wheel, on torch's stable ABI) other than that entry:
     the first one given the wheel (``--wheels``), else the one with the oldest torch, then Python,
     which compiles it, so the wheel asks the least of the torch it meets. ``apart``: entries whose
     wheel is already decided (published, or the group's in dist/)."""

@@ -4,7 +4,7 @@ natively, on a Slurm node or by another job, with no compile.
 Each entry takes the one wheel, among those given, that is for it: flash-attn of the entry's
 version, for its Python, labelled for its torch, CUDA and C++ ABI (``+cu128torch2.9cxx11abitrue``,
 as the builder labels every wheel), or recorded for the entry in a ``dist/`` manifest beside it;
-FlashAttention-3's abi3 wheel, for its Python or an older one, labelled for its CUDA major and
+an abi3 wheel, for its Python or an older one, labelled for its CUDA major and
 build (``+cu13.k1a2b3c4d``): one wheel serves every entry of its compile group.
 A wheel found is first opened as pip reads it (``builder.wheelfile``): one pip would refuse, or
 one with a member that would install outside its target, is refused here, before any engine is
@@ -110,7 +110,7 @@ def find(entries: tuple[Entry, ...], paths: list[Path]) -> dict[str, Path]:
         raise UsageError(
             f"--wheels {names}: " + "; ".join(problems),
             hint="a wheel is for an entry when its version, Python tag and +label (cuDDDtorchX.Ycxx11abiBOOL) "
-            "match it, or a dist/ manifest beside it records it for the entry (FlashAttention-3: its abi3 tag "
+            "match it, or a dist/ manifest beside it records it for the entry (an abi3 wheel: its abi3 tag "
             "and +cuNN.kXXXXXXXX, one wheel for its compile group); pick entries with --only",
         )
     return chosen

@@ -74,7 +74,7 @@ class Found:
     final: dict[str, current.Wheel]
     notes: tuple[str, ...]  # what reading it said
     # Entry id -> (the entry, the file) of its compile group's wheel in --dist, compiled for another
-    # entry by an earlier run (FlashAttention-3: one wheel per group, in dist/ once).
+    # entry by an earlier run (an abi3 wheel: one per group, in dist/ once).
     shared: dict[str, tuple[str, Path]]
 
 

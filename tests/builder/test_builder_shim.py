@@ -18,7 +18,8 @@ import pytest
 from fixtures.build_settings import make_settings
 from setuptools import Extension
 
-from fa_images.builder import build, contract, environment
+from fa_images.builder import contract, environment
+from fa_images.builder.generations import fa2
 from fa_images.builder.settings import BuildSettings
 from fa_images.builder.setup_shim import (
     EXTENSION,
@@ -296,7 +297,7 @@ def test_build_environment_unsets_what_would_change_the_build(monkeypatch: pytes
     for var in ("FLASH_ATTENTION_FORCE_CXX11_ABI", "FLASH_ATTENTION_SKIP_CUDA_BUILD", "FLASH_ATTN_LOCAL_VERSION"):
         monkeypatch.setenv(var, "TRUE")
     nvcc = environment.NvccInfo(path=tmp_path / "cuda" / "bin" / "nvcc", version="12.8")
-    env = build.build_environment(make_settings(archs=("80", "90", "100", "120")), nvcc)
+    env = fa2.build_environment(make_settings(archs=("80", "90", "100", "120")), nvcc)
     assert "FLASH_ATTENTION_FORCE_CXX11_ABI" not in env
     assert "FLASH_ATTENTION_SKIP_CUDA_BUILD" not in env
     assert env["FLASH_ATTN_LOCAL_VERSION"] == "cu128torch2.9cxx11abitrue"
@@ -306,7 +307,7 @@ def test_build_environment_unsets_what_would_change_the_build(monkeypatch: pytes
     assert (env["MAX_JOBS"], env["NVCC_THREADS"]) == ("2", "2")
     assert env["CUDA_HOME"] == str(tmp_path / "cuda")
     assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "cuda" / "bin")
-    no_label = build.build_environment(make_settings(local_version=None), nvcc)
+    no_label = fa2.build_environment(make_settings(local_version=None), nvcc)
     assert "FLASH_ATTN_LOCAL_VERSION" not in no_label
 
 
@@ -448,7 +449,7 @@ def real_prepared(real_sdist, run_fa_images, venv_python: str, tmp_path_factory,
 
 def shim_env(settings: BuildSettings, cuda_home: Path) -> dict[str, str]:
     nvcc = environment.NvccInfo(path=cuda_home / "bin" / "nvcc", version="12.4")
-    return build.build_environment(settings, nvcc)
+    return fa2.build_environment(settings, nvcc)
 
 
 @pytest.mark.parametrize("version", sorted(ASKED_FOR_WHEN_80))

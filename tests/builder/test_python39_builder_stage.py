@@ -80,13 +80,14 @@ DRIVER = """\
 import os, subprocess, sys
 from pathlib import Path
 from fa_images.builder import build, environment
+from fa_images.builder.generations import fa2
 from fa_images.builder.contract import SETTINGS_FILE
 from fa_images.builder.settings import BuildSettings
 
 settings = BuildSettings.read(Path(sys.argv[1]))
 nvcc = environment.probe_nvcc()
 environment.check_toolchain(environment.probe_torch(), nvcc)
-env = build.build_environment(settings, nvcc)
+env = fa2.build_environment(settings, nvcc)
 package_root = str(Path(build.__file__).resolve().parents[2])
 env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
 src = Path(settings.source_dir)

@@ -11,8 +11,8 @@ from packaging.version import Version
 
 from fa_images.builder import environment
 from fa_images.builder.environment import GIB, size_parallelism
+from fa_images.builder.generations.fa2 import LABEL
 from fa_images.builder.settings import local_version_label, parse_archs
-from fa_images.builder.verify import _LABEL
 
 # --- size_parallelism --------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ def test_local_version_label(cuda: str | None, torch: str, abi: bool, label: str
 @pytest.mark.parametrize("abi", [True, False])
 def test_the_verifier_reads_the_label_back(abi: bool) -> None:
     label = local_version_label(cuda="12.8", torch="2.9.1+cu128", cxx11_abi=abi)
-    match = _LABEL.search(label)
+    match = LABEL.search(label)
     assert match is not None
     assert (match["cuda"], match["torch"], match["abi"].lower() == "true") == ("128", "2.9", abi)
 

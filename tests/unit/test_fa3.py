@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_gpu_arch import H100, extension
 
-from fa_images.builder import build, contract, generations, gpucheck, verify
+from fa_images.builder import contract, generations, gpucheck, verify
 from fa_images.builder import source as source_mod
 from fa_images.builder.environment import NvccInfo
 from fa_images.builder.errors import SourceError, UsageError
@@ -131,9 +131,9 @@ def test_the_build_environment_sets_every_knob_and_inherits_none(tmp_path: Path,
     settings = BuildSettings(
         flash_attn="3.0.0", python="3.12", torch="2.11.0", cuda="13.0", cxx11_abi=True, archs=("90a",), ptx=False,
         max_jobs=4, nvcc_threads=1, local_version="cu13.kabc", source_dir=str(src), sdist="a", sha256="0" * 64,
-        honours_cuda_archs_env=False, generation=3, fa3={"head_dims": [128], "dtypes": ["bf16"], "without": []},
+        honours_cuda_archs_env=False, generation=3, knobs={"head_dims": [128], "dtypes": ["bf16"], "without": []},
     )  # fmt: skip
-    env = build.fa3_environment(settings, NvccInfo(path=Path("/usr/local/cuda/bin/nvcc"), version="13.0"))
+    env = fa3.setup_environment(settings, NvccInfo(path=Path("/usr/local/cuda/bin/nvcc"), version="13.0"))
     assert env["FLASH_ATTENTION_DISABLE_BACKWARD"] == "FALSE" and env["FLASH_ATTENTION_DISABLE_HDIM64"] == "TRUE"
     assert "FLASH_ATTENTION_SKIP_CUDA_BUILD" not in env and "FLASH_ATTENTION_TRITON_AMD_ENABLE" not in env
     assert "TORCH_CUDA_ARCH_LIST" not in env
@@ -162,7 +162,7 @@ def test_fa3_flags_on_a_flash_attn_2_build_are_refused(tmp_path: Path, capsys) -
     from fa_images.builder.cli import main
 
     assert main(["wheel", "--flash-attn", "2.8.3", "--out", str(tmp_path), "--fa3-head-dims", "128"]) == 2
-    assert "--fa3-* flags are for a FlashAttention-3 build" in capsys.readouterr().err
+    assert "--fa3-head-dims: for a FlashAttention-3 build, not FlashAttention-2" in capsys.readouterr().err
 
 
 def test_a_missing_archive_names_the_command_that_makes_it(tmp_path: Path, capsys) -> None:
@@ -222,7 +222,7 @@ def test_inspect_reads_an_fa3_wheel_as_fa3(tmp_path: Path) -> None:
     assert report.generation == 3 and report.extension == "flash_attn_3/_C.abi3.so"
     assert checks["platform tag"] == ("pass", "cp39-abi3-linux_x86_64: every Python >= 3.9")
     assert checks["torch pin"][0] == "pass" and "stable ABI" in checks["torch pin"][1]
-    assert checks["FA3 build"][0] == "pass" and report.fa3_build == "hdim 64,96,128,192,256; bf16,fp16,fp8"
+    assert checks["FA3 build"][0] == "pass" and report.built_with == "hdim 64,96,128,192,256; bf16,fp16,fp8"
     assert "runs it" in checks["GPU code"][1]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fa_images.builder import verify
+from fa_images.builder.generations import fa2
 
 CU130 = {"torch": "2.11.0+cu130", "cuda": "13.0", "cxx11_abi": True}
 CU124_OLD = {"torch": "2.6.0+cu124", "cuda": "12.4", "cxx11_abi": False}
@@ -26,7 +27,7 @@ LABELS = [
 @pytest.mark.parametrize(("label", "torch", "status", "says"), LABELS)
 def test_the_label_against_the_torch_next_to_it(label: str, torch: dict, status: str, says: str) -> None:
     report = verify.WheelReport(wheel="w.whl")
-    verify._check_label(report, verify._LABEL.search(label), torch)
+    fa2.check_label(report, fa2.LABEL.search(label), torch)
     (check,) = report.checks
     assert (check.name, check.status) == ("label", status), check
     assert says in check.detail, check.detail
@@ -34,14 +35,14 @@ def test_the_label_against_the_torch_next_to_it(label: str, torch: dict, status:
 
 def test_no_label_or_no_torch() -> None:
     report = verify.WheelReport(wheel="w.whl")
-    verify._check_label(report, None, CU130)
+    fa2.check_label(report, None, CU130)
     assert [(c.name, c.status) for c in report.checks] == [("label", "skip")]
-    verify._check_label(report, verify._LABEL.search("cu130torch2.11cxx11abitrue"), {})
+    fa2.check_label(report, fa2.LABEL.search("cu130torch2.11cxx11abitrue"), {})
     assert len(report.checks) == 1  # no torch to compare with: nothing to say
 
 
 def test_the_abi_comes_from_the_torch_next_to_the_wheel_not_its_label() -> None:
-    label = verify._LABEL.search("cu124torch2.6cxx11abifalse")
+    label = fa2.LABEL.search("cu124torch2.6cxx11abifalse")
     assert verify._expected_abi(None, CU130, label) == (True, "torch 2.11.0+cu130")
     assert verify._expected_abi(None, {}, label) == (False, "its label")
     assert verify._expected_abi(False, CU130, label) == (False, "torch")  # what the build expects wins

@@ -10,12 +10,17 @@ module which one it has.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from . import steps as steps_mod
 
 
 @dataclass(frozen=True)
@@ -32,10 +37,20 @@ class Generation:
     # A top-level module only this generation installs, found without importing it (None: FA4's
     # flash_attn.cute lies under flash-attn 2's package).
     own_module: str | None
+    # Its module in this package: how its wheel is prepared, compiled and verified (steps.Steps).
+    steps_module: str
+    # Its module that checks it on a GPU (imports torch), or None: gpucheck.py's own (flash-attn 2's).
+    check_module: str | None = None
+    # How a local source archive of it is named ("flash_attn_3-"): `wheel --sdist FILE` alone.
+    archive_prefix: str | None = None
 
     @property
     def name(self) -> str:
         return f"FlashAttention-{self.number}"
+
+    def steps(self) -> steps_mod.Steps:
+        """Its build steps, imported when a build asks for them."""
+        return cast("steps_mod.Steps", importlib.import_module(f"{__name__}.{self.steps_module}"))
 
     def owns(self, member: str) -> bool:
         """Whether a wheel member is this generation's compiled extension (FA4 has none)."""
@@ -51,6 +66,7 @@ FA2 = Generation(
     abi3=False,
     source="sdist",
     own_module="flash_attn_2_cuda",
+    steps_module="fa2",
 )
 FA3 = Generation(
     number=3,
@@ -61,6 +77,9 @@ FA3 = Generation(
     abi3=True,
     source="archive",
     own_module="flash_attn_interface",
+    steps_module="fa3",
+    check_module="fa3_check",
+    archive_prefix="flash_attn_3-",
 )
 # Pure Python (the CuTe DSL): its kernels compile at their first call, or ahead of it (fa4.py).
 FA4 = Generation(
@@ -72,6 +91,8 @@ FA4 = Generation(
     abi3=False,
     source="pypi",
     own_module=None,
+    steps_module="fa4",
+    check_module="fa4",
 )
 GENERATIONS = (FA2, FA3, FA4)
 
@@ -92,6 +113,19 @@ def of_version(version: str, *, untested: bool = False) -> Generation:
         f"flash-attn {version} names FlashAttention-{major}, which fa-images does not build",
         hint="fa-images knows FlashAttention-2 (2.x), FlashAttention-3 (3.x) and FlashAttention-4 (4.x)",
     )
+
+
+def of_number(number: int) -> Generation:
+    """The generation a settings file or a report records by its number."""
+    found = next((g for g in GENERATIONS if g.number == number), None)
+    if found is None:
+        raise UsageError(f"FlashAttention-{number} is not a generation fa-images builds")
+    return found
+
+
+def of_archive(name: str) -> Generation:
+    """The generation of a local source archive given without a version: by its name, else flash-attn 2's sdist."""
+    return next((g for g in GENERATIONS if g.archive_prefix and name.startswith(g.archive_prefix)), FA2)
 
 
 def of_project(name: str) -> Generation | None:

@@ -16,7 +16,10 @@ first, forces the build, and keeps git inside the unpacked tree.
 
 from __future__ import annotations
 
+import argparse
+import ast
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import itertools
@@ -28,14 +31,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from .. import safe_io, scratch, source, untrusted
-from ..errors import SourceError, UsageError
+from .. import safe_io, scratch, source, untrusted, wheelfile
+from ..errors import EnvironmentProblem, SourceError, UsageError
 from ..source import ZIP_EPOCH, SourceTree, check_sha256, extract
+from .steps import PreparedSource, SourceRequest
+
+if TYPE_CHECKING:
+    from ..environment import NvccInfo, TorchInfo
+    from ..settings import BuildSettings
+    from ..wheelfile import Wheel
 
 SOURCE_SUBDIR = "hopper"  # where setup.py lies in the archive's root
 # The CUDA versions for which hopper/setup.py downloads its own nvcc and ptxas.
@@ -381,3 +390,163 @@ def _normalised_tar(parts: list[Path], out_path: Path, *, mtime: int) -> None:
                 new.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
                 new.size = info.size if info.isfile() else 0
                 out.addfile(new, tar.extractfile(info) if info.isfile() else None)
+
+
+# --- its build steps (steps.Steps) -----------------------------------------------------------------
+
+# Its +label: the CUDA major, and a trimmed build's name (local_version_label).
+LABEL = re.compile(r"cu(?P<cuda>\d+)(?:\.k[0-9a-f]{8})?", re.IGNORECASE)
+FLAGS = ("fa3_head_dims", "fa3_dtypes", "fa3_without")  # its own `wheel` flags' destinations
+
+
+def label(local: str) -> re.Match[str] | None:
+    return LABEL.fullmatch(local)
+
+
+def add_wheel_flags(parser: argparse.ArgumentParser) -> None:
+    knobs = parser.add_argument_group("FlashAttention-3 (a 3.x --flash-attn): what it compiles")
+    knobs.add_argument("--fa3-head-dims", metavar="LIST", help=f"head dims to compile, of {list(HEAD_DIMS)}")
+    knobs.add_argument("--fa3-dtypes", metavar="LIST", help=f"dtypes, of {list(DTYPES)} (bf16 always)")
+    knobs.add_argument("--fa3-without", metavar="LIST", help=f"features left out, of {list(FEATURES)}")
+
+
+def from_flags(args: argparse.Namespace) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """(its knobs, no archs: its own are sm_90a and sm_80), each flag it cannot take refused."""
+    flags = (("--archs", args.archs), ("--ptx", args.ptx), ("--shard", args.shard), ("--label-archs", args.label_archs))
+    for flag, given in flags:
+        if given:
+            raise UsageError(f"{flag} is not for FlashAttention-3: its archs are its own (sm_90a, sm_80), unsharded")
+    if args.after_shards:
+        raise UsageError("--after-shards is not for FlashAttention-3, which is built unsharded")
+    build = Fa3Build.parse(args.fa3_head_dims, args.fa3_dtypes, args.fa3_without)
+    return dataclasses.asdict(build), ()
+
+
+def knobs_of(knobs: dict[str, Any] | None) -> Fa3Build:
+    """The build a settings file records (upstream's full build where it records none)."""
+    if knobs is None:
+        return Fa3Build()
+    return Fa3Build(head_dims=tuple(knobs["head_dims"]), dtypes=tuple(knobs["dtypes"]), without=tuple(knobs["without"]))
+
+
+def prepare_source(request: SourceRequest, torch: TorchInfo) -> PreparedSource:
+    """Its pinned archive (never downloaded), on a torch and CUDA it builds with."""
+    build = knobs_of(request.knobs)
+    tree = _archive_tree(request)
+    if Version(torch.version.split("+")[0]) < STABLE_ABI_TORCH:
+        raise EnvironmentProblem(
+            f"torch {torch.version}: fa-images builds FlashAttention-3 on torch's stable ABI, "
+            f"from torch {STABLE_ABI_TORCH} on (one abi3 wheel for every later torch of a CUDA major)"
+        )
+    if torch.cuda is not None and (why := refuse_cuda(torch.cuda)):
+        raise EnvironmentProblem(why)
+    knobs = dataclasses.asdict(build)
+    return PreparedSource(tree, build.archs, local_version_label(torch.cuda, build), ptx=False, knobs=knobs)
+
+
+def _archive_tree(request: SourceRequest) -> SourceTree:
+    """Its pinned source archive: a local file, or its name in ``sources_dir``; never downloaded."""
+    version, archive, sources_dir, sha256 = request.version, request.sdist, request.sources_dir, request.sha256
+    if archive is None:
+        assert version is not None
+        if sources_dir is None or not os.path.lexists(sources_dir / archive_name(version)):
+            raise SourceError(
+                f"no {archive_name(version)} in {sources_dir or 'a sources directory'}: FlashAttention-3 is not "
+                "on PyPI, and its source archive is not downloaded while building",
+                hint="make it with `fa-images source fa3` from clones of flash-attention and cutlass, "
+                "and put it in packages.sdists",
+            )
+        if not sha256:  # a file found by its name is the pinned one only if its pin is checked
+            raise UsageError(
+                f"{archive_name(version)} is taken from {sources_dir} by its name: give --sha256, its pin "
+                "(compat.yaml's flash_attn_3 sha256; `fa-images plan --json` shows it as sdist_sha256)",
+                hint="or name the file itself with --sdist to build it unpinned",
+            )
+        archive = sources_dir / archive_name(version)
+    elif not os.path.lexists(archive):
+        raise UsageError(f"FA3 source archive {archive} does not exist")
+    tree = unpack(archive, request.work_dir / "src", sha256)
+    if version is not None and tree.version != version:
+        raise SourceError(f"{archive.name} holds FlashAttention-3 {tree.version}, not {version}")
+    return tree
+
+
+def setup_command(python: str, src: Path, dist: Path, settings_file: Path) -> list[str]:
+    """hopper/setup.py as it is: environment variables are all it reads (``setup_environment``)."""
+    return [python, "setup.py", "bdist_wheel", "--dist-dir", str(dist)]
+
+
+def setup_environment(settings: BuildSettings, nvcc: NvccInfo) -> dict[str, str]:
+    """hopper/setup.py's environment: every knob it reads set here, none inherited."""
+    if why := refuse_cuda(nvcc.version, fetches_toolchain=settings.fetches_toolchain):
+        raise EnvironmentProblem(f"nvcc {nvcc.version}: {why}")
+    build = knobs_of(settings.knobs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASH_ATTENTION_", "FLASH_ATTN_"))}
+    env.pop("TORCH_CUDA_ARCH_LIST", None)  # its gencode flags are its own (sm_90a, sm_80)
+    env.update(build.environment())
+    env.update(
+        FLASH_ATTENTION_FORCE_BUILD="TRUE",  # never a wheel from GitHub
+        FLASH_ATTENTION_OFFLINE_BUILD="TRUE",
+        MAX_JOBS=str(settings.max_jobs),
+        NVCC_THREADS=str(settings.nvcc_threads),
+        CUDA_HOME=str(nvcc.cuda_home),
+        PATH=f"{nvcc.path.parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+        # setup.py runs `git submodule update`: it must find no repository above the unpacked tree.
+        GIT_CEILING_DIRECTORIES=str(Path(settings.source_dir).parent),
+    )
+    if settings.local_version:
+        env["FLASH_ATTN_LOCAL_VERSION"] = settings.local_version
+    if settings.source_date_epoch is not None:
+        env.setdefault("SOURCE_DATE_EPOCH", str(settings.source_date_epoch))
+    return env
+
+
+def check_wheel(report: Any, wheel: Wheel) -> None:
+    """What the wheel was built with, from its flash_attn_config.py (a literal, never run); no torch
+    pin, since it is built on torch's stable ABI."""
+    _check_build(report, wheel)
+    report.add("torch pin", "pass", f"none: built on torch's stable ABI, for torch >= {STABLE_ABI_TORCH}")
+
+
+def _check_build(report: Any, wheel: Wheel) -> None:
+    if "flash_attn_config.py" not in wheel.members:
+        report.add("FA3 build", "fail", "no flash_attn_config.py: its build flags are unknown")
+        return
+    try:
+        text = wheel.zf.read("flash_attn_config.py")[: 1 << 20].decode()
+        match = re.search(r"^CONFIG = (\{.*\})$", text, re.MULTILINE)
+        build = Fa3Build.from_config(ast.literal_eval(match.group(1)) if match else {})
+    except (ValueError, SyntaxError, UsageError, MemoryError, RecursionError, *wheelfile.DAMAGED) as exc:
+        report.add("FA3 build", "fail", f"flash_attn_config.py cannot be read: {exc}")
+        return
+    report.built_with = build.describe()
+    report.add("FA3 build", "pass", build.describe() + (" (upstream's full build)" if build.full else ""))
+
+
+def check_label(report: Any, label: re.Match[str] | None, torch_here: dict) -> None:
+    """Its +cuNN against the torch it is next to: one CUDA major, torch >= 2.9."""
+    if not torch_here:
+        return
+    if label is None:
+        report.add("label", "skip", "no +cuNN label to compare with torch")
+        return
+    here, cuda = torch_here["torch"], torch_here.get("cuda")
+    wrong = []
+    if cuda is None:
+        wrong.append(f"CUDA {label['cuda']}, but torch {here} is a CPU build")
+    elif label["cuda"] != cuda.split(".")[0]:
+        wrong.append(f"CUDA {label['cuda']}, not {cuda}")
+    try:
+        if Version(here.split("+")[0]) < STABLE_ABI_TORCH:
+            wrong.append(f"torch >= {STABLE_ABI_TORCH}, not {here}")
+    except InvalidVersion:
+        wrong.append(f"a torch version, not {here!r}")
+    if wrong:
+        report.add("label", "fail", f"{label.group(0)} says {'; '.join(wrong)}")
+    else:
+        report.add("label", "pass", f"{label.group(0)} fits torch {here} (CUDA {cuda})")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """It adds no command of its own to the builder."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..comparison import CaseResult, sdpa
 from . import fa3
 
+REFERENCE = "an fp32 reference (FA3's rule)"  # what its cases compare with, for the verdict line
 SHAPE = (2, 1024, 8)  # batch, seqlen, query heads
 GQA_KV_HEADS = 2  # one grouped-query case: 8 query heads over 2 KV heads
 
@@ -105,3 +106,8 @@ def cases(build: fa3.Fa3Build) -> list[CaseResult]:
                 results += case(dtype, head_dim, causal=causal, kv_heads=SHAPE[2], backward=backward)
     results += case(dtypes[0], build.head_dims[0], causal=True, kv_heads=GQA_KV_HEADS, backward=backward)
     return results
+
+
+def check_cases() -> list[CaseResult]:
+    """The cases of the build installed here, by what it was built with."""
+    return cases(installed_build())

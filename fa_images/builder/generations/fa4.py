@@ -16,18 +16,28 @@ names shapes, and a grid compiled for one SKU may miss on another with other SMs
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import safe_io
+from .. import argtypes, safe_io, untrusted
 from ..comparison import CaseResult, sdpa
 from ..errors import UsageError
+from .steps import PreparedSource, SourceRequest
 
+if TYPE_CHECKING:
+    from ..environment import NvccInfo, TorchInfo
+    from ..settings import BuildSettings
+    from ..wheelfile import Wheel
+
+REFERENCE = "an fp32 reference"  # what its check's cases compare with, for the verdict line
 CACHE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
 CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 GRID_FILE = "fa-images-grid.json"  # written beside the kernels: the check runs what was compiled
@@ -383,3 +393,116 @@ def kernel_code() -> tuple[set[str], set[str]] | None:
     cache = configured_cache()
     targets = compiled_for(cache) if cache else []
     return ({t.compile_target.removeprefix("sm_") for t in targets}, set()) if targets else None
+
+
+# --- its build steps (steps.Steps): no wheel; its kernels compiled ahead, into its image ------------
+
+LABEL = re.compile(r"(?!)")  # it makes no wheel, so no +label
+FLAGS: tuple[str, ...] = ()
+
+
+def label(local: str) -> re.Match[str] | None:
+    return None
+
+
+def _no_wheel(version: str | None) -> UsageError:
+    return UsageError(
+        f"flash-attn {version} is FlashAttention-4: Python, with no wheel to compile",
+        hint="`fa4-cache` compiles its kernels ahead of their first call",
+    )
+
+
+def from_flags(args: argparse.Namespace) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    raise _no_wheel(args.flash_attn)
+
+
+def prepare_source(request: SourceRequest, torch: TorchInfo) -> PreparedSource:
+    raise _no_wheel(request.version)
+
+
+def setup_command(python: str, src: Path, dist: Path, settings_file: Path) -> list[str]:
+    raise _no_wheel(None)
+
+
+def setup_environment(settings: BuildSettings, nvcc: NvccInfo) -> dict[str, str]:
+    raise _no_wheel(settings.flash_attn)
+
+
+def add_wheel_flags(parser: argparse.ArgumentParser) -> None:
+    """It makes no wheel: no flags of ``wheel``."""
+
+
+def check_wheel(report: Any, wheel: Wheel) -> None:
+    """It makes no wheel."""
+
+
+def check_label(report: Any, label: re.Match[str] | None, torch_here: dict) -> None:
+    """It makes no wheel."""
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """``fa4-cache``: its kernels for a grid of calls, compiled ahead with no GPU."""
+    cache = sub.add_parser(
+        "fa4-cache",
+        help="compile FlashAttention-4's kernels for a grid of calls ahead of time, with no GPU",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cache.add_argument("--out", type=Path, required=True, metavar="DIR", help="the cache (FA4's CUTE_DSL cache dir)")
+    cache.add_argument(
+        "--target",
+        required=True,
+        type=_target,
+        metavar="NAME:CAPABILITY:SMS",
+        help="the GPU to compile for: its name, compute capability and SM count (e.g. H100:9.0:132, as the "
+        "compat table's gpus: give them); FA4 reads it when it is imported, so one run compiles for one "
+        "GPU: run again, into the same DIR, for another",
+    )
+    defaults = Fa4Grid()
+    cache.add_argument(
+        "--head-dims", type=argtypes.ints, default=defaults.head_dims, metavar="LIST", help="default: 64,128"
+    )
+    cache.add_argument(
+        "--dtypes", type=argtypes.names, default=defaults.dtypes, metavar="LIST", help="bf16, fp16 (default: bf16)"
+    )
+    cache.add_argument(
+        "--kv-heads", type=argtypes.ints, default=defaults.kv_heads, metavar="LIST", help="default: 16,4"
+    )
+    cache.add_argument(
+        "--heads", type=argtypes.positive, default=defaults.heads, metavar="N", help="query heads (default: 16)"
+    )
+    cache.add_argument("--batch", type=argtypes.positive, default=defaults.batch, metavar="N", help="default: 2")
+    cache.add_argument("--seqlen", type=argtypes.positive, default=defaults.seqlen, metavar="N", help="default: 2048")
+    cache.add_argument(
+        "--causal", type=argtypes.bools, default=defaults.causal, metavar="LIST", help="false, true or both (default)"
+    )
+    cache.add_argument(
+        "--modes", type=argtypes.names, default=defaults.modes, metavar="LIST", help="train, infer (default: both)"
+    )
+    cache.set_defaults(func=_cache_command)
+
+
+def _target(text: str) -> Fa4Target:
+    try:
+        return Fa4Target.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cache_command(args: argparse.Namespace) -> int:
+    grid = Fa4Grid(
+        head_dims=args.head_dims,
+        dtypes=args.dtypes,
+        kv_heads=args.kv_heads,
+        heads=args.heads,
+        batch=args.batch,
+        seqlen=args.seqlen,
+        causal=args.causal,
+        modes=args.modes,
+    )
+    warm(grid, args.out.resolve(), target=args.target, log=_say)
+    return 0
+
+
+def _say(line: str) -> None:
+    print(untrusted.shown(line, keep_newlines=True), file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ def check_count(shards: int, *, most: int = MAX_SHARDS, why: str = "") -> None:
 
 def check_entry(entry: Entry, where: str, *, shards: int = 1) -> None:
     """What reaches a script from a matrix entry was checked when the matrix loaded; again, cheaply.
-    FlashAttention-3's setup.py compiles its kernels in one run: it is never split into shards."""
+    A generation whose setup.py compiles its kernels in one run is never split (its shard_problem)."""
     for value in (entry.id, entry.flash_attn, entry.cuda, entry.python, entry.torch, *entry.archs):
         problem = grammar.generated_value(value) or (None if grammar.REPO_PATH.fullmatch(value) else "unsafe")
         if problem:
