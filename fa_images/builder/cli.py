@@ -420,7 +420,11 @@ def _say(line: str) -> None:
         silence(sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fa_images.builder", description=__doc__)
     add_commands(parser.add_subparsers(dest="command", required=True))
-    return run_command(parser.parse_args(argv))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser().parse_args(argv))

@@ -160,7 +160,7 @@ def checks_for(gen: generations.Generation) -> Checks:
     """A generation's checks: its own check module's (imported here, as it imports torch), else
     flash-attn 2's, which are this module's."""
     if gen.check_module is not None:
-        module = importlib.import_module(f"{generations.__name__}.{gen.check_module}")
+        module = importlib.import_module(gen.check_module, generations.__name__)
         return Checks(gen, module.import_check, module.kernel_code, module.check_cases, module.REFERENCE)
 
     def code() -> tuple[set[str], set[str]] | None:

@@ -24,23 +24,27 @@ from . import generations, grammar, tablecheck, yamlfile
 
 DEFAULT_FILE = Path(__file__).with_name("compat.yaml")
 _DRIVER = re.compile(r"\d{3}(?:\.\d+)*", re.ASCII)
-SECTIONS = (
-    "pythons",
-    "torch",
-    "cuda",
-    "rules",
-    "archs",
-    "gpus",
-    "instances",
-    "targets",
-    "build_tools",
-    "build_tools_python",
-    "runtime_deps",
-    "runtime_deps_python",
-    "flash_attn_range",
-    "flash_attn",
-    *(m.TABLE for m in generations.MODULES if m.TABLE),
-)
+
+
+def sections() -> tuple[str, ...]:
+    """The table's sections: its own, and each generation's releases (config/generations/)."""
+    return (
+        "pythons",
+        "torch",
+        "cuda",
+        "rules",
+        "archs",
+        "gpus",
+        "instances",
+        "targets",
+        "build_tools",
+        "build_tools_python",
+        "runtime_deps",
+        "runtime_deps_python",
+        "flash_attn_range",
+        "flash_attn",
+        *(m.TABLE for m in generations.MODULES if m.TABLE),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -458,8 +462,8 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     c = tablecheck.Checker(doc)
     data = doc.data
     for key in data:
-        if key not in SECTIONS:
-            c.fail((key,), f"unknown section {key!r}", hint=did_you_mean(str(key), SECTIONS))
+        if key not in sections():
+            c.fail((key,), f"unknown section {key!r}", hint=did_you_mean(str(key), sections()))
     cuda = _cuda(c, data)
     torch = _torch(c, data, cuda)
     archs = _archs(c, data)

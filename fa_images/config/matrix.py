@@ -27,13 +27,15 @@ from .expand import AXES, MAX_COMBINATIONS, Combo, as_list, expand, kind
 from .model import DEFAULT_IMAGE, Bases, BuildOptions, Entry, LeftOut, Matrix, Packages, ResolvedRule
 from .resolve import PLACEHOLDERS, EntryResolver, fill_placeholders
 
-__all__ = ["AXES", "MAX_COMBINATIONS", "TOP_KEYS", "Entry", "Matrix", "expand", "fill_placeholders", "load"]
+__all__ = ["AXES", "MAX_COMBINATIONS", "Entry", "Matrix", "expand", "fill_placeholders", "load", "top_keys"]
 
-# The top-level keys: the matrix's own, and each generation's own section, in that order.
-TOP_KEYS = (
-    "image", "targets", "matrix", "entries", "bases", "packages", "build",
-    *(section.key for section in generations.sections()), "compat", "allow_unknown",
-)  # fmt: skip
+
+def top_keys() -> tuple[str, ...]:
+    """The top-level keys: the matrix's own, and each generation's own section, in that order."""
+    own = ("image", "targets", "matrix", "entries", "bases", "packages", "build")
+    return (*own, *(section.key for section in generations.sections()), "compat", "allow_unknown")
+
+
 TARGETS_EXAMPLE = "e.g. targets: {aws: [A10G, L4]}"
 # The grammar each setting must follow before it may reach a Dockerfile or the engine.
 SETTING_GRAMMAR: dict[tuple[str, str], Callable[[str], str | None]] = {
@@ -194,8 +196,8 @@ def load(path: Path, *, compat_override: Path | None = None) -> Matrix:
 
 def _check_top_keys(doc: yamlfile.YamlDoc, problems: list[Problem]) -> None:
     for key in doc.data:
-        if key not in TOP_KEYS:
-            problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, TOP_KEYS)))
+        if key not in top_keys():
+            problems.append(doc.problem((key,), f"unknown key {key!r}", hint=did_you_mean(key, top_keys())))
 
 
 def _compat_file(doc: yamlfile.YamlDoc, path: Path, problems: list[Problem]) -> Path | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import generations, grammar
 from .expand import AXES, MATRIX_RULES
-from .matrix import TOP_KEYS
+from .matrix import top_keys
 from .model import Bases, BuildOptions, Packages
 
 SCHEMA_ID = "https://fa-images.invalid/matrix.schema.json"  # names it; nothing is fetched from there
@@ -71,8 +71,8 @@ def matrix_schema() -> dict[str, Any]:
         "compat": {**_STRING, "description": "a compat table file merged over the built-in one"},
         "allow_unknown": {"type": "boolean"},
     }
-    if set(properties) != set(TOP_KEYS):
-        raise AssertionError(f"the schema's keys {sorted(properties)} are not the matrix's {sorted(TOP_KEYS)}")
+    if set(properties) != set(top_keys()):
+        raise AssertionError(f"the schema's keys {sorted(properties)} are not the matrix's {sorted(top_keys())}")
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

@@ -37,9 +37,11 @@ class Generation:
     # A top-level module only this generation installs, found without importing it (None: FA4's
     # flash_attn.cute lies under flash-attn 2's package).
     own_module: str | None
-    # Its module in this package: how its wheel is prepared, compiled and verified (steps.Steps).
+    # Its module: how its wheel is prepared, compiled and verified (steps.Steps); ".fa2" is one of
+    # this package, a name without the dot one outside it (as importlib reads a name).
     steps_module: str
-    # Its module that checks it on a GPU (imports torch), or None: gpucheck.py's own (flash-attn 2's).
+    # Its module that checks it on a GPU (imports torch; named as steps_module is), or None:
+    # gpucheck.py's own (flash-attn 2's).
     check_module: str | None = None
     # How a local source archive of it is named ("flash_attn_3-"): `wheel --sdist FILE` alone.
     archive_prefix: str | None = None
@@ -50,7 +52,7 @@ class Generation:
 
     def steps(self) -> steps_mod.Steps:
         """Its build steps, imported when a build asks for them."""
-        return cast("steps_mod.Steps", importlib.import_module(f"{__name__}.{self.steps_module}"))
+        return cast("steps_mod.Steps", importlib.import_module(self.steps_module, __name__))
 
     def owns(self, member: str) -> bool:
         """Whether a wheel member is this generation's compiled extension (FA4 has none)."""
@@ -66,7 +68,7 @@ FA2 = Generation(
     abi3=False,
     source="sdist",
     own_module="flash_attn_2_cuda",
-    steps_module="fa2",
+    steps_module=".fa2",
 )
 FA3 = Generation(
     number=3,
@@ -77,8 +79,8 @@ FA3 = Generation(
     abi3=True,
     source="archive",
     own_module="flash_attn_interface",
-    steps_module="fa3",
-    check_module="fa3_check",
+    steps_module=".fa3",
+    check_module=".fa3_check",
     archive_prefix="flash_attn_3-",
 )
 # Pure Python (the CuTe DSL): its kernels compile at their first call, or ahead of it (fa4.py).
@@ -91,8 +93,8 @@ FA4 = Generation(
     abi3=False,
     source="pypi",
     own_module=None,
-    steps_module="fa4",
-    check_module="fa4",
+    steps_module=".fa4",
+    check_module=".fa4",
 )
 GENERATIONS = (FA2, FA3, FA4)
 
