@@ -16,7 +16,7 @@ mkdir -p "$W"
 REPO=$(pwd)
 # shellcheck disable=SC2054  # the commas are the flags' lists
 TRIM=(--fa3-head-dims 128 --fa3-dtypes bf16,fp16 --fa3-without split,paged_kv,append_kv,local,softcap,packgqa,sm80,hdim_diff)
-PIN=$(python3 -c 'import sys; sys.path.insert(0, "."); from fa_images.config import compat; print(compat.load().flash_attn_3["3.0.0"].sha256)')
+PIN=$(python3 -c 'import sys; sys.path.insert(0, "."); from fa_images.config import compat; print(compat.load().releases["flash_attn_3"]["3.0.0"].sha256)')
 
 phase "the FA3 wheel, built once next to this machine's torch"
 python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)'
