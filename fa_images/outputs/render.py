@@ -13,6 +13,7 @@ import hashlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -80,9 +81,25 @@ def cache_mount_id(entry: Entry) -> str:
     return "fa-images-compiler-cache-" + hashlib.sha256(entry.compile_group.encode()).hexdigest()[:16]
 
 
+# The Dockerfile's parts, in order (templates/stages/): Dockerfile.j2 includes each one.
+STAGES = ("header", "python", "torch", "wheel", "install", "runtime")
+
+
 def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt: bool = False) -> str:
     """The entry's Dockerfile for ``builder``; ``prebuilt``: the runtime image around a wheel the
     context carries (``inputs/prebuilt/``), with no compile."""
+    return _environment().get_template("Dockerfile.j2").render(_values(matrix, entry, builder, prebuilt))
+
+
+def render_stage(matrix: Matrix, entry: Entry, stage: str, *, builder: BuilderForm, prebuilt: bool = False) -> str:
+    """One part of the entry's Dockerfile (``STAGES``), as it is in the whole."""
+    if stage not in STAGES:
+        raise UsageError(f"{stage!r} is not a part of the Dockerfile: {', '.join(STAGES)}")
+    return _environment().get_template(f"stages/{stage}.j2").render(_values(matrix, entry, builder, prebuilt))
+
+
+def _values(matrix: Matrix, entry: Entry, builder: BuilderForm, prebuilt: bool) -> dict[str, Any]:
+    """What the templates are filled with: every value checked against its grammar before, here."""
     abi = {True: "new C++11 ABI", False: "old C++ ABI", None: "C++ ABI read at build time"}[entry.cxx11_abi]
     installs = {i.name: i for i in wheelhouse.installs(matrix, entry)}
     private = wheelhouse.private_kinds(matrix, entry)
@@ -92,60 +109,56 @@ def render_entry(matrix: Matrix, entry: Entry, *, builder: BuilderForm, prebuilt
     command = groups.wheel_command(
         entry, index_url=index, sources_dir=SOURCES_IN_IMAGE, compiler_cache=contract.CACHE_DIR
     )
-    return (
-        _environment()
-        .get_template("Dockerfile.j2")
-        .render(
-            e=entry,
-            matrix_file=Path(matrix.file).name,
-            abi_text=abi,
-            abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
-            python_from=matrix.bases.python,
-            uv_install=pip_args(installs["uv"]),
-            pip_os_install=os_packages.install_lines(os_packages.PIP),
-            git_os_install=os_packages.install_lines(os_packages.GIT),
-            torch_install=pip_args(installs["torch"]),
-            tools_install=pip_args(installs["build tools"]),
-            runtime_install=pip_args(installs["runtime deps"]),
-            build_tools=BUILD_TOOLS_DIR,
-            prebuilt=prebuilt,
-            # The builder stage compiles a wheel, unless its generation makes none or the wheel exists.
-            makes_wheel=entry.recipe.makes_wheel,
-            compiles=not prebuilt and entry.recipe.makes_wheel,
-            wheel_command=command,
-            install=entry.recipe.install_stage(entry, runtime),
-            generation_labels=entry.recipe.labels(entry, runtime),
-            buildkit=builder == "buildkit",
-            venv_mounts=venv_mounts(matrix, entry, contract.TORCH_STAGE) if builder == "buildkit" else [],
-            python_mounts=venv_mounts(matrix, entry, contract.PYTHON_STAGE) if builder == "buildkit" else [],
-            cache_mount_id=cache_mount_id(entry),
-            # One base for both: the compile runs on the torch stage instead of a copy of its venv.
-            same_base=entry.same_base,
-            # Names the host and the builder share (builder/contract.py), and the image's own check.
-            python_stage=contract.PYTHON_STAGE,
-            torch_stage=contract.TORCH_STAGE,
-            torch_committed_stage=contract.TORCH_COMMITTED_STAGE,
-            torch_commit_stage=contract.TORCH_COMMIT_STAGE,
-            builder_stage=contract.BUILDER_STAGE,
-            wheel_stage=contract.WHEEL_STAGE,
-            install_stage=contract.INSTALL_STAGE,
-            runtime_stage=contract.RUNTIME_STAGE,
-            layer_root=contract.LAYER_ROOT,
-            wheels_dir=contract.WHEELS_DIR,
-            cache_stage=contract.CACHE_STAGE,
-            cache_in_stage=contract.CACHE_IN_STAGE,
-            cache_out_stage=contract.CACHE_OUT_STAGE,
-            cache_copy_dir=contract.CACHE_COPY_DIR,
-            anew_arg=contract.ANEW_ARG,
-            cache_context_dir=contract.CACHE_CONTEXT_DIR,
-            cache_dir=contract.CACHE_DIR,
-            cache_export_dir=contract.CACHE_EXPORT_DIR,
-            import_check=contract.IMPORT_CHECK_COMMAND,
-            python_mirror=matrix.bases.python_mirror,
-            # Private installs, fetched on the host: torch apart, so its wheels reach no image.
-            torch_wheelhouse=wheelhouse.dir_in_image("torch") if "torch" in private else None,
-            tools_wheelhouse=wheelhouse.dir_in_image("tools") if "tools" in private else None,
-        )
+    return dict(
+        e=entry,
+        matrix_file=Path(matrix.file).name,
+        abi_text=abi,
+        abi_label="unknown" if entry.cxx11_abi is None else str(entry.cxx11_abi).lower(),
+        python_from=matrix.bases.python,
+        uv_install=pip_args(installs["uv"]),
+        pip_os_install=os_packages.install_lines(os_packages.PIP),
+        git_os_install=os_packages.install_lines(os_packages.GIT),
+        torch_install=pip_args(installs["torch"]),
+        tools_install=pip_args(installs["build tools"]),
+        runtime_install=pip_args(installs["runtime deps"]),
+        build_tools=BUILD_TOOLS_DIR,
+        prebuilt=prebuilt,
+        # The builder stage compiles a wheel, unless its generation makes none or the wheel exists.
+        makes_wheel=entry.recipe.makes_wheel,
+        compiles=not prebuilt and entry.recipe.makes_wheel,
+        wheel_command=command,
+        install=entry.recipe.install_stage(entry, runtime),
+        generation_labels=entry.recipe.labels(entry, runtime),
+        buildkit=builder == "buildkit",
+        venv_mounts=venv_mounts(matrix, entry, contract.TORCH_STAGE) if builder == "buildkit" else [],
+        python_mounts=venv_mounts(matrix, entry, contract.PYTHON_STAGE) if builder == "buildkit" else [],
+        cache_mount_id=cache_mount_id(entry),
+        # One base for both: the compile runs on the torch stage instead of a copy of its venv.
+        same_base=entry.same_base,
+        # Names the host and the builder share (builder/contract.py), and the image's own check.
+        python_stage=contract.PYTHON_STAGE,
+        torch_stage=contract.TORCH_STAGE,
+        torch_committed_stage=contract.TORCH_COMMITTED_STAGE,
+        torch_commit_stage=contract.TORCH_COMMIT_STAGE,
+        builder_stage=contract.BUILDER_STAGE,
+        wheel_stage=contract.WHEEL_STAGE,
+        install_stage=contract.INSTALL_STAGE,
+        runtime_stage=contract.RUNTIME_STAGE,
+        layer_root=contract.LAYER_ROOT,
+        wheels_dir=contract.WHEELS_DIR,
+        cache_stage=contract.CACHE_STAGE,
+        cache_in_stage=contract.CACHE_IN_STAGE,
+        cache_out_stage=contract.CACHE_OUT_STAGE,
+        cache_copy_dir=contract.CACHE_COPY_DIR,
+        anew_arg=contract.ANEW_ARG,
+        cache_context_dir=contract.CACHE_CONTEXT_DIR,
+        cache_dir=contract.CACHE_DIR,
+        cache_export_dir=contract.CACHE_EXPORT_DIR,
+        import_check=contract.IMPORT_CHECK_COMMAND,
+        python_mirror=matrix.bases.python_mirror,
+        # Private installs, fetched on the host: torch apart, so its wheels reach no image.
+        torch_wheelhouse=wheelhouse.dir_in_image("torch") if "torch" in private else None,
+        tools_wheelhouse=wheelhouse.dir_in_image("tools") if "tools" in private else None,
     )
 
 

@@ -535,3 +535,31 @@ def test_hadolint_config_is_used(hadolint_findings: list[dict]) -> None:
     """The template does install from apt, so DL3008 not showing means the config was read."""
     assert "apt-get install" in (GOLDEN / f"{GOLDEN_IDS[0]}.Dockerfile").read_text()
     assert not [f for f in hadolint_findings if f["code"] == "DL3008"]
+
+
+# ----------------------------------------------------------------------------- stage fragments
+
+
+@pytest.mark.parametrize("form", ["buildkit", "sdk"])
+@pytest.mark.parametrize("entry_id", GENERATION_IDS)
+def test_the_dockerfile_is_its_stage_fragments_each_rendered_alone(entry_id: str, form: str) -> None:
+    """templates/stages/: each part renders alone to exactly its part of the whole, and holds the
+    stages it names, whatever the generation."""
+    m = matrix_mod.load(GENERATIONS / "matrix.yaml")
+    (entry,) = m.select([entry_id])
+    parts = {stage: render.render_stage(m, entry, stage, builder=form) for stage in render.STAGES}
+    assert "".join(parts.values()) == render.render_entry(m, entry, builder=form)
+    assert stages(parts["header"]) == [] and parts["header"].startswith(f"# flash-attn {entry.flash_attn} ")
+    assert [name for _base, name in stages(parts["python"])][-1] == "python"  # after uv's, where uv makes it
+    assert [name for _base, name in stages(parts["install"])] == ["install"]
+    assert [name for _base, name in stages(parts["runtime"])] == ["runtime"] and "LABEL " in parts["runtime"]
+    assert "torch" in [name for _base, name in stages(parts["torch"])]
+    built = [name for _base, name in stages(parts["wheel"])]
+    assert ("builder" in built and "wheel" in built) == entry.recipe.makes_wheel
+
+
+def test_a_part_the_dockerfile_does_not_have_is_refused(golden_matrix: Matrix) -> None:
+    from fa_images.errors import UsageError
+
+    with pytest.raises(UsageError, match="'builder' is not a part of the Dockerfile: header, python, torch"):
+        render.render_stage(golden_matrix, golden_matrix.entries[0], "builder", builder="sdk")
