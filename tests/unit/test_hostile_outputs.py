@@ -23,6 +23,7 @@ import pytest
 
 from fa_images import cli, doctor
 from fa_images.builder import dist, elf, generations, safe_io, simple_index, untrusted, verify
+from fa_images.commands import plan as plan_command
 from fa_images.config import compatgen, grammar
 from fa_images.errors import ConfigError, FatalError, UsageError, VerificationFailed
 
@@ -664,13 +665,13 @@ def test_main_turns_input_errors_into_one_line(raised: Exception, code: int, say
     def boom(_args: object) -> int:
         raise raised
 
-    monkeypatch.setattr(cli, "cmd_plan", boom)
+    monkeypatch.setattr(plan_command, "run", boom)
     got, _out, err = fa_images(capsys, "plan")
     assert got == code and err.splitlines() == [says]
 
 
 def test_an_internal_bug_stays_visible_and_asks_for_a_report(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(cli, "cmd_plan", lambda _args: {}["missing key"])
+    monkeypatch.setattr(plan_command, "run", lambda _args: {}["missing key"])
     code, _out, err = fa_images(capsys, "plan")
     assert code == 70
     assert "Traceback" in err and "KeyError" in err and "please report it" in err.splitlines()[-1]

@@ -12,6 +12,7 @@ from fakes import FakeEngine
 
 from fa_images import cli
 from fa_images.builder import contract
+from fa_images.commands import check as check_command
 from fa_images.run import gpus, node_check
 from fa_images.run.engine import DockerEngine, RunResult
 
@@ -191,7 +192,7 @@ def test_help_teaches_the_verdicts_and_exit_codes(capsys) -> None:
 def test_devices_passed_that_the_image_cannot_see_is_a_failure_not_no_gpu(monkeypatch, capsys) -> None:
     """As in `build`: --gpus devices found GPUs on the host, so a check that sees none is broken."""
     host = gpus.HostGpus(devices=("/dev/nvidia0", "/dev/nvidiactl"), libraries=("/lib/libcuda.so.1",))
-    monkeypatch.setattr(cli, "resolve_gpus", lambda mode: gpus.GpuAccess(mode, host))
+    monkeypatch.setattr(check_command, "resolve_gpus", lambda mode: gpus.GpuAccess(mode, host))
     engine = Node({IMAGE: contract.EXIT_NO_GPU})
     assert check(monkeypatch, engine, IMAGE, "--gpus", "devices") == 1
     assert "FAIL" in capsys.readouterr().out and ("run", IMAGE, contract.GPU_CHECK_COMMAND, host) in engine.calls
