@@ -60,6 +60,7 @@ class FakeEngine:
         self.registry: dict[str, str] = {}
         self.registry_down = False
         self.product_name = "Docker Engine"  # what the engine says it is (Podman names itself)
+        self.tagged: dict[str, str] = {}  # ref -> the image id a tag() gave it
 
     def describe(self) -> str:
         return "fake engine"
@@ -73,10 +74,21 @@ class FakeEngine:
     def tag(self, image: str, ref: str) -> None:
         self.calls.append(("tag", image, ref))
         self.labels[ref] = {}
+        self.tagged[ref] = image
+        self.missing.discard(ref)
+
+    def forget(self, ref: str) -> None:
+        """What removing an image does: the engine no longer holds it."""
+        self.labels.pop(ref, None)
+        self.held.pop(ref, None)
+        self.tagged.pop(ref, None)
+        self.missing.add(ref)
 
     def run(self, image, command, *, gpu, keep, on_line) -> RunResult:
-        if command and command[:2] == ["sh", "-c"]:  # the base preflight's probe
+        if command and command[:2] == ["sh", "-c"] and "command -v" in command[2]:  # the base preflight's probe
             return self._probe(image, command[2])
+        if command and command[:2] == ["sh", "-c"]:  # a script of echo and exit, as sh runs it
+            return self._script(command[2], keep=keep, on_line=on_line)
         self.calls.append(("run", image, tuple(command or ()), gpu))
         gpu_check = tuple(command or ()) == contract.GPU_CHECK_COMMAND
         code = self.gpu_exit if gpu else (self.gpuless_exit if gpu_check else 0)
@@ -101,7 +113,9 @@ class FakeEngine:
     def image_info(self, ref: str) -> ImageInfo | None:
         self.calls.append(("image_info", ref))
         if ref in self.labels:
-            return ImageInfo(labels=self.labels[ref], size=7_000_000_000, id=f"sha256:id-of-{ref}")
+            return ImageInfo(
+                labels=self.labels[ref], size=7_000_000_000, id=self.tagged.get(ref, f"sha256:id-of-{ref}")
+            )
         return ImageInfo(labels={}, size=1, id=self.held[ref]) if ref in self.held else None
 
     def missing_images(self, refs: list[str]) -> list[str]:
@@ -117,6 +131,17 @@ class FakeEngine:
         self.missing.discard(ref)
         self.held[ref] = f"sha256:pulled-{ref}"
         return ImageInfo(labels={}, size=1_000_000, id=self.held[ref])
+
+    def _script(self, script: str, *, keep: bool, on_line) -> RunResult:
+        lines, code = [], 0
+        for step in (s.strip() for s in script.split(";")):
+            if step.startswith("echo "):
+                lines.append(step.removeprefix("echo "))
+                on_line(lines[-1])
+            elif step.startswith("exit "):
+                code = int(step.removeprefix("exit "))
+                break
+        return RunResult(code, lines, kept_container="fa-images-kept" if keep and code else None)
 
     def _probe(self, image: str, script: str) -> RunResult:
         """What a base holds, as the preflight's script prints it."""

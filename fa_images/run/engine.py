@@ -313,6 +313,8 @@ class DockerEngine:
             # The daemon asks the registry for the manifest's descriptor, with the client's login.
             descriptor = self.api.inspect_distribution(ref).get("Descriptor") or {}
         except docker.errors.NotFound:
+            if self.product() != "Docker Engine":  # Podman's API has no such route: its 404 says nothing of the image
+                raise StepFailed(f"{self.product()}'s API cannot ask a registry for a digest without a pull") from None
             return None
         except docker.errors.APIError as exc:
             if _UNKNOWN.search(str(exc.explanation or exc)):
