@@ -28,7 +28,7 @@ class FakeEngine:
     def __init__(
         self,
         *,
-        fail_build: set[str] = frozenset(),
+        fail_build: frozenset[str] | set[str] = frozenset(),
         fail_push: bool = False,
         gpu: bool = False,
         gpu_exit: int = 0,

@@ -221,7 +221,8 @@ def test_the_gpu_table_gives_fa4_each_gpu_s_sm_count(tmp_path: Path) -> None:
     assert target(table, "g7e") != target(table, "RTX PRO 6000")  # a family is not a GPU name
     assert target(table, "RTX PRO 6000") == fa4.Fa4Target("RTXPRO6000", "12.0", 188)
     assert table.gpu("RTX PRO 6000") == compat_mod.Gpu("RTXPRO6000", "12.0", 188)
-    assert "no SM count for B300" in str(target(table, "B300")) and table.gpu("B300").sms is None
+    b300 = table.gpu("B300")
+    assert "no SM count for B300" in str(target(table, "B300")) and b300 is not None and b300.sms is None
     assert "runs on compute capability 8.x to 12.x" in str(target(table, "T4"))
     override = tmp_path / "more.yaml"
     override.write_text('gpus: {B300: {capability: "10.3", sms: 148}}\n')

@@ -220,7 +220,7 @@ def test_the_builder_is_told_to_name_the_class_in_the_wheel_only_where_the_matri
     several = matrix_mod.load(_matrix(tmp_path, CLASSES.format(targets="[g5, g7e]")))
     (tmp_path / "one").mkdir()
     one = matrix_mod.load(_matrix(tmp_path / "one", CLASSES.format(targets="[g7e]")))
-    form = builders.decide("sdk", memory_limit=False, host=None)
+    form = builders.decide("sdk", memory_limit=False, host=None).form
     for entry in several.entries:
         assert "      --label-archs \\\n" in render.render_entry(several, entry, builder=form)
     assert "--label-archs" not in render.render_entry(one, one.entries[0], builder=form)

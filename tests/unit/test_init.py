@@ -11,6 +11,7 @@ import pytest
 
 from fa_images import cli, doctor
 from fa_images.config import matrix
+from fa_images.config.generations.fa3 import Fa3Recipe
 
 
 def machine(entry: dict | None) -> doctor.Report:
@@ -165,7 +166,7 @@ def test_init_writes_an_fa3_entry_with_its_knobs_and_where_its_archive_goes(new_
     assert '  - {python: "3.12", torch: "2.11.0", flash_attn: "3.0.0", target: ["H100"]}' in text
     assert "# fa3:\n#   head_dims: [128]" in text and "packages:\n  sdists: sources" in text
     (entry,) = matrix.load(new_torch / "matrix.yaml").entries
-    assert entry.recipe.build.full and entry.gpus == ("H100",)
+    assert isinstance(entry.recipe, Fa3Recipe) and entry.recipe.build.full and entry.gpus == ("H100",)
     assert "fa3.0.0-py3.12-torch2.11.0-cu130: CUDA 13.0" in capsys.readouterr().out
 
 

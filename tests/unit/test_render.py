@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from fa_images.config import matrix as matrix_mod
+from fa_images.config.grammar import BuilderForm
 from fa_images.config.matrix import Matrix
 from fa_images.outputs import render, wheelhouse
 
@@ -105,7 +106,7 @@ GENERATION_IDS = [
 
 @pytest.mark.parametrize("form", ["buildkit", "sdk"])
 @pytest.mark.parametrize("entry_id", GENERATION_IDS)
-def test_golden_dockerfile_of_each_generation_in_each_form(entry_id: str, form: str) -> None:
+def test_golden_dockerfile_of_each_generation_in_each_form(entry_id: str, form: BuilderForm) -> None:
     """The whole Dockerfile of FA2, FA3 and FA4 in both builder forms, not substrings of it."""
     m = matrix_mod.load(GENERATIONS / "matrix.yaml")
     (entry,) = m.select([entry_id])
@@ -161,7 +162,9 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     """What every rendered Dockerfile must be, whatever the entry."""
     text = path.read_text()
     entry_id = path.name.removesuffix(".Dockerfile")
-    fa, py, torch, cu = re.fullmatch(r"fa(.+)-py(.+)-torch(.+)-cu(\d+)", entry_id).groups()
+    named = re.fullmatch(r"fa(.+)-py(.+)-torch(.+)-cu(\d+)", entry_id)
+    assert named is not None, entry_id
+    fa, py, torch, cu = named.groups()
     cuda = f"{cu[:-1]}.{cu[-1]}"
     # The stages: the exact Python made with uv on the devel image, then on the small base the
     # Python, torch on it, the builder on the devel image, wheel and compiler cache from scratch
@@ -542,7 +545,7 @@ def test_hadolint_config_is_used(hadolint_findings: list[dict]) -> None:
 
 @pytest.mark.parametrize("form", ["buildkit", "sdk"])
 @pytest.mark.parametrize("entry_id", GENERATION_IDS)
-def test_the_dockerfile_is_its_stage_fragments_each_rendered_alone(entry_id: str, form: str) -> None:
+def test_the_dockerfile_is_its_stage_fragments_each_rendered_alone(entry_id: str, form: BuilderForm) -> None:
     """templates/stages/: each part renders alone to exactly its part of the whole, and holds the
     stages it names, whatever the generation."""
     m = matrix_mod.load(GENERATIONS / "matrix.yaml")

@@ -14,6 +14,7 @@ from fa_images.builder import build, generations
 from fa_images.builder.environment import TorchInfo
 from fa_images.config import generations as host_generations
 from fa_images.config import matrix, schema
+from fa_images.config.grammar import BuilderForm
 from fa_images.outputs import render
 
 MATRIX = """\
@@ -62,7 +63,9 @@ def test_a_bad_value_of_its_section_is_one_problem_with_its_line(registered, tmp
 
 
 @pytest.mark.parametrize("form", ["buildkit", "sdk"])
-def test_it_renders_with_its_flags_and_labels_and_no_template_change(registered, tmp_path: Path, form: str) -> None:
+def test_it_renders_with_its_flags_and_labels_and_no_template_change(
+    registered, tmp_path: Path, form: BuilderForm
+) -> None:
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     m = matrix.load(tmp_path / "matrix.yaml")
     text = render.render_entry(m, m.entries[0], builder=form)
