@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
+from fixtures.small_compat import TABLE
 from packaging.specifiers import SpecifierSet
 
 from fa_images.builder import simple_index
@@ -32,33 +33,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 FILES_HOST = "https://files.pythonhosted.org"
 TORCH_251 = "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
 
-TABLE = """\
-pythons: ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]
-# BEGIN generated torch
-torch:
-  "2.5.1":
-    python: ["3.9"]
-    default_cuda: "12.4"
-    cuda:
-      "12.4": {cxx11_abi: false}
-# END generated torch
-cuda:
-  "11.8": {release: "11.8.0", min_driver: "520"}
-  "12.1": {release: "12.1.1", min_driver: "525"}
-  "12.4": {release: "12.4.1", min_driver: "525"}
-  "12.6": {release: "12.6.3", min_driver: "525"}
-  "12.8": {release: "12.8.1", min_driver: "525"}
-  "13.0": {release: "13.0.1", min_driver: "580"}
-archs:
-  "80": {min_cuda: "11.7", compute_capability: "8"}
-gpus: {A100: "8.0"}
-build_tools: ["ninja==1.13.2"]
-flash_attn_range: ">=2.5.0,<=2.8.3.post2"
-# BEGIN generated flash_attn
-flash_attn:
-  "2.8.2": {sha256: 740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54, cuda_archs_env: true}
-# END generated flash_attn
-"""
 
 
 def small_wheel(metadata: str) -> bytes:

@@ -433,8 +433,7 @@ def test_unknown_torch_lists_the_known_versions(tmp_path: Path) -> None:
     """,
     )
     assert (p.line, p.message) == (3, "torch 2.3.1 is not in the compat table")
-    known = ", ".join(compat_mod.load().torch)
-    assert known.startswith("2.4.0, 2.4.1, 2.5.0") and "2.11.0" in known
+    known = ", ".join(compat_mod.load().torch)  # every release the table has, in its order
     assert p.hint == f"known: {known}; add it with --compat FILE, or set allow_unknown: true"
 
 
