@@ -13,7 +13,7 @@ from typing import Any
 from ..builder import contract, dist, generations
 from ..builder.source import PYPI_SIMPLE
 from ..errors import ConfigError, Problem
-from . import builders, grammar
+from . import builder_decision, grammar
 from .compat import Compat, did_you_mean
 from .generations import Recipe
 
@@ -63,11 +63,11 @@ class BuildOptions:
         return grammar.memory_bytes(self.memory) if self.memory else None
 
     def decide_builder(
-        self, flag: grammar.BuilderChoice | None = None, *, host: builders.Host | None
-    ) -> builders.BuilderDecision:
+        self, flag: grammar.BuilderChoice | None = None, *, host: builder_decision.Host | None
+    ) -> builder_decision.BuilderDecision:
         """The builder of a run: ``--builder`` over ``build.builder``; ``host`` None gives the form
         the settings name (what ``render`` and the exports write), whatever this host has."""
-        return builders.decide(flag or self.builder, memory_limit=self.memory is not None, host=host)
+        return builder_decision.decide(flag or self.builder, memory_limit=self.memory is not None, host=host)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """The engine and the image builder a run uses: the factory every command that talks to an engine
 goes through (``build``, ``check``), in place of a hard-coded ``DockerEngine.from_env()``.
 
-The builder is the one ``BuildOptions.decide_builder`` decides (``config/builders.py``) from what
+The builder is the one ``BuildOptions.decide_builder`` decides (``config/builder_decision.py``) from what
 this host said: whether its docker CLI has BuildKit, and, for a build, which engine answers.
 ``build --dry-run`` asks the CLI only, as no engine is needed to print a plan.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.builders import BuilderDecision, Host
+from ..config.builder_decision import BuilderDecision, Host
 from ..config.grammar import BuilderChoice
 from ..config.model import BuildOptions
 from . import buildkit

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..config.builders import BuilderDecision
+from ..config.builder_decision import BuilderDecision
 from ..config.grammar import BuilderChoice, BuilderForm, PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import EntriesFailed

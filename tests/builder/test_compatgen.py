@@ -34,7 +34,6 @@ FILES_HOST = "https://files.pythonhosted.org"
 TORCH_251 = "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
 
 
-
 def small_wheel(metadata: str) -> bytes:
     """A wheel-shaped zip holding a recorded METADATA, for the range-read path."""
     buf = io.BytesIO()

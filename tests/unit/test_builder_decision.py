@@ -1,4 +1,4 @@
-"""The one builder decision (config/builders.py): --builder > build.builder > auto, then what the
+"""The one builder decision (config/builder_decision.py): --builder > build.builder > auto, then what the
 settings and the host allow. render and the exports decide with no host; build and its dry run
 with what the host said."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fa_images.config.builders import Host, decide
+from fa_images.config.builder_decision import Host, decide
 from fa_images.errors import UsageError
 
 BUILDX = Host(no_buildkit=None, engine="Docker Engine")

@@ -214,13 +214,13 @@ def test_two_targets_of_one_class_are_one_entry_written_twice(tmp_path: Path) ->
 
 
 def test_the_builder_is_told_to_name_the_class_in_the_wheel_only_where_the_matrix_has_several(tmp_path: Path) -> None:
-    from fa_images.config import builders
+    from fa_images.config import builder_decision
     from fa_images.outputs import render
 
     several = matrix_mod.load(_matrix(tmp_path, CLASSES.format(targets="[g5, g7e]")))
     (tmp_path / "one").mkdir()
     one = matrix_mod.load(_matrix(tmp_path / "one", CLASSES.format(targets="[g7e]")))
-    form = builders.decide("sdk", memory_limit=False, host=None).form
+    form = builder_decision.decide("sdk", memory_limit=False, host=None).form
     for entry in several.entries:
         assert "      --label-archs \\\n" in render.render_entry(several, entry, builder=form)
     assert "--label-archs" not in render.render_entry(one, one.entries[0], builder=form)
