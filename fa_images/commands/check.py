@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..builder import cli as builder_cli
+from ..builder.commands import check as builder_check
 from ..run.gpus import resolve as resolve_gpus
 from . import common
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.images:  # this machine's own check, as inside an image
         if args.json or args.report:
             raise UsageError("--json and --report go with IMAGE: the check here prints its lines")
-        return builder_cli.cmd_check(args)
+        return builder_check.run(args)
     from ..run import connect, node_check
     from ..run.logger import Console
 

@@ -76,10 +76,11 @@ def test_it_renders_with_its_flags_and_labels_and_no_template_change(
 
 
 def test_the_builder_takes_its_flags_and_prepares_it(registered, tmp_path: Path) -> None:
-    from fa_images.builder.cli import _generation_args, build_parser
+    from fa_images.builder.cli import build_parser
+    from fa_images.builder.commands.wheel import generation_args
 
     args = build_parser().parse_args(["wheel", "--flash-attn", "9.0.0", "--fa9-tile", "256", "--out", str(tmp_path)])
-    knobs, archs = _generation_args(args)
+    knobs, archs = generation_args(args)
     assert knobs == {"tile": 256} and archs == ()
     torch = TorchInfo(version="2.11.0+cu130", cuda="13.0", cxx11_abi=True, python="3.12")
     settings = build.prepare(version="9.0.0", sdist=None, work_dir=tmp_path, archs=(), torch=torch, knobs=knobs)
@@ -89,4 +90,4 @@ def test_the_builder_takes_its_flags_and_prepares_it(registered, tmp_path: Path)
     assert written["knobs"] == {"tile": 256}
     other = build_parser().parse_args(["wheel", "--flash-attn", "2.8.3", "--fa9-tile", "64", "--out", str(tmp_path)])
     with pytest.raises(Exception, match="--fa9-tile: for a FlashAttention-9 build, not FlashAttention-2"):
-        _generation_args(other)
+        generation_args(other)
