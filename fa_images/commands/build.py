@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..config.grammar import BUILDER_CHOICES
+from ..run.build_args import BuildArgs
 from ..run.logger import say
 from . import common
 
@@ -77,23 +78,22 @@ def run(args: argparse.Namespace) -> int:
 
 def add(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
+    # A flag not given stays out of the namespace: its default is BuildArgs's, the one place it lives.
     build = sub.add_parser(
         "build",
         help="build, check, export and push the images (needs a container engine)",
         epilog=EXAMPLES,
         formatter_class=fmt,
+        argument_default=argparse.SUPPRESS,
     )
     common.matrix_args(build)
     build.add_argument("--only", nargs="+", metavar="ID", help="build just these entries (ids from `fa-images plan`)")
-    build.add_argument(
-        "--dist", type=Path, default=Path("dist"), metavar="DIR", help="where wheels go (default: dist/)"
-    )
+    build.add_argument("--dist", type=Path, metavar="DIR", help=f"where wheels go (default: {BuildArgs.dist}/)")
     build.add_argument(
         "--log-dir",
         type=Path,
-        default=Path("logs"),
         metavar="DIR",
-        help="full build log of each entry (default: logs/)",
+        help=f"full build log of each entry (default: {BuildArgs.log_dir}/)",
     )
     build.add_argument("--push", action="store_true", help="push each image after its checks pass")
     build.add_argument(
@@ -145,10 +145,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep no compiler cache between builds: every entry compiles all its kernels",
     )
-    common.gpus_arg(build, runtime="(default; skipped without it)", none="skip the GPU check")
+    common.gpus_arg(
+        build, runtime="(default; skipped without it)", none="skip the GPU check", default=argparse.SUPPRESS
+    )
     common.pull_arg(
         build,
-        default=None,
+        default=argparse.SUPPRESS,
         when="before any build",
         note="(default, or build.pull in the matrix)",
         never="for bases from `docker load` or a local tag. Pulls log in as pushes do",
@@ -162,10 +164,11 @@ def add(sub: argparse._SubParsersAction) -> None:
         "build.memory); auto = BuildKit where the CLI has it and the engine is Docker's, else sdk (default, "
         "or build.builder in the matrix). The CLI and the SDK use one daemon: DOCKER_HOST, else the active context",
     )
-    build.add_argument("--dry-run", action="store_true", help="print the plan and build nothing")
+    build.add_argument("--dry-run", action="store_true", default=False, help="print the plan and build nothing")
     build.add_argument(
         "--json",
         action="store_true",
+        default=False,
         help="with --dry-run: the plan as JSON (per entry: steps, stages, the build, what is taken from its "
         "stages, tags, check commands, push)",
     )

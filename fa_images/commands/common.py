@@ -24,6 +24,7 @@ def matrix_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compat",
         type=Path,
+        default=None,
         metavar="FILE",
         help="extra compatibility data merged over the built-in table (new torch releases, GPUs)",
     )
@@ -40,12 +41,12 @@ def pull_arg(parser: argparse.ArgumentParser, *, default: str | None, when: str,
     )
 
 
-def gpus_arg(parser: argparse.ArgumentParser, *, runtime: str, none: str) -> None:
+def gpus_arg(parser: argparse.ArgumentParser, *, runtime: str, none: str, default: str = "runtime") -> None:
     """``--gpus``, as ``build`` and ``check`` take it: how the GPU check's container gets the GPUs."""
     parser.add_argument(
         "--gpus",
         choices=GPU_MODES,
-        default="runtime",
+        default=default,
         help=f"how the GPU check's container gets the GPUs: runtime = the engine's NVIDIA Container Toolkit "
         f"{runtime}, devices = pass /dev/nvidia* and the host's driver libraries explicitly (no toolkit "
         f"needed; exit 3 if the host has none), none = {none}",

@@ -6,62 +6,20 @@ printed is what runs. Each setting is resolved here once: flag > matrix > defaul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..config.builder_decision import BuilderDecision
-from ..config.grammar import BuilderChoice, BuilderForm, PullPolicy
+from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from ..errors import EntriesFailed
-from ..outputs import context, group_cache
 from . import connect, current, prebuilt
+from .build_args import BuildArgs
 from .executor import EntryResult, Executor, Options
 from .gpus import resolve as resolve_gpus
 from .logger import Console
 from .plan import EntryPlan, make_plan
 from .report import print_summary, write_report
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildArgs:
-    """``build``'s command line, typed; None where a flag was not given."""
-
-    only: tuple[str, ...] | None = None
-    wheels: tuple[Path, ...] | None = None
-    published: str | None = None
-    builder: BuilderChoice | None = None
-    check: bool = True
-    push: bool = False
-    gpus: str = "runtime"
-    compiler_cache: Path | None = None
-    no_compiler_cache: bool = False
-    pull: PullPolicy | None = None
-    dist: Path = Path("dist")
-    log_dir: Path = Path("logs")
-    fail_fast: bool = False
-    keep_container: bool = False
-    keep_work: bool = False
-    force: bool = False
-    report: Path | None = None
-
-    @classmethod
-    def of(cls, parsed: Mapping[str, Any]) -> BuildArgs:
-        """From the command line's parsed values (``vars`` of its namespace): each field by its
-        name, a list as a tuple; values of other commands' flags are not read."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in parsed:
-                value = parsed[f.name]
-                values[f.name] = tuple(value) if isinstance(value, list) else value
-        return cls(**values)
-
-    def compiler_cache_root(self) -> Path | None:
-        """Where each compile group's compiler cache is kept; None: nowhere (--no-compiler-cache)."""
-        if self.no_compiler_cache:
-            return None
-        return self.compiler_cache or group_cache.default_root(context.cache_dir())
 
 
 @dataclass(frozen=True)

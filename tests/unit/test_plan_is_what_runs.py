@@ -97,3 +97,18 @@ def test_every_flag_set_changes_the_plan(around, capsys) -> None:
         assert cli.main(["build", "--dry-run", "--json", *flags]) == 0
         seen.add(capsys.readouterr().out)
     assert len(seen) == 5
+
+
+def test_builds_defaults_live_in_its_typed_arguments_only() -> None:
+    """Issue 49: a flag not given stays out of the parsed namespace, so BuildArgs's default is the
+    one that applies; the parser's help reads it from there."""
+    from dataclasses import fields
+
+    from fa_images import cli
+    from fa_images.run.build_args import BuildArgs
+
+    parsed = vars(cli.build_parser().parse_args(["build"]))
+    assert not {f.name for f in fields(BuildArgs)} & set(parsed)
+    assert BuildArgs.of(parsed) == BuildArgs()
+    given = vars(cli.build_parser().parse_args(["build", "--dist", "out", "--gpus", "none", "--no-check"]))
+    assert BuildArgs.of(given) == BuildArgs(dist=Path("out"), gpus="none", check=False)
