@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (plan, gpus, render, build, dist, export, doctor, init, compat, source, pick, schema):
         command.add(sub)
-    builder_cli.add_commands(sub, check=False)  # the builder's own: wheel, inspect, fa4-cache
+    builder_cli.add_commands(sub, check=False)  # the builder's own, and those its generations add
     check.add(sub)
     return parser
 
