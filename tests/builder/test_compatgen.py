@@ -419,7 +419,8 @@ def serve_torch_page(form: str, key: str, value: object, metadata: bytes | None)
         wheel[key] = value
         IndexHandler.routes["/simple/torch/"] = json.dumps(page).encode()
         return
-    text = "true" if value is True else ",".join(f"{k}={v}" for k, v in value.items())  # type: ignore[union-attr]
+    assert value is True or isinstance(value, dict)
+    text = "true" if value is True else ",".join(f"{k}={v}" for k, v in value.items())
     anchors = [
         f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}"'
         + (f' data-{key}="{text}"' if f is wheel else "")

@@ -198,6 +198,7 @@ def test_the_reports_exit_code_is_the_commands(exc: BaseException, capsys) -> No
     def raise_it(_args):
         raise exc
 
+    code: object
     try:
         code = builder_cli.run_command(argparse.Namespace(func=raise_it))
     except SystemExit as exited:

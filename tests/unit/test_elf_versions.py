@@ -190,7 +190,7 @@ FLOORS = [
 
 @pytest.mark.parametrize(("floor", "host", "status"), FLOORS)
 def test_floor_against_a_host(floor, host, status: str) -> None:
-    got, detail = verify.floor_findings(*floor, host)
+    got, detail = verify.floor_findings(floor[0], floor[1], host)
     assert got == status
     assert ("cannot load here" in detail) == (status == "fail")
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -301,7 +302,12 @@ def _every_option() -> dict[str, dict]:
     }
     for release in (None, "v1.2"):
         for where, labels in runners.items():
-            scheduled = {"schedule": "17 4 * * 1", "published": PUBLISHED, "table": "config/compat.yaml", "push": True}
+            scheduled: dict[str, Any] = {
+                "schedule": "17 4 * * 1",
+                "published": PUBLISHED,
+                "table": "config/compat.yaml",
+                "push": True,
+            }
             out[f"schedule-{release or 'norelease'}-{where}"] = {"release": release, **scheduled, **labels}
     return out
 

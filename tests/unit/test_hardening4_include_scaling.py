@@ -23,7 +23,7 @@ def _doc(rules: int, combinations: int | None = None) -> tuple[yamlfile.YamlDoc,
     times the ruled torch axis) and ``rules`` include rules of every kind: one combination, one
     torch release, every combination, and none (added as its own)."""
     archs = [[80 + i] for i in range(max(1, (combinations or rules) // len(TORCH)))]
-    include: list[dict[str, Any]] = []
+    include: list[Any] = []
     for i in range(rules):
         torch, arch = TORCH[i % len(TORCH)], archs[i % len(archs)]
         include.append(

@@ -548,7 +548,7 @@ class _Endless(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer) -> int:
         buffer[:] = b"x" * len(buffer)
         return len(buffer)
 
@@ -671,7 +671,8 @@ def test_main_turns_input_errors_into_one_line(raised: Exception, code: int, say
 
 
 def test_an_internal_bug_stays_visible_and_asks_for_a_report(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(plan_command, "run", lambda _args: {}["missing key"])
+    missing: dict[str, int] = {}
+    monkeypatch.setattr(plan_command, "run", lambda _args: missing["missing key"])
     code, _out, err = fa_images(capsys, "plan")
     assert code == 70
     assert "Traceback" in err and "KeyError" in err and "please report it" in err.splitlines()[-1]

@@ -74,7 +74,12 @@ def test_torch_is_probed_once_for_prepare_and_compile(
     once and hands the answer to both steps."""
     probe = environment.probe_torch  # the unit tier's cached one
     calls: list[str] = []
-    monkeypatch.setattr(environment, "probe_torch", lambda python=sys.executable: calls.append(python) or probe(python))
+
+    def counted(python: str = sys.executable) -> environment.TorchInfo:
+        calls.append(python)
+        return probe(python)
+
+    monkeypatch.setattr(environment, "probe_torch", counted)
     compiled: dict = {}
     monkeypatch.setattr(build, "compile_wheel", lambda settings, out, **kwargs: compiled.update(kwargs))
     sdist = make_tiny_sdist(tmp_path / "in")

@@ -20,6 +20,7 @@ from fa_images.builder import dist as dist_dir
 from fa_images.builder import verify
 from fa_images.builder.source import sha256_of
 from fa_images.builder.verify import WheelReport
+from fa_images.config.grammar import BuilderForm
 from fa_images.config.matrix import load as load_matrix
 from fa_images.outputs import context
 from fa_images.run.executor import INPUTS_LABEL, Options
@@ -58,7 +59,7 @@ def _wheels_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "inspect_wheel", inspect)
 
 
-def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, form: str = "buildkit", **options):
+def build(matrix, engine: FakeEngine, tmp_path: Path, *, check: bool = True, form: BuilderForm = "buildkit", **options):
     out = io.StringIO()
     opts = Options(dist=tmp_path / "dist", log_dir=tmp_path / "logs", **options)
     _, results = fakes.execute(matrix, engine, opts, Console(out), builder=OnePerPython(engine, form), check=check)
