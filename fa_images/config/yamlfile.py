@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import pickle
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +174,18 @@ def load(path: Path, *, what: str, hint: str = "pass --matrix FILE or create mat
 
 
 def parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
-    """Parses YAML bytes, as ``load`` does a file (``shown`` names it in errors)."""
+    """Parses YAML bytes, as ``load`` does a file (``shown`` names it in errors). The same bytes
+    parse to the same document: a process that reads the compat table for each entry and command
+    parses it once, and each caller gets its own copy to change."""
+    return pickle.loads(_parsed(raw, shown, what))
+
+
+@functools.lru_cache(maxsize=16)  # keyed by the bytes themselves, each at most MAX_BYTES
+def _parsed(raw: bytes, shown: str, what: str) -> bytes:
+    return pickle.dumps(_parse(raw, shown=shown, what=what))
+
+
+def _parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
     if len(raw) > MAX_BYTES:
         raise ConfigError([Problem(f"{what} is larger than {MAX_BYTES >> 10} KiB", file=shown)])
     try:

@@ -9,6 +9,7 @@ they are copied in). ``builder`` picks one; the rest of the file is the same.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shlex
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ def _label(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
+@functools.cache  # one per process: each template is compiled once, not for every entry
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),

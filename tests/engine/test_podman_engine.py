@@ -1,9 +1,14 @@
 """`fa-images build` against Podman, through its Docker-compatible API.
 
 The same real parts as tests/engine/test_build_engine.py (Debian base images, the CUDA devel stand-in,
-torch 2.9.1 from the tests' local index, a real registry, the tiny flash-attn-shaped extension), but
-the engine is Debian's podman (`podman system service`), with nothing in fa-images told so. The
-stand-in is both bases here, so the compile runs on the torch stage itself (the one-base shape).
+torch 2.9.1 from the tests' local index, the tiny flash-attn-shaped extension), but the engine is
+Debian's podman (`podman system service`), with nothing in fa-images told so. The stand-in is both
+bases here, so the compile runs on the torch stage itself (the one-base shape).
+
+No push here: what a push asks of the engine (the digest it returns is the one the registry serves,
+a refused push is one line) is the engine contract's, which runs over Podman too
+(tests/engine/test_engine_contract_engine.py) on a small image. Pushing this 7.9 GB image again
+would only compress its torch layer once more: two minutes of one core.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import engine_env
@@ -38,11 +42,11 @@ def built(tmp_path_factory, torch_index: str):
     (root / "compat.yaml").write_text(
         yaml.safe_dump({"flash_attn": {VERSION: {"sha256": sha, "cuda_archs_env": True}}})
     )
-    with engine_env.podman_engine() as engine, engine_env.local_registry() as registry:
+    with engine_env.podman_engine() as engine:
         bases = engine_env.base_images(engine.client)
         devel = engine_env.cuda_devel_standin(engine.client, bases.devel, toolchain.cuda_home())
         matrix = {
-            "image": f"{registry}/fa-images-test/podman",
+            "image": f"{engine_env.TEST_NAMESPACE}podman",
             "bases": {"devel": devel, "runtime": devel, "python": "system"},
             "packages": engine_env.index_packages(torch_index),
             "build": {"network": "host"},
@@ -58,7 +62,6 @@ def built(tmp_path_factory, torch_index: str):
                 "build",
                 "--matrix",
                 "matrix.yaml",
-                "--push",
                 "--report",
                 "report.json",
             ],
@@ -70,28 +73,18 @@ def built(tmp_path_factory, torch_index: str):
         )
         print(proc.stderr[-6000:])
         report = json.loads((root / "report.json").read_text())
-        yield engine.client, proc, report["entries"][0], root, registry
+        yield engine.client, proc, report["entries"][0], root
 
 
-def test_the_entry_builds_checks_exports_and_pushes_on_podman(built):
-    _, proc, entry, root, _ = built
+def test_the_entry_builds_checks_and_exports_on_podman(built):
+    client, proc, entry, root = built
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stderr.startswith("engine: Podman Engine 4.")
     assert entry["status"] == "ok" and entry["check"] == "passed", entry
     wheel = Path(entry["wheel"])
     assert wheel.is_file() and sha256_of(wheel) == entry["wheel_sha256"]
     assert json.loads((root / "dist" / "manifest.json").read_text())["wheels"][wheel.name]["entry"] == ENTRY
-    assert entry["pushed"].startswith("sha256:")
-
-
-def test_the_pushed_image_is_in_the_registry(built):
-    _, _, entry, _, registry = built
-    repository, tag = entry["image"].removeprefix(registry + "/").rsplit(":", 1)
-
-    accept = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
-    request = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{tag}", headers={"Accept": accept})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.status == 200 and json.loads(answer.read())["layers"]
+    assert entry["pushed"] is None and client.images.get(entry["image"]).labels["fa-images.entry"] == ENTRY
 
 
 def test_no_container_is_left_behind_on_podman(built):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
+from fa_images import cli
 from fa_images.builder import environment
 from fa_images.run import buildkit
 
@@ -53,3 +57,40 @@ def _stub_docker_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _no_probe_of_the_hosts_docker_cli(monkeypatch: pytest.MonkeyPatch, _stub_docker_dir: str) -> None:
     monkeypatch.setattr(buildkit, "find_cli", lambda docker=None: STUB_CLI)
     monkeypatch.setenv("PATH", f"{_stub_docker_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture
+def run_fa_images(
+    run_fa_images: Callable[..., subprocess.CompletedProcess[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``fa-images ARGS`` as the tiers above run it, but in this process: the same ``main``, the
+    same exit code and the same two streams, without a Python start and its imports (a third of the
+    tier's time went there). A run that asks for another interpreter, module or environment gets
+    a child as before; the builder and engine tiers always run the real console script."""
+
+    def run(
+        args: Sequence[object],
+        *,
+        python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        module: str = "fa_images",
+        timeout: float = 900,
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(a) for a in args]
+        if python != sys.executable or module != "fa_images" or env:
+            return run_fa_images(argv, python=python, env=env, cwd=cwd, module=module, timeout=timeout)
+        capfd.readouterr()  # what the test printed before is not the command's
+        with monkeypatch.context() as scope:
+            if cwd is not None:
+                scope.chdir(cwd)
+            try:
+                code = cli.main(argv)
+            except SystemExit as exit_:  # argparse's usage errors and --help
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, out, err)
+
+    return run
