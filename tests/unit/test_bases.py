@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import time
 from pathlib import Path
 
 import fakes
@@ -65,9 +64,8 @@ def test_bases_the_engine_holds_are_not_pulled_unless_always(tiny_matrix, monkey
 
 def test_pull_never_refuses_in_an_instant_with_both_ways(tiny_matrix, monkeypatch, capsys) -> None:
     engine = FakeEngine(missing=frozenset({DEVEL, RUNTIME}))
-    started = time.monotonic()
     assert run_build(monkeypatch, engine, "--pull", "never") == 3
-    assert time.monotonic() - started < 2
+    assert not [c for c in engine.calls if c[0] == "pull"] and not builds(engine)  # in an instant: nothing asked
     lines = capsys.readouterr().err.splitlines()
     assert lines[:2] == ["engine: fake engine", "builder: a fake builder of the buildkit form (auto)"]
     assert lines[2] == f"error: 2 base images not in the engine: {RUNTIME}, {DEVEL}; --pull never forbids pulling"
@@ -117,9 +115,7 @@ def test_every_failed_pull_is_named_in_one_error_with_a_hint_for_the_policy(tiny
 def test_preflight_refuses_a_base_without_the_python_asked_for(tiny_matrix, monkeypatch, capsys) -> None:
     add_to_matrix("bases: {python: system}\n")
     engine = FakeEngine(lacking={RUNTIME: {"python3.12"}})
-    started = time.monotonic()
     assert run_build(monkeypatch, engine) == 3
-    assert time.monotonic() - started < 2
     err = capsys.readouterr().err
     assert f"error: base image {RUNTIME} has no python3.12 on its PATH, which bases.python: system needs" in err, err
     assert "set bases.python: uv" in err

@@ -32,8 +32,11 @@ from fa_images.config import compatgen
 
 DEADLINE = 1.0  # seconds: the module constants are set to it, so a test ends in a few
 TICK = 0.2  # a trickling server's pause between bytes: far under any socket timeout
-# A call must end within this many deadlines (the timer's own latency, a slow shared machine).
-BOUND = 2.5
+# No assertion here reads the clock against a threshold: a loaded machine stretches every wait. A
+# reader without one deadline over the whole answer never ends on a trickling server (the hang
+# guard of _ends_in_time catches it); the error names the deadline that ended it; and the redirects
+# are counted, not timed.
+HOPS = 10  # the redirects urllib follows before it calls the chain a loop
 
 
 @pytest.fixture(autouse=True)
@@ -109,10 +112,17 @@ def slow_server() -> Iterator[Callable[[str], str]]:
         listener.close()
 
 
+class _RedirectServer(http.server.ThreadingHTTPServer):
+    hops = 0  # the requests it answered
+
+
 class _SlowRedirects(http.server.BaseHTTPRequestHandler):
     """Each hop answers after 0.4 s (well inside a socket timeout) with a redirect to the next."""
 
+    server: _RedirectServer
+
     def do_GET(self) -> None:
+        self.server.hops += 1
         time.sleep(2 * TICK)
         hop = int(self.path.rstrip("/").rpartition("/")[2] or 0) if self.path.startswith("/hop/") else 0
         self.send_response(302)
@@ -125,16 +135,16 @@ class _SlowRedirects(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def redirect_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowRedirects)
+def redirect_server() -> Iterator[_RedirectServer]:
+    server = _RedirectServer(("127.0.0.1", 0), _SlowRedirects)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
     server.shutdown()
     server.server_close()
 
 
-def _ends_in_time(call: Callable[[], object]) -> tuple[BaseException | None, float]:
-    """(what ``call`` raised, seconds it took); a call still waiting after 4 deadlines fails the test
+def _ends_in_time(call: Callable[[], object]) -> BaseException | None:
+    """What ``call`` raised, if anything; a call still waiting after 4 deadlines fails the test
     (it is left to its daemon thread: today's code waits on such a server forever)."""
     caught: list[BaseException | None] = []
 
@@ -151,7 +161,7 @@ def _ends_in_time(call: Callable[[], object]) -> tuple[BaseException | None, flo
     worker.join(4 * DEADLINE + 2)
     took = time.monotonic() - started
     assert caught, f"still waiting after {took:.1f} s, with a deadline of {DEADLINE} s"
-    return caught[0], took
+    return caught[0]
 
 
 # (the reader, given the server's base URL and a directory; what it raises)
@@ -171,18 +181,20 @@ def test_every_reader_gives_up_on_a_slow_answer_at_its_deadline(
 ) -> None:
     call, raised = READERS[reader]
     base = slow_server(behaviour)
-    exc, took = _ends_in_time(lambda: call(base, tmp_path))
+    exc = _ends_in_time(lambda: call(base, tmp_path))
     assert isinstance(exc, raised), repr(exc)
     assert f"within {DEADLINE:g} s" in str(exc), str(exc)
-    assert took < BOUND * DEADLINE, f"{reader} took {took:.1f} s with a deadline of {DEADLINE} s"
 
 
-def test_one_deadline_covers_every_redirect(redirect_server: str) -> None:
-    """Ten hops of 0.4 s each: each inside a socket timeout, together past the deadline."""
-    exc, took = _ends_in_time(lambda: untrusted.fetch(f"{redirect_server}/hop/0/"))
+def test_one_deadline_covers_every_redirect(redirect_server: _RedirectServer) -> None:
+    """Hops of 0.4 s each, without end: each inside a socket timeout, together past the deadline.
+    A deadline per hop would follow all the hops urllib allows; one deadline for the whole fetch
+    gives up after two or three, and half of them is a generous bound."""
+    url = f"http://127.0.0.1:{redirect_server.server_address[1]}/hop/0/"
+    exc = _ends_in_time(lambda: untrusted.fetch(url))
     assert isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError), repr(exc)
     assert f"within {DEADLINE:g} s" in str(exc)
-    assert took < BOUND * DEADLINE
+    assert 1 <= redirect_server.hops <= HOPS // 2, redirect_server.hops
 
 
 COMMANDS: dict[str, tuple[Callable[[str, Path], list[str]], int]] = {
@@ -203,12 +215,12 @@ def test_a_command_on_a_slow_index_is_one_error_line_in_time(
     args, code = COMMANDS[command]
     base = slow_server("a header byte every 0.2 s")
     codes: list[int] = []
-    exc, took = _ends_in_time(lambda: codes.append(main(args(base, tmp_path))))
+    exc = _ends_in_time(lambda: codes.append(main(args(base, tmp_path))))
     assert exc is None, repr(exc)
     got, err = codes[0], capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert got == code and len(errors) == 1 and "Traceback" not in err, err
-    assert took < BOUND * DEADLINE
+    assert f"within {DEADLINE:g} s" in errors[0], errors[0]
 
 
 # --- a wheel's METADATA by range requests: bounded after decompression ------------------------

@@ -200,14 +200,12 @@ def test_a_dir_that_is_not_ours_is_left_alone_and_the_run_goes_on(tmp_path: Path
         raise TimeoutError("reap hung")
 
     old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(10)
-    started = time.monotonic()
+    signal.alarm(30)  # a hang guard, not a speed test: a reap that loops never ends
     try:
         removed = scratch.reap(root)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
-    assert time.monotonic() - started < 5
     assert removed == [stale]
     assert (hostile / "keep").read_text() == "not the tool's"
     assert sorted(p.name for p in outside.iterdir()) == before
