@@ -6,8 +6,9 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,22 +67,15 @@ def run_fa_images(
     capfd: pytest.CaptureFixture[str],
 ) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``fa-images ARGS`` as the tiers above run it, but in this process: the same ``main``, the
-    same exit code and the same two streams, without a Python start and its imports (a third of the
-    tier's time went there). A run that asks for another interpreter, module or environment gets
-    a child as before; the builder and engine tiers always run the real console script."""
+    same exit code and the same two streams, without a Python start and its imports (134.6 to 122.4
+    CPU seconds for the tier, bench/test_suite.md). A run given any other option (interpreter,
+    module, environment, timeout) is the parent fixture's child process; the builder and engine
+    tiers always run the real console script."""
 
-    def run(
-        args: Sequence[object],
-        *,
-        python: str = sys.executable,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        module: str = "fa_images",
-        timeout: float = 900,
-    ) -> subprocess.CompletedProcess[str]:
+    def run(args: Sequence[object], *, cwd: Path | None = None, **options: Any) -> subprocess.CompletedProcess[str]:
         argv = [str(a) for a in args]
-        if python != sys.executable or module != "fa_images" or env:
-            return run_fa_images(argv, python=python, env=env, cwd=cwd, module=module, timeout=timeout)
+        if options:
+            return run_fa_images(argv, cwd=cwd, **options)
         capfd.readouterr()  # what the test printed before is not the command's
         with monkeypatch.context() as scope:
             if cwd is not None:
@@ -91,6 +85,6 @@ def run_fa_images(
             except SystemExit as exit_:  # argparse's usage errors and --help
                 code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         out, err = capfd.readouterr()
-        return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, out, err)
+        return subprocess.CompletedProcess([sys.executable, "-m", "fa_images", *argv], code, out, err)
 
     return run
