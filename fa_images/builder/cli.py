@@ -22,14 +22,14 @@ from .errors import EnvironmentProblem, FatalError, UsageError
 from .untrusted import shown
 
 
-def add_commands(sub: argparse._SubParsersAction, *, check: bool = True) -> None:
-    """The builder's commands, and those its generations add; ``check=False``: the host mounts its
-    own ``check`` (images on a node, or this machine's check)."""
+def add_commands(sub: argparse._SubParsersAction, *, host: bool = False) -> None:
+    """The builder's commands, and those its generations add; ``host``: the host mounts its own
+    ``check`` (images on a node, or this machine's check) and ``inspect`` (with ``--verify``)."""
     wheel.add(sub)
     for gen in generations.GENERATIONS:  # the commands a generation adds (compiling ahead)
         gen.steps().add_commands(sub)
-    inspect.add(sub)
-    if check:
+    if not host:
+        inspect.add(sub)
         check_command.add(sub)
 
 

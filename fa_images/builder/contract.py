@@ -49,6 +49,9 @@ EXIT_NO_GPU = 3  # `check`: no GPU visible here, so nothing was checked
 # exits with it too.
 EXIT_WRONG_ARCH = 8
 WRONG_ARCH_PREFIX = "WRONG ARCH: "  # the check's line with the reason, which the host reports
+# The check's last line where its comparisons ran: the verdict as one JSON object (builder/verdict.py),
+# which the host signs as an attestation.
+VERDICT_PREFIX = "VERDICT: "
 EXIT_SHIM_REFUSED = 97  # the setup.py shim cannot correct this setup.py
 
 # Written beside the prepared source; read by the setup.py shim and the verifier.

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from . import generations
 from .comparison import CaseResult, sdpa
 from .contract import EXIT_NO_GPU, EXIT_WRONG_ARCH, WRONG_ARCH_PREFIX
+from .verdict import Case, Verdict, driver_release
 
 EXIT_FAILED = 1
 
 ATOL = {"float16": 1e-3, "bfloat16": 8e-3}  # slack over 2x SDPA's own low-precision error
+RULE = "max|err| <= 2 x max|err| of SDPA in the same dtype + atol (float16 1e-3, bfloat16 8e-3), against fp32 SDPA"
 
 
 # Modules users import beyond the top level; they need flash-attn's runtime dependencies
@@ -154,6 +156,7 @@ class Checks:
     code: Callable[[], tuple[set[str], set[str]] | None]  # the attention kernels' (cubins, PTX)
     cases: Callable[[], list[CaseResult]]
     what: str  # the reference the cases compare with, for the verdict line
+    rule: str  # its tolerance rule, in words, for the signed verdict
 
 
 def checks_for(gen: generations.Generation) -> Checks:
@@ -161,14 +164,14 @@ def checks_for(gen: generations.Generation) -> Checks:
     flash-attn 2's, which are this module's."""
     if gen.check_module is not None:
         module = importlib.import_module(gen.check_module, generations.__name__)
-        return Checks(gen, module.import_check, module.kernel_code, module.check_cases, module.REFERENCE)
+        return Checks(gen, module.import_check, module.kernel_code, module.check_cases, module.REFERENCE, module.RULE)
 
     def code() -> tuple[set[str], set[str]] | None:
         import flash_attn_2_cuda
 
         return extension_code(flash_attn_2_cuda.__file__)
 
-    return Checks(gen, import_check, code, lambda: dense_cases() + [varlen_case()], "SDPA")
+    return Checks(gen, import_check, code, lambda: dense_cases() + [varlen_case()], "SDPA", RULE)
 
 
 def run(*, import_only: bool = False, out=print) -> int:
@@ -225,6 +228,20 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
     failed = [r for r in results if not r.ok]
     seconds = time.monotonic() - started
     name = checks.generation.name
+    verdict = Verdict(
+        generation=name,
+        passed=not failed,
+        gpu=torch.cuda.get_device_name(0),
+        capability=f"{capability[0]}.{capability[1]}",
+        driver=driver_release(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        reference=checks.what,
+        rule=checks.rule,
+        cases=tuple(Case.of(r) for r in results),
+        seconds=round(seconds, 2),
+    )
+    out(verdict.line())
     if failed:
         out(f"FAIL: {name}: {len(failed)} of {len(results)} comparisons out of tolerance ({seconds:.1f} s)")
         return EXIT_FAILED

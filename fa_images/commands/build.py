@@ -17,6 +17,9 @@ examples:
   fa-images build --dry-run                   print the plan, build nothing
   fa-images build --dry-run --json            the plan as JSON: steps, stages, the build, tags, checks, pushes
   fa-images build --report build.json --fail-fast
+  fa-images build --sign-key keys/fa-images.key
+                                              beside each wheel, dist/WHEEL.intoto.jsonl: its SBOM,
+                                              provenance and GPU verdict, each signed (DSSE)
   fa-images build --wheels dist/ --push       images around the wheels in dist/ (built natively,
                                               on Slurm, by another job): no compile
   fa-images build --push --published https://ORG.github.io/REPO/
@@ -46,6 +49,15 @@ matrix, a flag, a path), 3 the base images cannot be provided (a pull failed, --
 one is missing, a base lacks the Python or nvcc the build needs), 4 the --published index
 cannot be read, 7 no engine, 70 a bug in fa-images (please report it), 130 interrupted.
 Re-run with --only to build just what is missing.
+
+Signing (--sign-key, an ECDSA P-256 key as `fa-images keys create` and cosign make; encrypted
+with $FA_IMAGES_SIGNING_PASSWORD where it is): after its checks, each entry's wheel gets three
+in-toto statements about its sha256, each in a DSSE envelope, one a line in dist/WHEEL.intoto.jsonl:
+a CycloneDX SBOM (its files and their hashes, the torch it was built against), SLSA provenance
+(the entry, the sdist's and the bases' digests, the builder, fa-images, the times) and, where the
+GPU check ran its comparisons, its verdict (GPU, arch, driver, each comparison and its bound).
+`fa-images inspect WHEEL --verify KEY.pub` checks them on a node. Without --sign-key nothing is
+signed, and the run says so.
 
 protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
 through a symlink; sources are fetched bounded and sha256-checked on the host.
@@ -127,6 +139,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="write the results as JSON, on every exit: the entries, the exit code and the error that ended the run",
+    )
+    build.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="KEY",
+        help="sign each wheel's SBOM, provenance and GPU verdict with this private key (see Signing below)",
     )
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
     build.add_argument(

@@ -34,6 +34,7 @@ class BuildArgs:
     keep_work: bool = False
     force: bool = False
     report: Path | None = None
+    sign_key: Path | None = None
 
     @classmethod
     def of(cls, parsed: Mapping[str, Any]) -> BuildArgs:

@@ -20,13 +20,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, scratch, source, untrusted, verify
+from ..builder import contract, gpuarch, safe_io, scratch, source, untrusted, verify, wheelfile
 from ..builder import dist as dist_dir
 from ..builder.contract import WRONG_ARCH_PREFIX
+from ..builder.verdict import Verdict
+from ..builder.verdict import parse as parse_verdict
 from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
-from ..outputs import context, group_cache
+from ..outputs import context, group_cache, signing, statements
 from . import bases
 from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
@@ -62,6 +64,8 @@ class Options:
     pull: PullPolicy = "missing"  # when the base images are pulled (build --pull, build.pull)
     # Where earlier runs published their results (build --published): what is current there is not built.
     published: Results | None = None
+    # The key the "attest" step signs with (build --sign-key); None: nothing is signed.
+    signer: signing.Signer | None = None
 
 
 @dataclass
@@ -130,6 +134,8 @@ class _EntryRun:
     inputs: str | None = None  # context.inputs_digest of this entry
     wheel_dir: Path | None = None  # where the build wrote the wheel stage's files, inside dist/
     fetched: Path | None = None  # where a published wheel was fetched to, inside dist/
+    verdict: Verdict | None = None  # the GPU check's, where its comparisons ran
+    started: float = field(default_factory=time.time)
 
     @property
     def entry(self) -> Entry:
@@ -505,6 +511,10 @@ class Executor:
             run.result.gpu_check_reason = reason or None
             status = self._gpu_check_skipped(run, "skipped: this GPU cannot run the image's GPU code")
             return StepOutcome(note=f"{status.note}: {run.result.gpu_check_reason or 'no reason given'}", skipped=True)
+        try:
+            run.verdict = parse_verdict(outcome.output)
+        except ValueError as exc:  # the image's own output: a verdict line that is not one is its failure
+            raise StepFailed(f"the GPU check's verdict line is not one: {untrusted.shown(str(exc))[:300]}") from None
         run.result.gpu_check = "passed"
         return StepOutcome(note=outcome.output[-1] if outcome.output else "")
 
@@ -536,6 +546,65 @@ class Executor:
             pushed.append(f"{ref}@{digest}")
         return StepOutcome(note=", ".join(pushed))
 
+    def _attest(self, run: _EntryRun) -> StepOutcome:
+        """The wheel's SBOM, provenance and GPU verdict, each a signed statement about its sha256,
+        in one bundle beside it in dist/ (``signing``)."""
+        signer, wheel_path, sha256 = self.options.signer, run.result.wheel, run.result.wheel_sha256
+        assert signer is not None  # a plan with the step was made for a key
+        if wheel_path is None or sha256 is None:
+            return StepOutcome(note="no wheel in dist/ to attest", skipped=True)
+        wheel, out = Path(wheel_path), safe_io.OutputDir(self.options.dist, create=False, what="dist directory")
+        name = signing.bundle_name(wheel.name)
+        if run.result.up_to_date and out.kind(name) == "file":
+            return StepOutcome(note=f"{name} (up to date)", skipped=True)
+        if run.plan.shares_wheel_of is not None:  # the group's wheel: its compiling entry's bundle
+            return StepOutcome(note=f"the group's wheel, attested for {run.plan.shares_wheel_of}", skipped=True)
+        subject = statements.Subject(wheel.name, sha256)
+        record = dist_dir.read_manifest(self.options.dist).wheels.get(wheel.name)
+        against = {"torch": record.torch} if record is not None and record.torch else {}
+        try:
+            with wheelfile.open_wheel(wheel) as opened:
+                sbom = statements.wheel_sbom(subject, opened, built_against=against)
+        except wheelfile.BadWheel as exc:
+            raise StepFailed(f"the wheel cannot be read for its SBOM: {exc}") from None
+        found = [
+            sbom,
+            statements.provenance(subject, self._build_facts(run, record)),
+        ]
+        if run.verdict is not None:
+            found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
+        out.write_bytes(name, signing.bundle([signing.sign(s, signer) for s in found]))
+        said = "SBOM, provenance" + (
+            f", GPU verdict ({run.verdict.gpu}, {run.verdict.sm})"
+            if run.verdict
+            else f"; no GPU verdict ({run.result.gpu_check})"
+        )
+        return StepOutcome(note=f"{self.options.dist / name}: {said}")
+
+    def _build_facts(self, run: _EntryRun, record: dist_dir.WheelRecord | None) -> statements.BuildFacts:
+        from .. import __version__
+
+        entry = run.entry
+        inputs = []
+        sdist = record.sdist_sha256 if record is not None else None
+        if sdist is None and run.source is not None and not run.plan.around_wheel:
+            sdist = source.sha256_of(run.source)  # the source the source step checked
+        if sdist is not None:
+            inputs.append(statements.Input(f"pkg:pypi/{entry.generation.project}@{entry.flash_attn}", sdist))
+        for ref in run.plan.bases:
+            info = self.engine.image_info(ref)
+            image_id = info.id.removeprefix("sha256:") if info is not None and info.id else None
+            inputs.append(statements.Input(f"docker-image:{ref}", image_id))
+        return statements.BuildFacts(
+            entry=entry.summary(),
+            builder=run.plan.form,
+            fa_images=__version__,
+            inputs=inputs,
+            inputs_digest=run.inputs,
+            started=run.started,
+            finished=time.time(),
+        )
+
 
 # Each step of a plan and the method that carries it out (tests/unit/test_plan.py: one for every step).
 STEP_TABLE: dict[StepName, Callable[[Executor, _EntryRun], StepOutcome]] = {
@@ -545,6 +614,7 @@ STEP_TABLE: dict[StepName, Callable[[Executor, _EntryRun], StepOutcome]] = {
     "check": Executor._check,
     "gpu-check": Executor._gpu_check,
     "push": Executor._push,
+    "attest": Executor._attest,
 }
 
 

@@ -24,7 +24,7 @@ from ..config.grammar import BuilderForm
 from ..config.matrix import Entry
 from .current import Wheel
 
-StepName = Literal["source", "build", "export", "check", "gpu-check", "push"]
+StepName = Literal["source", "build", "export", "check", "gpu-check", "push", "attest"]
 # In order. "gpu-check" is reported as skipped when the engine has no GPU runtime.
 STEPS: tuple[StepName, ...] = get_args(StepName)
 
@@ -213,6 +213,8 @@ class EntryPlan:
             lines.append("  gpu-check  skipped: --gpus none")
         for ref in self.push:
             lines.append(f"  push       {ref}")
+        if "attest" in self.steps:
+            lines.append("  attest     the wheel's SBOM, provenance and GPU verdict, signed, beside it in dist/")
         if self.cache_from:
             lines.append(f"  cache      from {', '.join(self.cache_from)} (their inline build cache, where there)")
         return lines
@@ -312,6 +314,7 @@ def make_plan(
     check: bool = True,
     push: bool = False,
     gpus: str = "runtime",
+    sign: bool = False,
     prebuilt: dict[str, Path] | None = None,
     published: dict[str, Wheel] | None = None,
     shared: dict[str, tuple[str, Path]] | None = None,
@@ -337,7 +340,13 @@ def make_plan(
         skip |= {"check", "gpu-check"}
     if not push:
         skip.add("push")
+    if not sign:
+        skip.add("attest")
     steps = tuple(s for s in STEPS if s not in skip)
+
+    def steps_of(e: Entry) -> tuple[StepName, ...]:
+        """A generation that makes no wheel has nothing in dist/ to attest."""
+        return steps if e.recipe.makes_wheel else tuple(s for s in steps if s != "attest")
 
     def pushed(e: Entry) -> tuple[str, ...]:
         """BuildKit's images carry their build cache inline: the builder image, pushed beside the
@@ -349,7 +358,7 @@ def make_plan(
     return [
         EntryPlan(
             entry=e,
-            steps=steps,
+            steps=steps_of(e),
             build=runtime_build(e),
             before=before_build(e, prebuilt=e.id in around, form=form, compiler_cache=compiler_cache),
             from_stages=from_stages(e, prebuilt=e.id in around, form=form, compiler_cache=compiler_cache),

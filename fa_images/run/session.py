@@ -13,6 +13,7 @@ from ..config.builder_decision import BuilderDecision
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from ..errors import EntriesFailed
+from ..outputs import signing
 from . import connect, current, prebuilt
 from .build_args import BuildArgs
 from .executor import EntryResult, Executor, Options
@@ -52,6 +53,7 @@ def make(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...], found: Found, f
         check=args.check,
         push=args.push,
         gpus=args.gpus,
+        sign=args.sign_key is not None,
         prebuilt=found.given,
         published=found.final,
         shared=found.shared,
@@ -81,12 +83,18 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
         planned = [e.id for e in entries]
         found = find_wheels(args, m, entries)
         gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
+        signer = signing.load_signer(args.sign_key) if args.sign_key else None  # a bad key: before any engine
         for note in found.notes:
             console.line(note)
         connection = connect.connect(m.build, args.builder)
         engine = connection.engine.describe()
         console.line(f"engine: {engine}")
         console.line(f"builder: {connection.builder.describe()} ({connection.decision.why})")
+        console.line(
+            f"signing: with {args.sign_key}: each wheel's SBOM, provenance and GPU verdict, beside it in dist/"
+            if signer
+            else "signing: none: nothing is signed (--sign-key KEY signs; `fa-images keys create` makes one)"
+        )
         plans = make(args, m, entries, found, connection.decision.form)
         options = Options(
             dist=args.dist,
@@ -99,6 +107,7 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
             compiler_cache=args.compiler_cache_root(),
             pull=args.pull or m.build.pull,
             published=found.published,
+            signer=signer,
         )
         executor = Executor(connection.engine, connection.builder, m, options, console)
         try:

@@ -193,7 +193,7 @@ def test_the_gpu_check_follows_the_gpus_flag(tiny_matrix, gpus, gpu_check) -> No
 
 
 def test_every_step_has_one_method() -> None:
-    assert list(plan.STEPS) == ["source", "build", "export", "check", "gpu-check", "push"]
+    assert list(plan.STEPS) == ["source", "build", "export", "check", "gpu-check", "push", "attest"]
     assert list(executor.STEP_TABLE) == list(plan.STEPS)
     assert len(set(executor.STEP_TABLE.values())) == len(plan.STEPS)
 

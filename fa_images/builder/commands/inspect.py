@@ -27,7 +27,7 @@ printed escaped. A --python that is missing or lies is a finding, not a crash.
 """
 
 
-def add(sub: argparse._SubParsersAction) -> None:
+def add(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     insp = sub.add_parser(
         "inspect",
@@ -51,6 +51,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(func=run)
+    return insp
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,10 @@ from ..comparison import CaseResult, sdpa
 from . import fa3
 
 REFERENCE = "an fp32 reference (FA3's rule)"  # what its cases compare with, for the verdict line
+RULE = (
+    "max|err| <= 2 x max|err| of the same math in the input dtype"
+    " + 2 x the dtype's rounding at the reference's magnitude"
+)
 SHAPE = (2, 1024, 8)  # batch, seqlen, query heads
 GQA_KV_HEADS = 2  # one grouped-query case: 8 query heads over 2 KV heads
 
