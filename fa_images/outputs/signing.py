@@ -169,6 +169,19 @@ def read_bundle(wheel: Path) -> bytes:
         raise UsageError(str(exc)) from None
 
 
+def names_key(envelope: bytes, key: Key) -> bool:
+    """Whether a DSSE envelope says ``key`` signed it (its keyid): one that does not is another
+    signer's, not a forgery of this one's."""
+    try:
+        document = untrusted.parse_json(envelope, what="an envelope")
+    except ValueError:
+        return True  # not an envelope at all: verify() says so
+    signatures = document.get("signatures") if isinstance(document, dict) else None
+    if not isinstance(signatures, list):
+        return True
+    return any(isinstance(s, dict) and s.get("keyid") == key.keyid for s in signatures)
+
+
 def verify(data: bytes, *, subject: Subject, key: Key, where: str) -> list[Attestation]:
     """Every statement of a bundle, each signed by ``key`` and about ``subject``. The first that is
     not ends it: BadSignature (a signature, a payload, or a line that is not an envelope) or

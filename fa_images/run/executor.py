@@ -29,7 +29,7 @@ from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
 from ..outputs import context, group_cache, signing, statements
-from . import bases
+from . import bases, image_signatures, registry
 from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
@@ -547,39 +547,59 @@ class Executor:
         return StepOutcome(note=", ".join(pushed))
 
     def _attest(self, run: _EntryRun) -> StepOutcome:
-        """The wheel's SBOM, provenance and GPU verdict, each a signed statement about its sha256,
-        in one bundle beside it in dist/ (``signing``)."""
+        """What the entry made, attested and signed: its wheel (a bundle beside it in dist/) and
+        its pushed image (a signature and attestations beside it in the registry)."""
+        assert self.options.signer is not None  # a plan with the step was made for a key
+        record = None
+        if run.result.wheel is not None:
+            record = dist_dir.read_manifest(self.options.dist).wheels.get(Path(run.result.wheel).name)
+        facts = self._build_facts(run, record)
+        said = [self._attest_wheel(run, record, facts), self._attest_image(run, facts)]
+        notes = [note for note in said if note]
+        if not notes:
+            return StepOutcome(note="nothing to attest: no wheel in dist/ and no image pushed", skipped=True)
+        verdict = run.verdict
+        gpu = f"GPU verdict ({verdict.gpu}, {verdict.sm})" if verdict else f"no GPU verdict ({run.result.gpu_check})"
+        return StepOutcome(note=f"{'; '.join(notes)}; {gpu}")
+
+    def _attest_wheel(
+        self, run: _EntryRun, record: dist_dir.WheelRecord | None, facts: statements.BuildFacts
+    ) -> str | None:
         signer, wheel_path, sha256 = self.options.signer, run.result.wheel, run.result.wheel_sha256
-        assert signer is not None  # a plan with the step was made for a key
-        if wheel_path is None or sha256 is None:
-            return StepOutcome(note="no wheel in dist/ to attest", skipped=True)
+        if signer is None or wheel_path is None or sha256 is None:
+            return None
         wheel, out = Path(wheel_path), safe_io.OutputDir(self.options.dist, create=False, what="dist directory")
         name = signing.bundle_name(wheel.name)
-        if run.result.up_to_date and out.kind(name) == "file":
-            return StepOutcome(note=f"{name} (up to date)", skipped=True)
         if run.plan.shares_wheel_of is not None:  # the group's wheel: its compiling entry's bundle
-            return StepOutcome(note=f"the group's wheel, attested for {run.plan.shares_wheel_of}", skipped=True)
+            return f"the group's wheel: attested for {run.plan.shares_wheel_of}"
+        if run.result.up_to_date and out.kind(name) == "file":
+            return f"{name} (up to date)"
         subject = statements.Subject(wheel.name, sha256)
-        record = dist_dir.read_manifest(self.options.dist).wheels.get(wheel.name)
         against = {"torch": record.torch} if record is not None and record.torch else {}
         try:
             with wheelfile.open_wheel(wheel) as opened:
-                sbom = statements.wheel_sbom(subject, opened, built_against=against)
+                found = [statements.wheel_sbom(subject, opened, built_against=against)]
         except wheelfile.BadWheel as exc:
             raise StepFailed(f"the wheel cannot be read for its SBOM: {exc}") from None
-        found = [
-            sbom,
-            statements.provenance(subject, self._build_facts(run, record)),
-        ]
+        found.append(statements.provenance(subject, facts))
         if run.verdict is not None:
             found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
         out.write_bytes(name, signing.bundle([signing.sign(s, signer) for s in found]))
-        said = "SBOM, provenance" + (
-            f", GPU verdict ({run.verdict.gpu}, {run.verdict.sm})"
-            if run.verdict
-            else f"; no GPU verdict ({run.result.gpu_check})"
+        return f"{self.options.dist / name} (SBOM, provenance{', GPU verdict' if run.verdict else ''})"
+
+    def _attest_image(self, run: _EntryRun, facts: statements.BuildFacts) -> str | None:
+        signer, digest = self.options.signer, run.result.pushed
+        if signer is None or digest is None:
+            return None
+        repository, _ = registry.Repository.of(run.entry.image)
+        subject = image_signatures.subject_of(repository, digest)
+        found = [statements.provenance(subject, facts)]
+        if run.verdict is not None:
+            found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
+        tags = image_signatures.sign(registry.Session(repository, push=True), digest, signer, found)
+        return (
+            f"{repository.identity}: {', '.join(tags)} (signature; provenance{', GPU verdict' if run.verdict else ''})"
         )
-        return StepOutcome(note=f"{self.options.dist / name}: {said}")
 
     def _build_facts(self, run: _EntryRun, record: dist_dir.WheelRecord | None) -> statements.BuildFacts:
         from .. import __version__

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..builder import contract, safe_io, untrusted
+from ..builder import verdict as check_verdict
 from ..builder.cli import exit_code_of
 from ..builder.wording import counted
 from ..config import grammar
@@ -86,6 +87,10 @@ class ImageCheck:
     # wrong arch: the compat table's GPUs that run the image, each with its AWS instance families
     runs_on: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The check's comparisons as data, where they ran (its VERDICT line): what --attest signs.
+    comparisons: check_verdict.Verdict | None = None
+    # With --verify: the GPU verdicts the image already carried, each signed by the key.
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
 
     def line(self) -> str:
         """One line for a terminal; every part from the image is escaped."""
@@ -152,6 +157,11 @@ def check_image(engine: Engine, ref: str, access: GpuAccess, on_line: Callable[[
             result.gpu, result.arch = match["name"], match["arch"]
     said = [line.strip() for line in output if line.strip().startswith(_VERDICT_PREFIXES)]
     result.verdict = _verdict(run.exit_code)
+    try:
+        result.comparisons = check_verdict.parse(run.output)
+    except ValueError as exc:  # the image's own output: a verdict line that is not one fails it
+        result.verdict, run_said = "fail", f"its verdict line is not one: {untrusted.shown(str(exc))[:200]}"
+        said.append(run_said)
     if result.verdict == "no GPU" and isinstance(gpu, HostGpus):  # as in `build`: devices passed, none seen
         result.verdict, why_none = "fail", "--gpus devices passed the GPUs, and torch in the image sees none"
     result.exit_code = EXIT_CODES[result.verdict]

@@ -213,8 +213,12 @@ class EntryPlan:
             lines.append("  gpu-check  skipped: --gpus none")
         for ref in self.push:
             lines.append(f"  push       {ref}")
-        if "attest" in self.steps:
+        if "attest" in self.steps and self.entry.recipe.makes_wheel:
             lines.append("  attest     the wheel's SBOM, provenance and GPU verdict, signed, beside it in dist/")
+        if "attest" in self.steps and self.push:
+            lines.append(
+                f"  attest     {self.entry.image}: signed, with its provenance and GPU verdict (cosign's tags)"
+            )
         if self.cache_from:
             lines.append(f"  cache      from {', '.join(self.cache_from)} (their inline build cache, where there)")
         return lines
@@ -345,8 +349,9 @@ def make_plan(
     steps = tuple(s for s in STEPS if s not in skip)
 
     def steps_of(e: Entry) -> tuple[StepName, ...]:
-        """A generation that makes no wheel has nothing in dist/ to attest."""
-        return steps if e.recipe.makes_wheel else tuple(s for s in steps if s != "attest")
+        """Attested: a wheel in dist/, a pushed image; a generation that makes no wheel and an
+        image not pushed leave nothing to attest."""
+        return steps if e.recipe.makes_wheel or "push" in steps else tuple(s for s in steps if s != "attest")
 
     def pushed(e: Entry) -> tuple[str, ...]:
         """BuildKit's images carry their build cache inline: the builder image, pushed beside the
