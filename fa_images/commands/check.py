@@ -43,7 +43,8 @@ asked; 12 not an fa-images image (no fa-images labels, so no check of its own); 
 IMAGE that is not an image reference, a flag); 7 no engine. With --verify, before anything is
 pulled: 13 not signed (no signature beside it in its registry), 14 no signature by this key (or an
 attestation changed after it was signed), 15 a signature or attestation for another digest.
-With several images, the worst: fail, then not fa-images, then wrong arch, then no GPU. --json prints its object on every exit, with "exit_code" and "error".
+With several images, the worst: fail, then not fa-images, then wrong arch, then no GPU.
+--json prints its object on every exit, with "exit_code" and "error".
 
 protected: every IMAGE is checked against Docker's reference grammar before the engine sees it;
 labels and output come from the image and are bounded and escaped before they are printed;
