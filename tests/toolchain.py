@@ -563,26 +563,40 @@ BUILDX_SUITE = "trixie"
 def buildx_config() -> Path:
     """A ``DOCKER_CONFIG`` directory whose ``cli-plugins/`` holds Debian 13's docker-buildx, for
     ``docker buildx bake`` with the 20.10 CLI of Debian 12. The system's apt state is untouched."""
-    root = cache_dir() / "buildx"
-    spec = {"package": "docker-buildx", "suite": BUILDX_SUITE}
+    return _debian_binary(
+        "docker-buildx", "usr/libexec/docker/cli-plugins/docker-buildx", "buildx", "config/cli-plugins"
+    )
+
+
+def cosign() -> Path:
+    """Debian 13's cosign (2.5, statically linked but for libc): the independent verifier of the
+    signatures and attestations fa-images attaches to images (Debian 12 has none; its skopeo and
+    podman are built with sigstore disabled)."""
+    return _debian_binary("cosign", "usr/bin/cosign", "cosign", "bin") / "cosign"
+
+
+def _debian_binary(package: str, member: str, name: str, into: str) -> Path:
+    """``root/into`` holding the file ``member`` of Debian 13's ``package``, fetched once into the
+    test cache with an apt state of its own (the system's is untouched)."""
+    root = cache_dir() / name
+    spec = {"package": package, "suite": BUILDX_SUITE}
     with _lock(root):
         if _is_ready(root, spec):
-            return root / "config"
+            return root / into
         shutil.rmtree(root, ignore_errors=True)
         downloads = root / "downloads"
         downloads.mkdir(parents=True)
         options = _private_apt(downloads / "apt", f"deb {{keyring}} {{mirror}} {BUILDX_SUITE} main")
-        _log(f"fetching docker-buildx from Debian {BUILDX_SUITE}")
+        _log(f"fetching {package} from Debian {BUILDX_SUITE}")
         _run(["apt-get", *options, "-qq", "update"], progress=True)
-        _run(["apt-get", *options, "-qq", "download", "docker-buildx"], cwd=downloads, progress=True)
-        (deb,) = downloads.glob("docker-buildx_*.deb")
+        _run(["apt-get", *options, "-qq", "download", package], cwd=downloads, progress=True)
+        (deb,) = downloads.glob(f"{package}_*.deb")
         _run(["dpkg-deb", "-x", str(deb), str(downloads / "tree")])
-        plugins = root / "config" / "cli-plugins"
-        plugins.mkdir(parents=True)
-        shutil.copy2(downloads / "tree" / "usr/libexec/docker/cli-plugins/docker-buildx", plugins)
+        (root / into).mkdir(parents=True)
+        shutil.copy2(downloads / "tree" / member, root / into)
         shutil.rmtree(downloads)
         _mark(root, spec)
-    return root / "config"
+    return root / into
 
 
 def _debian_mirror() -> str:

@@ -108,7 +108,8 @@ def sign(
             Layer(
                 json.dumps(signing.sign(s, signer), sort_keys=True, separators=(",", ":")).encode(),
                 DSSE_ENVELOPE,
-                {"predicateType": s["predicateType"]},
+                # The signature is the envelope's; cosign wants the annotation there all the same.
+                {"predicateType": s["predicateType"], SIGNATURE_ANNOTATION: ""},
             )
             for s in found
         ]

@@ -20,6 +20,7 @@ import yaml
 from fixtures.tiny import make_tiny_sdist
 
 from fa_images.builder.source import sha256_of
+from fa_images.outputs import signing
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD, BROKEN, INTERRUPTED = "2.8.3.dev0", "2.8.3.dev1", "2.8.3.dev2"
@@ -117,12 +118,16 @@ def make_project(tmp_path_factory, stock: engine_env.Stock, registry: engine_env
 
 
 def run_first_build(project: Project) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
-    """One build of three entries: two good ones of one torch, one whose compile fails."""
+    """One build of three entries: two good ones of one torch, one whose compile fails; pushed and
+    signed with the project's key (``keys/``)."""
     matrix = project.matrix(
         "matrix.yaml", image=f"{project.registry}/fa-images-test/flash-attn", versions=[GOOD, BROKEN, UPDATE]
     )
+    # Signed: its pushed images and its wheels carry their attestations (test_signed_engine.py).
+    signing.create_keys(project.dir / "keys")
     started = time.monotonic()
-    proc = project.run("build", "--matrix", str(matrix), "--push", "--report", "report.json")
+    key = str(project.dir / "keys" / signing.PRIVATE_KEY)
+    proc = project.run("build", "--matrix", str(matrix), "--push", "--sign-key", key, "--report", "report.json")
     print(f"first build: {time.monotonic() - started:.0f} s\n{proc.stderr[-4000:]}")
     report = json.loads((project.dir / "report.json").read_text())
     return proc, {e["id"]: e for e in report["entries"]}
