@@ -59,6 +59,7 @@ RECORD_FIELDS = {
     "image": re.compile(r"[a-z0-9][A-Za-z0-9_.:/@+-]{0,511}", re.ASCII),
     "sdist_sha256": SHA256,
     "inputs": SHA256,
+    "attestations": SHA256,
 }
 # The platforms a flash-attn wheel is built for; anything else in a tag is refused.
 KNOWN_PLATFORM = re.compile(r"(?:linux|manylinux(?:1|2010|2014|_2_\d{1,3}))_(?:x86_64|aarch64)", re.ASCII)
@@ -110,6 +111,8 @@ class WheelRecord:
     inputs: str | None = None
     # The image's digest as the registry took it, when that run pushed: where its image is current.
     pushed: str | None = None
+    # The sha256 of its signed attestations beside it (WHEEL + ATTESTATIONS_SUFFIX), when signed.
+    attestations: str | None = None
 
     @classmethod
     def of(cls, wheel: Path, sha256: str, built_for: BuiltFor, **more: Any) -> WheelRecord:
@@ -352,6 +355,9 @@ def add_wheels(
                     out.link_in(name, item.path) if move else out.copy_in(name, item.path)
                     new.append(name)
                     consumed.append(item.path)
+                bundle = attestations_of(item.path.parent, name, item.record) if not move else None
+                if bundle is not None and not _same_file(bundle, directory / bundle.name):
+                    out.copy_in(bundle.name, bundle)  # signed statements travel with their wheel
                 old = manifest.wheels.get(name)
                 record = item.record
                 if old is not None and old.sha256 == record.sha256:
@@ -442,6 +448,30 @@ def set_inputs(directory: Path, entry: str, inputs: str | None, *, pushed: str |
         if changed:
             manifest.wheels.update(changed)
             out.write_text(MANIFEST, manifest.to_json())
+
+
+ATTESTATIONS_SUFFIX = ".intoto.jsonl"  # beside a wheel: its signed statements, one DSSE envelope a line
+
+
+def set_attestations(directory: Path, wheel: str, sha256: str) -> None:
+    """Records the bundle of signed statements written beside ``wheel`` (its sha256)."""
+    out = safe_io.OutputDir(directory, create=False, what="dist directory")
+    with locked(directory):
+        manifest = read_manifest(directory)
+        record = manifest.wheels.get(wheel)
+        if record is not None and record.attestations != sha256:
+            manifest.wheels[wheel] = replace(record, attestations=sha256)
+            out.write_text(MANIFEST, manifest.to_json())
+
+
+def attestations_of(directory: Path, wheel: str, record: WheelRecord) -> Path | None:
+    """The bundle beside a wheel, if its record names one and it is that file (None: unsigned)."""
+    if record.attestations is None:
+        return None
+    path = directory / (wheel + ATTESTATIONS_SUFFIX)
+    if not path.is_file() or path.is_symlink() or sha256_of(path) != record.attestations:
+        raise UsageError(f"{path} is not the attestation bundle {directory / MANIFEST} records for {wheel}")
+    return path
 
 
 def _projects(files: Iterable[str]) -> dict[str, list[str]]:

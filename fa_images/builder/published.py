@@ -146,7 +146,8 @@ def site(directory: Path, out: Path, *, wheel_url: str, published: PublishedInde
         meta = _metadata_file(directory, name)
         records[name], hrefs[name] = record, wheel_url + quote(name)
         metadata[name] = None if meta is None else hashlib.sha256(meta.read_bytes()).hexdigest()
-        uploads += [wheel] + ([meta] if meta else [])
+        bundle = dist.attestations_of(directory, name, record)  # signed statements, uploaded beside it
+        uploads += [wheel] + ([meta] if meta else []) + ([bundle] if bundle else [])
     manifest = dist.Manifest(records)
     twin_sha256: dict[str, str] = {}
     for twin in dist.site_twins(manifest):  # each beside its class wheel, uploaded with it

@@ -28,12 +28,12 @@ from securesystemslib import dsse
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
-from ..builder import safe_io, untrusted
+from ..builder import dist, safe_io, untrusted
 from ..errors import FatalError, UsageError
 from .statements import PREDICATES, STATEMENT_TYPE, Subject
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-BUNDLE_SUFFIX = ".intoto.jsonl"
+BUNDLE_SUFFIX = dist.ATTESTATIONS_SUFFIX
 PASSWORD_ENV = "FA_IMAGES_SIGNING_PASSWORD"
 PRIVATE_KEY = "fa-images.key"
 PUBLIC_KEY = "fa-images.pub"

@@ -584,7 +584,9 @@ class Executor:
         found.append(statements.provenance(subject, facts))
         if run.verdict is not None:
             found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
-        out.write_bytes(name, signing.bundle([signing.sign(s, signer) for s in found]))
+        data = signing.bundle([signing.sign(s, signer) for s in found])
+        out.write_bytes(name, data)
+        dist_dir.set_attestations(self.options.dist, wheel.name, hashlib.sha256(data).hexdigest())
         return f"{self.options.dist / name} (SBOM, provenance{', GPU verdict' if run.verdict else ''})"
 
     def _attest_image(self, run: _EntryRun, facts: statements.BuildFacts) -> str | None:

@@ -324,3 +324,39 @@ def test_a_bundle_that_is_a_fifo_or_too_large_is_refused_in_bounded_time(signed,
         f.truncate(signing.MAX_BUNDLE + 1)
     code, err = verify_code(fa, signed, keys[1])
     assert code == 2 and "larger than" in err, err
+
+
+def test_the_verdict_predicate_is_what_its_published_schema_says(tmp_path) -> None:
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-verdict.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    predicate = statements.gpu_verdict(statements.Subject("x", "a" * 64), H100, checked_on="the build host", at=0)
+    jsonschema.validate(predicate["predicate"], schema)
+    assert schema["$id"] == statements.VERDICT_TYPE
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(predicate["predicate"] | {"capability": "sm_90"}, schema)
+
+
+def test_the_bundle_is_recorded_travels_with_dist_merge_and_is_uploaded_by_dist_site(
+    signed, keys, fa, tmp_path, monkeypatch
+) -> None:
+    from fa_images.builder import dist
+
+    # The stand-in wheel has no real extension: merge's verifier has tests of its own.
+    monkeypatch.setattr(dist, "verify_incoming", lambda item, log: None)
+    bundle = signed.with_name(WHEEL + ".intoto.jsonl")
+    record = dist.read_manifest(Path("dist")).wheels[WHEEL]
+    assert record.attestations == hashlib.sha256(bundle.read_bytes()).hexdigest()
+    merged = fa("dist", "merge", "dist", "--dist", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    assert (tmp_path / "merged" / bundle.name).read_bytes() == bundle.read_bytes()
+    verified = fa("inspect", str(tmp_path / "merged" / WHEEL), "--no-import", "--verify", str(keys[1]))
+    assert "✓ signed: " in verified.stdout, verified.stderr
+    site = fa("dist", "site", "--out", str(tmp_path / "site"), "--wheel-url", "https://example.org/release/")
+    assert site.returncode == 0, site.stderr
+    assert str(Path("dist") / bundle.name) in site.stdout.split()  # uploaded beside its wheel
+    published = json.loads((tmp_path / "site" / "manifest.json").read_text())["wheels"][WHEEL]
+    assert published["attestations"] == record.attestations
+    bundle.write_bytes(bundle.read_bytes() + b"\n")  # no longer the file the record names
+    assert fa("dist", "site", "--out", str(tmp_path / "site2"), "--wheel-url", "https://example.org/r/").returncode == 2
