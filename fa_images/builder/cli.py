@@ -17,7 +17,7 @@ import traceback
 
 from . import generations
 from .commands import check as check_command
-from .commands import inspect, wheel
+from .commands import inspect, inventory, wheel
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .untrusted import shown
 
@@ -28,6 +28,7 @@ def add_commands(sub: argparse._SubParsersAction, *, host: bool = False) -> None
     wheel.add(sub)
     for gen in generations.GENERATIONS:  # the commands a generation adds (compiling ahead)
         gen.steps().add_commands(sub)
+    inventory.add(sub)
     if not host:
         inspect.add(sub)
         check_command.add(sub)

@@ -52,6 +52,8 @@ WRONG_ARCH_PREFIX = "WRONG ARCH: "  # the check's line with the reason, which th
 # The check's last line where its comparisons ran: the verdict as one JSON object (builder/verdict.py),
 # which the host signs as an attestation.
 VERDICT_PREFIX = "VERDICT: "
+INVENTORY_PREFIX = "INVENTORY: "  # `inventory`'s line: what an image holds, for its SBOM
+INVENTORY_COMMAND = ("python", "-m", "fa_images.builder", "inventory")
 EXIT_SHIM_REFUSED = 97  # the setup.py shim cannot correct this setup.py
 
 # Written beside the prepared source; read by the setup.py shim and the verifier.

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cyclonedx.model import HashAlgorithm, HashType
+from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
@@ -165,6 +165,51 @@ def wheel_sbom(subject: Subject, wheel: wheelfile.Wheel, *, built_against: Mappi
     bom.register_dependency(main, against)
     document = json.loads(JsonV1Dot6(bom).output_as_string(indent=None))
     # CycloneDX's serial number and time make each document new; the statement is about the wheel.
+    document.pop("serialNumber", None)
+    document.get("metadata", {}).pop("timestamp", None)
+    return statement(subject, SBOM_TYPE, document)
+
+
+def image_sbom(subject: Subject, inventory: Mapping[str, Any], bases: Sequence[Input]) -> dict[str, Any]:
+    """An image as CycloneDX: the container (its repository and manifest digest), every Python
+    distribution installed in it (version; the sha256 of its RECORD, which lists each file's hash, as
+    a property), the CUDA libraries torch loads (runtime, cuDNN, NCCL) and the base images it stands on."""
+    main = Component(
+        name=subject.name,
+        version=f"sha256:{subject.sha256}",
+        type=ComponentType.CONTAINER,
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=subject.sha256)],
+        bom_ref=f"{subject.name}@sha256:{subject.sha256}",
+    )
+    bom = Bom()
+    bom.metadata.component = main
+    parts = []
+    for package in inventory.get("packages", []):
+        name, version = package["name"], package["version"]
+        component = Component(
+            name=name, version=version, type=ComponentType.LIBRARY,
+            purl=PackageURL("pypi", None, name.lower(), version), bom_ref=f"pkg:pypi/{name.lower()}@{version}",
+        )  # fmt: skip
+        if package.get("record_sha256"):
+            component.properties.add(Property(name="fa-images:record-sha256", value=package["record_sha256"]))
+        parts.append(component)
+    for library, version in sorted(inventory.get("libraries", {}).items()):
+        label = {"cuda": "CUDA runtime", "cudnn": "cuDNN", "nccl": "NCCL"}[library]
+        parts.append(
+            Component(name=label, version=version, type=ComponentType.LIBRARY, bom_ref=f"lib:{library}@{version}")
+        )
+    if inventory.get("python"):
+        parts.append(
+            Component(name="CPython", version=inventory["python"], type=ComponentType.PLATFORM, bom_ref="python")
+        )
+    for base in bases:
+        hashes = [HashType(alg=HashAlgorithm.SHA_256, content=base.sha256)] if base.sha256 else []
+        parts.append(Component(name=base.uri.removeprefix("docker-image:"), type=ComponentType.CONTAINER,
+                               hashes=hashes, bom_ref=base.uri))  # fmt: skip
+    for part in parts:
+        bom.components.add(part)
+    bom.register_dependency(main, parts)
+    document = json.loads(JsonV1Dot6(bom).output_as_string(indent=None))
     document.pop("serialNumber", None)
     document.get("metadata", {}).pop("timestamp", None)
     return statement(subject, SBOM_TYPE, document)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, safe_io, scratch, source, untrusted, verify, wheelfile
+from ..builder import contract, gpuarch, inventory, safe_io, scratch, source, untrusted, verify, wheelfile
 from ..builder import dist as dist_dir
 from ..builder.contract import WRONG_ARCH_PREFIX
 from ..builder.verdict import Verdict
@@ -595,13 +595,25 @@ class Executor:
             return None
         repository, _ = registry.Repository.of(run.entry.image)
         subject = image_signatures.subject_of(repository, digest)
-        found = [statements.provenance(subject, facts)]
+        found = [self._image_sbom(run, subject, facts), statements.provenance(subject, facts)]
         if run.verdict is not None:
             found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
         tags = image_signatures.sign(registry.Session(repository, push=True), digest, signer, found)
-        return (
-            f"{repository.identity}: {', '.join(tags)} (signature; provenance{', GPU verdict' if run.verdict else ''})"
-        )
+        said = f"signature; SBOM, provenance{', GPU verdict' if run.verdict else ''}"
+        return f"{repository.identity}: {', '.join(tags)} ({said})"
+
+    def _image_sbom(self, run: _EntryRun, subject: statements.Subject, facts: statements.BuildFacts) -> dict[str, Any]:
+        """What the image holds, as its own ``inventory`` says in a container of it."""
+        command = list(contract.INVENTORY_COMMAND)
+        said = self.engine.run(run.entry.image, command, gpu=False, keep=False, on_line=lambda _: None)
+        try:
+            if said.exit_code != 0:
+                raise ValueError(f"it exited with {said.exit_code}")
+            held = inventory.parse(said.output)
+        except ValueError as exc:
+            raise StepFailed(f"the image's inventory, for its SBOM: {untrusted.shown(str(exc))[:300]}") from None
+        bases = [i for i in facts.inputs if i.uri.startswith("docker-image:")]
+        return statements.image_sbom(subject, held, bases)
 
     def _build_facts(self, run: _EntryRun, record: dist_dir.WheelRecord | None) -> statements.BuildFacts:
         from .. import __version__

@@ -360,3 +360,36 @@ def test_the_bundle_is_recorded_travels_with_dist_merge_and_is_uploaded_by_dist_
     assert published["attestations"] == record.attestations
     bundle.write_bytes(bundle.read_bytes() + b"\n")  # no longer the file the record names
     assert fa("dist", "site", "--out", str(tmp_path / "site2"), "--wheel-url", "https://example.org/r/").returncode == 2
+
+
+def test_an_images_sbom_holds_its_packages_libraries_and_bases() -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from fa_images.builder import inventory
+
+    held = inventory.parse(["flash_attn imports", inventory.line()])  # this interpreter's, as an image prints it
+    assert any(p["name"].lower() == "pyyaml" for p in held["packages"])
+    bases = [statements.Input("docker-image:reg.local/cuda:12.8-devel", "c" * 64)]
+    sbom = statements.image_sbom(statements.Subject("reg.local/fa", "d" * 64), held, bases)["predicate"]
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom)) is None
+    names = {c["name"] for c in sbom["components"]}
+    assert {"PyYAML", "reg.local/cuda:12.8-devel", "CPython"} <= names
+    assert sbom["metadata"]["component"]["hashes"] == [{"alg": "SHA-256", "content": "d" * 64}]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INVENTORY: " + json.dumps({"packages": [{"name": "x\x1b[2J", "version": "1"}]}),
+        "INVENTORY: " + json.dumps({"packages": [{"name": "x", "version": "1", "record_sha256": "nope"}]}),
+        "INVENTORY: " + json.dumps({"packages": "all of them"}),
+        "INVENTORY: " + "[" * 50_000,
+        "no inventory at all",
+    ],
+)
+def test_an_inventory_that_is_not_one_is_refused(line) -> None:
+    from fa_images.builder import inventory
+
+    with pytest.raises(ValueError):
+        inventory.parse([line])
