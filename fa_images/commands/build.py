@@ -56,8 +56,11 @@ in-toto statements about its sha256, each in a DSSE envelope, one a line in dist
 a CycloneDX SBOM (its files and their hashes, the torch it was built against), SLSA provenance
 (the entry, the sdist's and the bases' digests, the builder, fa-images, the times) and, where the
 GPU check ran its comparisons, its verdict (GPU, arch, driver, each comparison and its bound).
-`fa-images inspect WHEEL --verify KEY.pub` checks them on a node. Without --sign-key nothing is
-signed, and the run says so.
+`fa-images inspect WHEEL --verify KEY.pub` checks them on a node. With --statements DIR the same
+statements are written unsigned (DIR/ENTRY/wheel/ and DIR/ENTRY/image/: sbom.json,
+provenance.json, gpu-verdict.json, each a predicate as `cosign attest --predicate` takes it, and
+`subject`, what they are about), for a signer of the CI's own: `export github --sign keyless`
+signs them with the job's OIDC identity. Without either, nothing is signed, and the run says so.
 
 protected: dist/ (wheels, manifest.json, simple/) and --report are written atomically, never
 through a symlink; sources are fetched bounded and sha256-checked on the host.
@@ -145,6 +148,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="KEY",
         help="sign each wheel's SBOM, provenance and GPU verdict with this private key (see Signing below)",
+    )
+    build.add_argument(
+        "--statements",
+        type=Path,
+        metavar="DIR",
+        help="also write the statements unsigned into DIR/ENTRY/{wheel,image}/, for cosign attest (keyless CI)",
     )
     build.add_argument("--keep-container", action="store_true", help="keep a failed check's container for debugging")
     build.add_argument(

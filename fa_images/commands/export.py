@@ -65,6 +65,7 @@ def cmd_export_github(args: argparse.Namespace) -> int:
         "python": args.python,
         "install": args.install,
         "push": args.push,
+        "sign": args.sign,
         "registry_username_secret": args.registry_username_secret,
         "registry_password_secret": args.registry_password_secret,
         "release": args.release,
@@ -208,6 +209,13 @@ def _add_export_github(sub: argparse._SubParsersAction) -> None:
     )
     gh.add_argument(
         "--push", action="store_true", default=None, help="push the images, logging in with the two secrets below"
+    )
+    gh.add_argument(
+        "--sign",
+        choices=["keyless"],
+        default=None,
+        help="sign in the workflow with the job's OIDC identity (cosign keyless): each pushed image, its SBOM, "
+        "provenance and GPU verdict, and the merged wheels; the jobs get id-token: write",
     )
     gh.add_argument(
         "--registry-username-secret",

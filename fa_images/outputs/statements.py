@@ -37,6 +37,11 @@ PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
 VERDICT_TYPE = "https://fa-images.invalid/gpu-verdict/v1"  # names it; nothing is fetched from there
 BUILD_TYPE = "https://fa-images.invalid/build/v1"
 PREDICATES = {SBOM_TYPE: "SBOM", PROVENANCE_TYPE: "provenance", VERDICT_TYPE: "GPU verdict"}
+# `build --statements DIR`: each predicate a file (as `cosign attest --predicate` takes it) in
+# DIR/ENTRY/{wheel,image}/, beside SUBJECT_FILE, what they are about (repository@digest, or the
+# wheel's path).
+STATEMENT_FILES = {SBOM_TYPE: "sbom.json", PROVENANCE_TYPE: "provenance.json", VERDICT_TYPE: "gpu-verdict.json"}
+SUBJECT_FILE = "subject"
 MAX_RECORD = 16 << 20  # RECORD of a wheel of 100,000 members
 
 

@@ -35,6 +35,7 @@ class BuildArgs:
     force: bool = False
     report: Path | None = None
     sign_key: Path | None = None
+    statements: Path | None = None
 
     @classmethod
     def of(cls, parsed: Mapping[str, Any]) -> BuildArgs:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..builder import contract, gpuarch, inventory, safe_io, scratch, source, untrusted, verify, wheelfile
+from ..builder import contract, gpuarch, scratch, source, untrusted, verify
 from ..builder import dist as dist_dir
 from ..builder.contract import WRONG_ARCH_PREFIX
 from ..builder.verdict import Verdict
@@ -28,8 +28,8 @@ from ..builder.verdict import parse as parse_verdict
 from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
-from ..outputs import context, group_cache, signing, statements
-from . import bases, image_signatures, registry
+from ..outputs import context, group_cache, signing
+from . import attest, bases
 from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
@@ -64,8 +64,10 @@ class Options:
     pull: PullPolicy = "missing"  # when the base images are pulled (build --pull, build.pull)
     # Where earlier runs published their results (build --published): what is current there is not built.
     published: Results | None = None
-    # The key the "attest" step signs with (build --sign-key); None: nothing is signed.
+    # The key the "attest" step signs with (build --sign-key); None: nothing is signed here.
     signer: signing.Signer | None = None
+    # Where the "attest" step writes its statements unsigned, for a signer of the CI's (build --statements).
+    statements: Path | None = None
 
 
 @dataclass
@@ -547,97 +549,31 @@ class Executor:
         return StepOutcome(note=", ".join(pushed))
 
     def _attest(self, run: _EntryRun) -> StepOutcome:
-        """What the entry made, attested and signed: its wheel (a bundle beside it in dist/) and
-        its pushed image (a signature and attestations beside it in the registry)."""
-        assert self.options.signer is not None  # a plan with the step was made for a key
-        record = None
-        if run.result.wheel is not None:
-            record = dist_dir.read_manifest(self.options.dist).wheels.get(Path(run.result.wheel).name)
-        facts = self._build_facts(run, record)
-        said = [self._attest_wheel(run, record, facts), self._attest_image(run, facts)]
-        notes = [note for note in said if note]
+        """What the entry made, as signed statements or statements for a signer of its own (``attest.py``)."""
+        result, plan = run.result, run.plan
+        made = attest.Made(
+            entry=run.entry,
+            form=plan.form,
+            bases=plan.bases,
+            source=None if plan.around_wheel else run.source,
+            inputs=run.inputs,
+            wheel=Path(result.wheel) if result.wheel else None,
+            wheel_sha256=result.wheel_sha256,
+            shares_wheel_of=plan.shares_wheel_of,
+            up_to_date=result.up_to_date,
+            pushed=result.pushed,
+            verdict=run.verdict,
+            started=run.started,
+        )
+        options = self.options
+        notes = attest.Attester(
+            self.engine, options.dist, signer=options.signer, statements_dir=options.statements
+        ).attest(made)
         if not notes:
             return StepOutcome(note="nothing to attest: no wheel in dist/ and no image pushed", skipped=True)
         verdict = run.verdict
-        gpu = f"GPU verdict ({verdict.gpu}, {verdict.sm})" if verdict else f"no GPU verdict ({run.result.gpu_check})"
+        gpu = f"GPU verdict ({verdict.gpu}, {verdict.sm})" if verdict else f"no GPU verdict ({result.gpu_check})"
         return StepOutcome(note=f"{'; '.join(notes)}; {gpu}")
-
-    def _attest_wheel(
-        self, run: _EntryRun, record: dist_dir.WheelRecord | None, facts: statements.BuildFacts
-    ) -> str | None:
-        signer, wheel_path, sha256 = self.options.signer, run.result.wheel, run.result.wheel_sha256
-        if signer is None or wheel_path is None or sha256 is None:
-            return None
-        wheel, out = Path(wheel_path), safe_io.OutputDir(self.options.dist, create=False, what="dist directory")
-        name = signing.bundle_name(wheel.name)
-        if run.plan.shares_wheel_of is not None:  # the group's wheel: its compiling entry's bundle
-            return f"the group's wheel: attested for {run.plan.shares_wheel_of}"
-        if run.result.up_to_date and out.kind(name) == "file":
-            return f"{name} (up to date)"
-        subject = statements.Subject(wheel.name, sha256)
-        against = {"torch": record.torch} if record is not None and record.torch else {}
-        try:
-            with wheelfile.open_wheel(wheel) as opened:
-                found = [statements.wheel_sbom(subject, opened, built_against=against)]
-        except wheelfile.BadWheel as exc:
-            raise StepFailed(f"the wheel cannot be read for its SBOM: {exc}") from None
-        found.append(statements.provenance(subject, facts))
-        if run.verdict is not None:
-            found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
-        data = signing.bundle([signing.sign(s, signer) for s in found])
-        out.write_bytes(name, data)
-        dist_dir.set_attestations(self.options.dist, wheel.name, hashlib.sha256(data).hexdigest())
-        return f"{self.options.dist / name} (SBOM, provenance{', GPU verdict' if run.verdict else ''})"
-
-    def _attest_image(self, run: _EntryRun, facts: statements.BuildFacts) -> str | None:
-        signer, digest = self.options.signer, run.result.pushed
-        if signer is None or digest is None:
-            return None
-        repository, _ = registry.Repository.of(run.entry.image)
-        subject = image_signatures.subject_of(repository, digest)
-        found = [self._image_sbom(run, subject, facts), statements.provenance(subject, facts)]
-        if run.verdict is not None:
-            found.append(statements.gpu_verdict(subject, run.verdict, checked_on="the build host", at=time.time()))
-        tags = image_signatures.sign(registry.Session(repository, push=True), digest, signer, found)
-        said = f"signature; SBOM, provenance{', GPU verdict' if run.verdict else ''}"
-        return f"{repository.identity}: {', '.join(tags)} ({said})"
-
-    def _image_sbom(self, run: _EntryRun, subject: statements.Subject, facts: statements.BuildFacts) -> dict[str, Any]:
-        """What the image holds, as its own ``inventory`` says in a container of it."""
-        command = list(contract.INVENTORY_COMMAND)
-        said = self.engine.run(run.entry.image, command, gpu=False, keep=False, on_line=lambda _: None)
-        try:
-            if said.exit_code != 0:
-                raise ValueError(f"it exited with {said.exit_code}")
-            held = inventory.parse(said.output)
-        except ValueError as exc:
-            raise StepFailed(f"the image's inventory, for its SBOM: {untrusted.shown(str(exc))[:300]}") from None
-        bases = [i for i in facts.inputs if i.uri.startswith("docker-image:")]
-        return statements.image_sbom(subject, held, bases)
-
-    def _build_facts(self, run: _EntryRun, record: dist_dir.WheelRecord | None) -> statements.BuildFacts:
-        from .. import __version__
-
-        entry = run.entry
-        inputs = []
-        sdist = record.sdist_sha256 if record is not None else None
-        if sdist is None and run.source is not None and not run.plan.around_wheel:
-            sdist = source.sha256_of(run.source)  # the source the source step checked
-        if sdist is not None:
-            inputs.append(statements.Input(f"pkg:pypi/{entry.generation.project}@{entry.flash_attn}", sdist))
-        for ref in run.plan.bases:
-            info = self.engine.image_info(ref)
-            image_id = info.id.removeprefix("sha256:") if info is not None and info.id else None
-            inputs.append(statements.Input(f"docker-image:{ref}", image_id))
-        return statements.BuildFacts(
-            entry=entry.summary(),
-            builder=run.plan.form,
-            fa_images=__version__,
-            inputs=inputs,
-            inputs_digest=run.inputs,
-            started=run.started,
-            finished=time.time(),
-        )
 
 
 # Each step of a plan and the method that carries it out (tests/unit/test_plan.py: one for every step).

@@ -53,7 +53,7 @@ def make(args: BuildArgs, m: Matrix, entries: tuple[Entry, ...], found: Found, f
         check=args.check,
         push=args.push,
         gpus=args.gpus,
-        sign=args.sign_key is not None,
+        sign=args.sign_key is not None or args.statements is not None,
         prebuilt=found.given,
         published=found.final,
         shared=found.shared,
@@ -90,11 +90,7 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
         engine = connection.engine.describe()
         console.line(f"engine: {engine}")
         console.line(f"builder: {connection.builder.describe()} ({connection.decision.why})")
-        console.line(
-            f"signing: with {args.sign_key}: each wheel's SBOM, provenance and GPU verdict, beside it in dist/"
-            if signer
-            else "signing: none: nothing is signed (--sign-key KEY signs; `fa-images keys create` makes one)"
-        )
+        console.line(signing_line(args))
         plans = make(args, m, entries, found, connection.decision.form)
         options = Options(
             dist=args.dist,
@@ -108,6 +104,7 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
             pull=args.pull or m.build.pull,
             published=found.published,
             signer=signer,
+            statements=args.statements,
         )
         executor = Executor(connection.engine, connection.builder, m, options, console)
         try:
@@ -129,3 +126,15 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
             write_report(args.report, results, engine, failure=failure, not_run=not_run)
         if results:
             print_summary(console, results)
+
+
+def signing_line(args: BuildArgs) -> str:
+    """What the run signs, said once: with a key, statements for another signer, or nothing."""
+    said = []
+    if args.sign_key:
+        said.append(f"with {args.sign_key}: each wheel's and pushed image's SBOM, provenance and GPU verdict")
+    if args.statements:
+        said.append(f"statements, unsigned, in {args.statements}/ for a signer of your own (cosign attest)")
+    if not said:
+        return "signing: none: nothing is signed (--sign-key KEY signs; `fa-images keys create` makes one)"
+    return "signing: " + "; ".join(said)

@@ -129,15 +129,21 @@ def test_cosign_accepts_the_signature_and_the_provenance_of_the_pushed_image(sig
     inputs = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
     assert any(i["uri"] == f"pkg:pypi/flash-attn@{GOOD}" and len(i["digest"]["sha256"]) == 64 for i in inputs)
     assert all("digest" in i for i in inputs if i["uri"].startswith("docker-image:")), inputs  # the bases' ids
+    sbom = cosign(project, "verify-attestation", "--type", "https://cyclonedx.org/bom", ref)
+    assert sbom.returncode == 0, sbom.stderr[-2000:]
+    bom = json.loads(base64.b64decode(json.loads(sbom.stdout.splitlines()[0])["payload"]))["predicate"]
+    names = {c["name"]: c.get("version") for c in bom["components"]}
+    assert names["torch"] == "2.9.1+cu128" and names["flash_attn"] == GOOD, names  # what the image holds
+    assert names["CUDA runtime"] == "12.8" and names.get("NCCL"), names
     # No secret in what was attached.
-    assert project.password not in verified.stdout + attested.stdout
+    assert project.password not in verified.stdout + attested.stdout + sbom.stdout
 
 
 def test_check_verify_accepts_it_shows_its_verdicts_and_checks_that_digest(signed) -> None:
     project, image, _, digest, _ = signed
     proc = project.run("check", image, "--verify", str(project.dir / "keys" / "fa-images.pub"), "--gpus", "none")
     assert proc.returncode == 3, proc.stdout + proc.stderr  # verified, then checked: no GPU here
-    assert f"✓ signed: {image} ({digest[:19]}…), 1 attestations by this key" in proc.stderr
+    assert f"✓ signed: {image} ({digest[:19]}…), 2 attestations by this key" in proc.stderr  # SBOM, provenance
     assert "verdict: none yet" in proc.stderr  # the build host had no GPU
     assert f"@{digest}: NO GPU" in proc.stdout  # the digest that was verified is the one checked
 

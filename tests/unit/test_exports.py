@@ -286,6 +286,8 @@ def _every_option() -> dict[str, dict]:
                 for where, labels in runners.items():
                     name = f"shards{shards}-{'push' if push else 'nopush'}-{release or 'norelease'}-{where}"
                     out[name] = {"shards": shards, "push": push, "release": release, **labels}
+    for release in (None, "v1.2"):  # keyless signing: the build jobs' images, the merge job's wheels
+        out[f"keyless-{release or 'norelease'}"] = {"push": True, "sign": "keyless", "release": release}
     out["other-python-and-install"] = {
         "python": "3.13",
         "install": "fa-images==0.1.0",
@@ -704,3 +706,28 @@ def test_check_takes_the_flags_the_workflow_records(small_matrix: Path, tmp_path
     out.write_text(out.read_text().replace('"timeout_minutes":90', '"timeout_minutes":"90; rm -rf /"'))
     assert cli.main(["export", "github", "--matrix", str(small_matrix), "--out", str(out), "--check"]) == 2
     assert "recorded timeout_minutes" in capsys.readouterr().err
+
+
+def test_keyless_signing_takes_the_least_permissions_and_signs_what_the_build_wrote(small_matrix: Path) -> None:
+    m = matrix.load(small_matrix)
+    opts = github.GithubOptions(matrix_file="matrix.yaml", push=True, sign="keyless", release="v1.2")
+    flow = yaml.safe_load(github.render(m, m.entries, opts))
+    builds = [job for name, job in flow["jobs"].items() if name.startswith("build-")]
+    for job in builds:
+        assert job["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
+        run = next(s["run"] for s in job["steps"] if s.get("run", "").startswith("fa-images build"))
+        assert run.endswith("--push --statements statements")
+        script = next(s["run"] for s in job["steps"] if s.get("name") == "Sign and attest the pushed images, keyless")
+        assert 'cosign sign --yes "$ref"' in script and "provenance.json) type=https://slsa.dev/provenance/v1" in script
+    merge = flow["jobs"]["merge"]
+    assert merge["permissions"] == {"contents": "write", "id-token": "write"}
+    names = [s.get("name") for s in merge["steps"]]
+    assert names.index("Sign the wheels, keyless") < names.index("Upload dist/ (wheels, manifest.json, simple/ index)")
+    assert "dist/*.sigstore.json" in merge["steps"][-1]["run"]
+    assert flow["permissions"] == {"contents": "read"}  # the workflow's default stays read-only
+    unsigned = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", push=True)))
+    assert not [j for j in unsigned["jobs"].values() if "id-token" in j.get("permissions", {})]
+    from fa_images.errors import UsageError
+
+    with pytest.raises(UsageError, match="keyless only"):
+        github.GithubOptions(matrix_file="matrix.yaml", sign="key").check()

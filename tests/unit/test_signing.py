@@ -393,3 +393,16 @@ def test_an_inventory_that_is_not_one_is_refused(line) -> None:
 
     with pytest.raises(ValueError):
         inventory.parse([line])
+
+
+def test_statements_for_a_signer_of_ones_own_are_written_unsigned(tiny_matrix, monkeypatch, capfd, tmp_path) -> None:
+    accept_with_its_sha256(monkeypatch)
+    fakes.use_engine(monkeypatch, FakeEngine(gpu=True, gpu_output=[H100.line()]), RealWheelBuilder)
+    only = ("--only", "fa2.8.3-py3.12-torch2.9.1-cu128")
+    assert cli.main(["build", "--matrix", "matrix.yaml", *only, "--statements", "st", "--gpus", "runtime"]) == 0
+    assert "signing: statements, unsigned, in st/" in capfd.readouterr().err
+    folder = Path("st") / "fa2.8.3-py3.12-torch2.9.1-cu128" / "wheel"
+    assert (folder / "subject").read_text() == f"dist/{WHEEL}\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["gpu-verdict.json", "provenance.json", "sbom.json", "subject"]
+    assert json.loads((folder / "gpu-verdict.json").read_text())["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert not (Path("dist") / (WHEEL + ".intoto.jsonl")).exists()  # nothing signed here

@@ -34,11 +34,12 @@ from ...builder.wording import counted
 from ...config import groups
 from ...config.matrix import Entry, Matrix
 from ...errors import SourceError, UsageError
-from .. import context
+from .. import context, statements
 from . import builder_env, runner_fit, sharding, slug
 from .github_steps import (
     ARTIFACT_PREFIX,
     CHECKOUT,
+    COSIGN,
     DOWNLOAD,
     UPLOAD,
     GithubOptions,
@@ -59,6 +60,34 @@ SHARD_INDEX = "${{ matrix.shard }}"
 NOT_CANCELLED = "${{ !cancelled() }}"
 
 
+# The build job's statements (`build --statements statements`), each image signed and each
+# predicate attested with the job's identity; the types are the statements' own.
+_TYPES = "\n".join(
+    f"      {name}) type={kind} ;;" for kind, name in sorted(statements.STATEMENT_FILES.items(), key=lambda kv: kv[1])
+)
+KEYLESS_IMAGES = f"""set -euo pipefail
+for dir in statements/*/image; do
+  [ -f "$dir/{statements.SUBJECT_FILE}" ] || continue
+  ref=$(cat "$dir/{statements.SUBJECT_FILE}")
+  cosign sign --yes "$ref"
+  for predicate in "$dir"/*.json; do
+    case "$(basename "$predicate")" in
+{_TYPES}
+      *) continue ;;
+    esac
+    cosign attest --yes --type "$type" --predicate "$predicate" "$ref"
+  done
+done
+"""
+# The merged wheels, each with a Sigstore bundle beside it (WHEEL.sigstore.json): `cosign
+# verify-blob --bundle` or `sigstore verify` checks it against the workflow's identity.
+KEYLESS_WHEELS = """set -euo pipefail
+for wheel in dist/*.whl; do
+  cosign sign-blob --yes --bundle "$wheel.sigstore.json" "$wheel"
+done
+"""
+
+
 def job_entries(entries: tuple[Entry, ...]) -> list[tuple[str, tuple[Entry, ...]]]:
     """(job id, its entries): one entry per job for now."""
     return [("build-" + slug(e.id), (e,)) for e in entries]
@@ -72,12 +101,19 @@ def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, 
         steps += [_download_wheel(e) for e in entries]
         command += ["--wheels", *(_wheel_dir(e) for e in entries)]
     command += ["--dist", "dist", "--log-dir", "logs", "--report", "report.json"] + (["--push"] if opts.push else [])
+    keyless = opts.sign == "keyless" and opts.push
+    command += ["--statements", "statements"] if keyless else []
     steps.append(
         {
             "name": "Build the image around the linked wheel" if linked else "Build, check and export",
             "run": shlex.join(command),
         }
     )
+    if keyless:
+        steps += [
+            {"name": "Install cosign", "uses": COSIGN},
+            {"name": "Sign and attest the pushed images, keyless", "run": KEYLESS_IMAGES},
+        ]
     steps.append(
         {
             "name": "Upload wheels, manifest, report and logs",
@@ -96,6 +132,8 @@ def _build_job(job_id: str, entries: tuple[Entry, ...], opts: GithubOptions, *, 
     job |= {"runs-on": list(opts.runs_on), "timeout-minutes": opts.timeout_minutes}
     if opts.push:
         job["permissions"] = {"contents": "read", "packages": "write"}
+    if keyless:
+        job["permissions"]["id-token"] = "write"  # the job's OIDC token: Fulcio's certificate of its identity
     job["steps"] = steps
     return job
 
@@ -262,8 +300,14 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
         "runs-on": list(opts.merge_runs_on),
         "timeout-minutes": 30,
     }
+    if opts.sign == "keyless":  # after the merge, before dist/ is uploaded: the bundles travel with it
+        steps[-1:-1] = [
+            {"name": "Install cosign", "uses": COSIGN},
+            {"name": "Sign the wheels, keyless", "run": KEYLESS_WHEELS},
+        ]
+        job["permissions"] = {"contents": "read", "id-token": "write"}
     if opts.release:
-        job["permissions"] = {"contents": "write"}
+        job["permissions"] = job.get("permissions", {}) | {"contents": "write"}
         tag = shlex.quote(opts.release)
         steps.append(
             {
@@ -271,7 +315,9 @@ def _merge_job(needs: list[str], opts: GithubOptions) -> dict:
                 "env": {"GH_TOKEN": secret("GITHUB_TOKEN")},
                 # No --clobber: a published wheel is never replaced under the same name.
                 "run": f'gh release view {tag} >/dev/null 2>&1 || gh release create {tag} --title {tag} --notes ""\n'
-                f"gh release upload {tag} dist/*.whl\n",
+                f"gh release upload {tag} dist/*.whl"
+                + (" dist/*.sigstore.json" if opts.sign == "keyless" else "")
+                + "\n",
             }
         )
     job["steps"] = steps

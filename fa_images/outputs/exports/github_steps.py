@@ -27,7 +27,8 @@ SETUP_PYTHON = "actions/setup-python@v7"  # v7.0.0 (v5: node20)
 UPLOAD = "actions/upload-artifact@v7"  # v7.0.0 (v5: node20)
 DOWNLOAD = "actions/download-artifact@v8"  # v8.0.1 (v6: node20; v8 fails a download whose digest differs)
 LOGIN = "docker/login-action@v4"  # v4.1.0 (v3: node20)
-ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, DOWNLOAD, LOGIN)  # every `uses:` a workflow may hold
+COSIGN = "sigstore/cosign-installer@v3"  # cosign 2.x on the runner, for keyless signing (--sign keyless)
+ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, DOWNLOAD, LOGIN, COSIGN)  # every `uses:` a workflow may hold
 
 # GitHub runs at most 256 jobs of one matrix; a group's shards are one matrix.
 MAX_MATRIX_JOBS = 256
@@ -45,6 +46,9 @@ class GithubOptions:
     python: str = "3.11"
     install: str = "."  # what `pip install` gets to provide the fa-images command (this_install.py)
     push: bool = False
+    # "keyless": the build jobs sign what they push, and the merge job the wheels, with the job's
+    # OIDC identity (cosign through Fulcio and Rekor); None: nothing signed in the workflow.
+    sign: str | None = None
     registry_username_secret: str = "REGISTRY_USERNAME"
     registry_password_secret: str = "REGISTRY_TOKEN"
     release: str | None = None  # a GitHub release tag the merged wheels are uploaded to
@@ -69,6 +73,12 @@ class GithubOptions:
         _refuse("--matrix", [self.matrix_file], grammar.repo_path)
         _refuse("--python", [self.python], grammar.setup_python)
         _refuse("--install", [self.install], grammar.install_spec)
+        if self.sign not in (None, "keyless"):
+            raise UsageError(
+                f"--sign {self.sign!r}: the workflow signs keyless only (a key never reaches a runner's disk)"
+            )
+        if self.sign is not None and self.schedule is not None:
+            raise UsageError("--sign keyless goes with the build workflow; the scheduled one does not sign yet")
         if self.release is not None:
             _refuse("--release", [self.release], grammar.git_tag)
         if self.schedule is not None:
