@@ -6,11 +6,16 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..builder.contract import EXIT_WRONG_ARCH
 from ..builder.errors import EnvironmentProblem, FatalError, UsageError
 from ..builder.wording import counted
 from ..run.logger import say
+
+if TYPE_CHECKING:
+    from ..config.pick import Node, Offer
+    from ..run.attested import Standing
 
 EXAMPLES = """\
 examples:
@@ -20,6 +25,9 @@ examples:
   fa-images pick p5 --index-url https://acme.github.io/fa/   with the URL dist/ is served at
   fa-images pick --here --python 3.12 --torch 2.9.1   this node's GPU (nvidia-smi), its Python and torch
   fa-images pick sm_89 --json              one JSON object: the node and every offer that runs there
+  fa-images pick p5 --dist dist --verify keys/fa-images.pub
+                                           offers with a signed, passing GPU verdict on the node's
+                                           compute capability first (the wheel's bundle, the image's .att)
 
 A node is named by its AWS instance family (g5, g6e, p5), its GPU (A10G, H100, RTX PRO 6000) or
 its compute capability (sm_89, 8.9). It takes each entry whose kernels run on its GPU, and its
@@ -46,6 +54,7 @@ class PickArgs:
     python: str | None = None
     torch: str | None = None
     json: bool = False
+    verify: Path | None = None
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> PickArgs:
@@ -60,6 +69,7 @@ class PickArgs:
             python=args.python,
             torch=args.torch,
             json=args.json,
+            verify=args.verify,
         )
 
 
@@ -95,6 +105,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     pick.add_argument("--python", metavar="X.Y", help="only the entries of this Python")
     pick.add_argument("--torch", metavar="X.Y.Z", help="only the entries of this torch")
     pick.add_argument("--json", action="store_true", help="print one JSON object")
+    pick.add_argument(
+        "--verify",
+        type=Path,
+        metavar="KEY.pub",
+        help="with --dist: rank first the offers whose signed GPU verdicts passed on the node's compute capability",
+    )
     pick.set_defaults(func=run)
 
 
@@ -131,11 +147,17 @@ def run(namespace: argparse.Namespace) -> int:
         names = list(dict.fromkeys(pick.named(table, name, f"{major}.{minor}") for name, (major, minor) in found))
     nodes = [pick.node(table, name) for name in dict.fromkeys(names)]
     picks = [(at, pick.pick(offers, at, python=args.python, torch=args.torch)) for at in nodes]
+    standings = _standings(args, picks)
+    picks = [(at, _ranked(chosen, at, standings)) for at, chosen in picks]
     if args.json:
         print(
             json.dumps(
                 [
-                    {**vars(at), "families": list(at.families), "offers": [o.summary(base) for o in chosen]}
+                    {
+                        **vars(at),
+                        "families": list(at.families),
+                        "offers": [_summary(o, at, base, standings) for o in chosen],
+                    }
                     for at, chosen in picks
                 ],
                 indent=2,
@@ -147,6 +169,8 @@ def run(namespace: argparse.Namespace) -> int:
                 say(f"{at.describe()}: {counted(len(chosen), 'offer')}")
             for offer in chosen:
                 say(f"  {offer.entry}")
+                if offer.entry in standings:
+                    say(f"    {'verdict':<11} {standings[offer.entry].line(at.capability)}")
                 for what, line in offer.lines(base).items():
                     say(f"    {what:<11} {line}")
     empty = [at for at, chosen in picks if not chosen]
@@ -159,6 +183,37 @@ def run(namespace: argparse.Namespace) -> int:
             hint=f"its entries run on {pick.nearest(offers, table)}",
         )
     return 0
+
+
+def _standings(args: PickArgs, picks: list[tuple[Node, list[Offer]]]) -> dict[str, Standing]:
+    """With --verify: what the signed verdicts say of each offer picked (entry id -> its standing)."""
+    if args.verify is None:
+        return {}
+    if args.dist is None:
+        raise UsageError("--verify goes with --dist: the wheels' bundles are read beside them")
+    from ..run import attested
+
+    offers = {o.entry: o for _at, chosen in picks for o in chosen}
+    return {e: attested.standing(args.dist, o.wheel, o.image, o.pushed, args.verify) for e, o in offers.items()}
+
+
+def _ranked(chosen: list[Offer], at: Node, standings: dict[str, Standing]) -> list[Offer]:
+    """Offers with a signed passing verdict on the node's capability first, then signed ones, then the rest."""
+    if not standings:
+        return chosen
+
+    def rank(offer: Offer) -> int:
+        found = standings[offer.entry]
+        return 2 if found.problem else 0 if found.passed_on(at.capability) else 1
+
+    return sorted(chosen, key=rank)
+
+
+def _summary(offer: Offer, at: Node, base: str, standings: dict[str, Standing]) -> dict:
+    said = offer.summary(base)
+    if offer.entry in standings:
+        said["verdict"] = standings[offer.entry].line(at.capability)
+    return said
 
 
 class NothingRuns(FatalError):

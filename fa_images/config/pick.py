@@ -50,6 +50,8 @@ class Offer:
     image: str | None
     requirement: str
     index: str | None  # dist/'s folder of the index that serves its wheel; None: the package index's
+    wheel: str | None = None  # its file name, where a dist/ records it
+    pushed: str | None = None  # its image's digest in the registry, where the build pushed it
 
     def runs_on(self, capability: str) -> bool:
         return arch_runs_on(self.archs, capability, ptx=self.ptx)
@@ -156,6 +158,8 @@ def from_manifest(manifest: dist.Manifest, where: str) -> list[Offer]:
                 image=record.image,
                 requirement=f"{project}=={version}",
                 index=dist.index_of(name),
+                wheel=name,
+                pushed=record.pushed,
             )
         )
     return offers

@@ -56,3 +56,43 @@ def verify_wheel(wheel: Path, key_path: Path) -> Verified:
     subject = statements.Subject(wheel.name, sha256)
     found = signing.verify(data, subject=subject, key=key, where=untrusted.shown(signing.bundle_name(wheel.name)))
     return Verified(wheel.name, sha256, tuple(found))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What the signed verdicts say of one offer on one node's GPU (``pick --verify``)."""
+
+    verdicts: tuple[dict[str, Any], ...]  # every verified verdict, of its wheel and its image
+    problem: str | None = None  # why it could not be verified (unsigned, another key, ...)
+
+    def passed_on(self, capability: str) -> list[dict[str, Any]]:
+        return [v for v in self.verdicts if v.get("passed") is True and v.get("capability") == capability]
+
+    def line(self, capability: str) -> str:
+        if self.problem:
+            return untrusted.shown(f"not verified: {self.problem}")[:300]
+        passed = self.passed_on(capability)
+        if not passed:
+            return f"signed; no passing verdict on compute capability {capability} yet"
+        v = passed[-1]
+        return untrusted.shown(f"verified: passed on {v.get('gpu')} ({v.get('checkedOn')}, {v.get('checkedAt')})")
+
+
+def standing(dist: Path, wheel: str | None, image: str | None, pushed: str | None, key_path: Path) -> Standing:
+    """The verdicts signed by the key for an offer's wheel (its bundle in ``dist``) and its image
+    (beside it in its registry, at the digest the build pushed)."""
+    from . import image_signatures
+    from .registry import RegistryError, Repository, Session
+
+    found: list[dict[str, Any]] = []
+    try:
+        if wheel is not None and (dist / wheel).is_file():
+            found += verify_wheel(dist / wheel, key_path).verdicts()
+        if image is not None and pushed is not None:
+            repository, _ = Repository.of(image)
+            key = signing.load_public(key_path)
+            attested = image_signatures.verify(Session(repository), pushed, key)
+            found += [a.predicate for a in attested if a.predicate_type == statements.VERDICT_TYPE]
+    except (signing.NotSigned, signing.BadSignature, signing.OtherSubject, RegistryError) as exc:
+        return Standing(tuple(found), problem=str(exc))
+    return Standing(tuple(found))

@@ -406,3 +406,23 @@ def test_statements_for_a_signer_of_ones_own_are_written_unsigned(tiny_matrix, m
     assert sorted(p.name for p in folder.iterdir()) == ["gpu-verdict.json", "provenance.json", "sbom.json", "subject"]
     assert json.loads((folder / "gpu-verdict.json").read_text())["gpu"] == "NVIDIA H100 80GB HBM3"
     assert not (Path("dist") / (WHEEL + ".intoto.jsonl")).exists()  # nothing signed here
+
+
+def test_pick_verify_ranks_the_offer_with_a_passing_verdict_on_the_nodes_arch_first(
+    tiny_matrix, keys, monkeypatch, fa, tmp_path
+) -> None:
+    from dataclasses import replace
+
+    a100 = replace(H100, gpu="NVIDIA A100-SXM4-80GB", capability="8.0")
+    assert signed_build(monkeypatch, keys, FakeEngine(gpu=True, gpu_output=[a100.line()]), "--gpus", "runtime") == 0
+    (node,) = json.loads(fa("pick", "p4d", "--dist", "dist", "--verify", str(keys[1]), "--json").stdout)
+    (offer,) = node["offers"]
+    assert offer["verdict"].startswith("verified: passed on NVIDIA A100-SXM4-80GB (the build host, ")
+    (g5,) = json.loads(fa("pick", "g5", "--dist", "dist", "--verify", str(keys[1]), "--json").stdout)
+    assert g5["offers"][0]["verdict"] == "signed; no passing verdict on compute capability 8.6 yet"
+    _, other = signing.create_keys(tmp_path / "other")
+    (refused,) = json.loads(fa("pick", "p4d", "--dist", "dist", "--verify", str(other), "--json").stdout)
+    assert refused["offers"][0]["verdict"].startswith("not verified: ")
+    assert fa("pick", "p4d", "--verify", str(keys[1])).returncode == 2  # --verify reads a dist/
+    text = fa("pick", "p4d", "--dist", "dist", "--verify", str(keys[1])).stdout
+    assert "    verdict     verified: passed on NVIDIA A100-SXM4-80GB" in text
