@@ -15,28 +15,7 @@ source "$(dirname "$0")/setup.sh" "${1:-/tmp/gc}"
 phase "project: the tiny flash-attn sdist, a compat override, a matrix"
 mkdir -p "$W/proj/sdists" && cd "$W/proj" || exit 1
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
-python3 - "$REPO" "$PYVER" "${TORCH%%+*}" "$PORT" <<'EOF'
-import sys, yaml
-repo, py, torch, port = sys.argv[1:]
-sys.path.insert(0, f"{repo}/tests")
-from fixtures.tiny import make_tiny_sdist
-from fa_images.builder.source import sha256_of
-sha = sha256_of(make_tiny_sdist("sdists", version="2.8.3.dev0"))
-compat = {
-    "torch": {torch: {"python": [py], "default_cuda": "13.0", "cuda": {"13.0": {"cxx11_abi": True}}}},
-    "flash_attn": {"2.8.3.dev0": {"sha256": sha, "cuda_archs_env": True}},
-}
-matrix = {
-    "image": "gc.local/fa-images/flash-attn",
-    "bases": {"devel": "gc.local/base:devel", "runtime": "gc.local/base:runtime", "python": "system"},
-    "packages": {"index": None, "torch_index": None, "find_links": [f"http://127.0.0.1:{port}/"], "sdists": "sdists"},
-    "build": {"network": "host"},
-    "compat": "compat.yaml",
-    "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": "2.8.3.dev0", "archs": ["90"]}],
-}
-yaml.safe_dump(compat, open("compat.yaml", "w"), sort_keys=False)
-yaml.safe_dump(matrix, open("matrix.yaml", "w"), sort_keys=False)
-EOF
+python3 "$REPO/bench/gpu_container/tiny_project.py" "$REPO" "$PYVER" "${TORCH%%+*}" "$PORT" "gc.local/fa-images/flash-attn"
 cat matrix.yaml
 
 phase "fa-images build --gpus devices"

@@ -29,28 +29,7 @@ curl -s "http://$REGISTRY/v2/" && echo " registry up"
 phase "project: the tiny flash-attn sdist, a compat override, a matrix that pushes to $REGISTRY"
 mkdir -p "$W/proj/sdists" && cd "$W/proj" || exit 1
 export PYTHONPATH=$REPO:${PYTHONPATH:-}
-python3 - "$REPO" "$PYVER" "${TORCH%%+*}" "$PORT" "$REGISTRY" <<'PY'
-import sys, yaml
-repo, py, torch, port, registry = sys.argv[1:]
-sys.path.insert(0, f"{repo}/tests")
-from fixtures.tiny import make_tiny_sdist
-from fa_images.builder.source import sha256_of
-sha = sha256_of(make_tiny_sdist("sdists", version="2.8.3.dev0"))
-compat = {
-    "torch": {torch: {"python": [py], "default_cuda": "13.0", "cuda": {"13.0": {"cxx11_abi": True}}}},
-    "flash_attn": {"2.8.3.dev0": {"sha256": sha, "cuda_archs_env": True}},
-}
-matrix = {
-    "image": f"{registry}/fa-images/flash-attn",
-    "bases": {"devel": "gc.local/base:devel", "runtime": "gc.local/base:runtime", "python": "system"},
-    "packages": {"index": None, "torch_index": None, "find_links": [f"http://127.0.0.1:{port}/"], "sdists": "sdists"},
-    "build": {"network": "host"},
-    "compat": "compat.yaml",
-    "entries": [{"python": py, "torch": torch, "cuda": "13.0", "flash_attn": "2.8.3.dev0", "archs": ["90"]}],
-}
-yaml.safe_dump(compat, open("compat.yaml", "w"), sort_keys=False)
-yaml.safe_dump(matrix, open("matrix.yaml", "w"), sort_keys=False)
-PY
+python3 "$REPO/bench/gpu_container/tiny_project.py" "$REPO" "$PYVER" "${TORCH%%+*}" "$PORT" "$REGISTRY/fa-images/flash-attn"
 python3 -m fa_images keys create keys
 KEY=keys/fa-images.key
 PUB=keys/fa-images.pub
