@@ -213,11 +213,14 @@ class EntryPlan:
             lines.append("  gpu-check  skipped: --gpus none")
         for ref in self.push:
             lines.append(f"  push       {ref}")
+        # fa-images' own statements for every builder form: BuildKit's --sbom/--provenance do not survive
+        # the engine's image store (--load drops them), and the legacy builder and Podman have none.
         if "attest" in self.steps and self.entry.recipe.makes_wheel:
             lines.append("  attest     the wheel's SBOM, provenance and GPU verdict, signed, beside it in dist/")
         if "attest" in self.steps and self.push:
             lines.append(
-                f"  attest     {self.entry.image}: signed, with its provenance and GPU verdict (cosign's tags)"
+                f"  attest     {self.entry.image}: its SBOM, provenance and GPU verdict, fa-images' own "
+                "(not BuildKit's), signed, in cosign's tags"
             )
         if self.cache_from:
             lines.append(f"  cache      from {', '.join(self.cache_from)} (their inline build cache, where there)")
