@@ -172,6 +172,12 @@ def test_the_plan_shows_the_attest_step_with_a_key(tiny_matrix, keys, fa) -> Non
     assert "  attest     the wheel's SBOM, provenance and GPU verdict, signed, beside it in dist/" in proc.stdout
     plain = fa("build", "--dry-run")
     assert "attest" not in plain.stdout
+    pushed = fa("build", "--dry-run", "--push", "--sign-key", str(keys[0]))
+    assert "push -> attest" in pushed.stdout
+    assert (
+        "reg.local/fa:fa2.8.3-py3.12-torch2.9.1-cu128: its SBOM, provenance and GPU verdict, fa-images' own"
+        in pushed.stdout
+    )
 
 
 def test_a_signed_build_attests_sbom_provenance_and_the_gpu_verdict(tiny_matrix, keys, monkeypatch, capfd, fa) -> None:
