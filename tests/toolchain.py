@@ -563,9 +563,10 @@ BUILDX_SUITE = "trixie"
 def buildx_config() -> Path:
     """A ``DOCKER_CONFIG`` directory whose ``cli-plugins/`` holds Debian 13's docker-buildx, for
     ``docker buildx bake`` with the 20.10 CLI of Debian 12. The system's apt state is untouched."""
-    return _debian_binary(
+    plugins = _debian_binary(
         "docker-buildx", "usr/libexec/docker/cli-plugins/docker-buildx", "buildx", "config/cli-plugins"
     )
+    return plugins.parent  # DOCKER_CONFIG: the folder above cli-plugins/
 
 
 def cosign() -> Path:
@@ -576,8 +577,8 @@ def cosign() -> Path:
 
 
 def _debian_binary(package: str, member: str, name: str, into: str) -> Path:
-    """``root/into`` holding the file ``member`` of Debian 13's ``package``, fetched once into the
-    test cache with an apt state of its own (the system's is untouched)."""
+    """The folder ``into`` (under the test cache's ``name``) holding the file ``member`` of Debian
+    13's ``package``, fetched once with an apt state of its own (the system's is untouched)."""
     root = cache_dir() / name
     spec = {"package": package, "suite": BUILDX_SUITE}
     with _lock(root):

@@ -67,6 +67,7 @@ def test_wheel_is_exported_verified_and_recorded(project, first_build):
     update = Path(entries[entry_id(UPDATE)]["wheel"]).name
     assert sorted(p.name for p in (project.dir / "dist").iterdir()) == sorted(
         [wheel.name, update, f"{wheel.name}.metadata", f"{update}.metadata", "manifest.json", "simple"]
+        + [f"{wheel.name}.intoto.jsonl", f"{update}.intoto.jsonl"]  # signed: test_signed_engine.py
     )
     # The same verifier a user runs: with the torch it was built for, it must also import.
     venv_python = toolchain.torch_venv() / "bin" / "python"
