@@ -20,6 +20,7 @@ import errno
 import functools
 import http.client
 import io
+import ipaddress
 import json
 import os
 import re
@@ -123,6 +124,17 @@ def split_url(url: str) -> urllib.parse.SplitResult:
 
 
 _LOGIN_WITHOUT_SLASHES = re.compile(r"^[^/@\s]*@")
+
+
+def is_loopback(host: str) -> bool:
+    """A host name (no port) of this machine: localhost, 127.0.0.0/8 or ::1. pip counts them a
+    secure origin without TLS, and Docker Engine an insecure registry by default."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def shown_url(url: str) -> str:

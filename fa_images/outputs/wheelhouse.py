@@ -15,7 +15,6 @@ its own so that no image carries the wheels, and ``tools/`` for everything else.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..builder import untrusted
 from ..builder.errors import SourceError
 from ..config import grammar
 from ..config.compat import merged_pins
@@ -82,23 +82,13 @@ def trusted_hosts(urls: tuple[str | None, ...]) -> list[str]:
     hosts: list[str] = []
     for url in urls:
         parts = urllib.parse.urlsplit(url or "")
-        if parts.scheme.lower() != "http" or not parts.hostname or _is_loopback(parts.hostname):
+        if parts.scheme.lower() != "http" or not parts.hostname or untrusted.is_loopback(parts.hostname):
             continue
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6
         host = f"{host}:{parts.port}" if parts.port else host
         if host not in hosts:
             hosts.append(host)
     return hosts
-
-
-def _is_loopback(host: str) -> bool:
-    """What pip counts as a secure origin without TLS: localhost, 127.0.0.0/8 and ::1."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ Registries on a loopback address are spoken to over plain HTTP, as Docker Engine
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
 import urllib.error
@@ -22,6 +21,7 @@ from typing import Any
 
 from ..builder import untrusted
 from ..errors import FatalError
+from .engine import registry_of
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MANIFEST_TYPES = (
@@ -58,11 +58,10 @@ class Repository:
             name, tag = rest.rsplit(":", 1)
         else:
             name, tag = rest, "latest"
-        first = name.split("/", 1)[0]
-        if "/" in name and ("." in first or ":" in first or first == "localhost"):
-            registry, path = name.split("/", 1)
-        else:
-            registry, path = "docker.io", name if "/" in name else f"library/{name}"
+        registry = registry_of(name)
+        path = name.split("/", 1)[1] if registry != "docker.io" else name
+        if registry == "docker.io" and "/" not in path:  # Docker Hub's official images live under library/
+            path = f"library/{path}"
         return cls(registry, path), digest or tag
 
     @property
@@ -73,18 +72,8 @@ class Repository:
     @property
     def base_url(self) -> str:
         host = "registry-1.docker.io" if self.registry == "docker.io" else self.registry
-        return f"{'http' if _loopback(host) else 'https'}://{host}/v2/{self.name}"
-
-
-def _loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    name = name.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+        name = urllib.parse.urlsplit(f"//{host}").hostname or host  # without its port
+        return f"{'http' if untrusted.is_loopback(name) else 'https'}://{host}/v2/{self.name}"
 
 
 @dataclass(frozen=True)

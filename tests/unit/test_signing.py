@@ -432,3 +432,23 @@ def test_pick_verify_ranks_the_offer_with_a_passing_verdict_on_the_nodes_arch_fi
     assert fa("pick", "p4d", "--verify", str(keys[1])).returncode == 2  # --verify reads a dist/
     text = fa("pick", "p4d", "--dist", "dist", "--verify", str(keys[1])).stdout
     assert "    verdict     verified: passed on NVIDIA A100-SXM4-80GB" in text
+
+
+@pytest.mark.parametrize(
+    ("ref", "repository", "reference", "url"),
+    [
+        ("127.0.0.1:5000/x:1", ("127.0.0.1:5000", "x"), "1", "http://127.0.0.1:5000/v2/x"),
+        ("[::1]:5000/a/b", ("[::1]:5000", "a/b"), "latest", "http://[::1]:5000/v2/a/b"),
+        ("localhost/x", ("localhost", "x"), "latest", "http://localhost/v2/x"),
+        ("ubuntu", ("docker.io", "library/ubuntu"), "latest", "https://registry-1.docker.io/v2/library/ubuntu"),
+        ("acme/fa:t", ("docker.io", "acme/fa"), "t", "https://registry-1.docker.io/v2/acme/fa"),
+        ("ghcr.io/a/b:c@sha256:" + "a" * 64, ("ghcr.io", "a/b"), "sha256:" + "a" * 64, "https://ghcr.io/v2/a/b"),
+    ],
+)
+def test_a_reference_names_its_registry_repository_and_scheme_as_docker_reads_it(
+    ref, repository, reference, url
+) -> None:
+    from fa_images.run.registry import Repository
+
+    found, said = Repository.of(ref)
+    assert ((found.registry, found.name), said, found.base_url) == (repository, reference, url)
