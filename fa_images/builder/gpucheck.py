@@ -204,12 +204,12 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
             out("NO GPU: torch sees no CUDA device; the GPU check was not run (import check passed)")
             return EXIT_NO_GPU
         capability = tuple(torch.cuda.get_device_capability(0))
-        name = torch.cuda.get_device_name(0)
+        device = torch.cuda.get_device_name(0)
     except Exception as exc:
         out(f"NO GPU: the GPU cannot be used ({type(exc).__name__}: {str(exc)[:300]}); the GPU check was not run")
         return EXIT_NO_GPU
     started = time.monotonic()
-    out(f"GPU: {name} (sm_{''.join(map(str, capability))})")
+    out(f"GPU: {device} (sm_{''.join(map(str, capability))})")
     arch = arch_verdict(capability, checks.code())
     if arch is None:
         out("GPU code: no compiled extension's archs to read (or unreadable); running the kernels to find out")
@@ -231,7 +231,7 @@ def run_one(checks: Checks, *, import_only: bool = False, out=print) -> int:
     verdict = Verdict(
         generation=name,
         passed=not failed,
-        gpu=torch.cuda.get_device_name(0),
+        gpu=device,
         capability=f"{capability[0]}.{capability[1]}",
         driver=driver_release(),
         torch=torch.__version__,

@@ -16,6 +16,12 @@ from typing import Any
 from . import untrusted
 from .contract import INVENTORY_PREFIX
 
+MAX_LINE = 8 << 20  # a site of a few thousand distributions; anything longer is not an inventory
+MAX_PACKAGES = 20_000
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,127}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 def packages() -> list[dict[str, Any]]:
     found = {}
@@ -51,13 +57,6 @@ def inventory() -> dict[str, Any]:
 
 def line() -> str:
     return INVENTORY_PREFIX + json.dumps(inventory(), sort_keys=True)
-
-
-MAX_LINE = 8 << 20
-MAX_PACKAGES = 20_000
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,127}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def parse(lines: list[str]) -> dict[str, Any]:

@@ -33,9 +33,10 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.verify is None:
         return builder_inspect.run(args)
+    from ..outputs import signing
     from ..run import attested
 
-    found = attested.verify_wheel(args.wheel, args.verify)  # raises with its exit code: nothing runs
+    found = attested.verify_wheel(args.wheel, signing.load_public(args.verify))  # refused: nothing runs
     if not args.json:
         for line in found.lines():
             print(line)

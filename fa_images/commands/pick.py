@@ -191,10 +191,12 @@ def _standings(args: PickArgs, picks: list[tuple[Node, list[Offer]]]) -> dict[st
         return {}
     if args.dist is None:
         raise UsageError("--verify goes with --dist: the wheels' bundles are read beside them")
+    from ..outputs import signing
     from ..run import attested
 
+    key = signing.load_public(args.verify)  # once: a bad key is one error, before any offer
     offers = {o.entry: o for _at, chosen in picks for o in chosen}
-    return {e: attested.standing(args.dist, o.wheel, o.image, o.pushed, args.verify) for e, o in offers.items()}
+    return {e: attested.standing(args.dist, o.wheel, o.image, o.pushed, key) for e, o in offers.items()}
 
 
 def _ranked(chosen: list[Offer], at: Node, standings: dict[str, Standing]) -> list[Offer]:

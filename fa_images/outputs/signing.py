@@ -30,7 +30,7 @@ from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
 from ..builder import dist, safe_io, untrusted
 from ..errors import FatalError, UsageError
-from .statements import PREDICATES, STATEMENT_TYPE, Subject
+from .statements import PREDICATES, STATEMENT_TYPE, VERDICT_TYPE, Subject
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUNDLE_SUFFIX = dist.ATTESTATIONS_SUFFIX
@@ -48,19 +48,23 @@ EXIT_BAD_SIGNATURE = 14
 EXIT_OTHER_SUBJECT = 15
 
 
-class NotSigned(FatalError):
+class Refused(FatalError):
+    """What verification refuses, each kind with its exit code below."""
+
+
+class NotSigned(Refused):
     """No signed attestation where one should be."""
 
     exit_code = EXIT_NOT_SIGNED
 
 
-class BadSignature(FatalError):
+class BadSignature(Refused):
     """A signature this key did not make, or a payload that changed after it was signed."""
 
     exit_code = EXIT_BAD_SIGNATURE
 
 
-class OtherSubject(FatalError):
+class OtherSubject(Refused):
     """A signed statement about another file or image than the one at hand."""
 
     exit_code = EXIT_OTHER_SUBJECT
@@ -156,6 +160,11 @@ class Attestation:
     @property
     def kind(self) -> str:
         return PREDICATES.get(self.predicate_type, self.predicate_type)
+
+
+def verdicts(attestations: Sequence[Attestation]) -> list[dict[str, Any]]:
+    """The GPU verdicts among verified attestations."""
+    return [a.predicate for a in attestations if a.predicate_type == VERDICT_TYPE]
 
 
 def read_bundle(wheel: Path) -> bytes:

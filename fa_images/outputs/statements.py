@@ -168,11 +168,16 @@ def wheel_sbom(subject: Subject, wheel: wheelfile.Wheel, *, built_against: Mappi
         bom.components.add(component)
         against.append(component)
     bom.register_dependency(main, against)
+    return statement(subject, SBOM_TYPE, _document(bom))
+
+
+def _document(bom: Bom) -> dict[str, Any]:
+    """The BOM as CycloneDX 1.6 JSON, less its serial number and time, which make each document
+    new: the statement is about the artifact, and the same artifact gives the same SBOM."""
     document = json.loads(JsonV1Dot6(bom).output_as_string(indent=None))
-    # CycloneDX's serial number and time make each document new; the statement is about the wheel.
     document.pop("serialNumber", None)
     document.get("metadata", {}).pop("timestamp", None)
-    return statement(subject, SBOM_TYPE, document)
+    return document
 
 
 def image_sbom(subject: Subject, inventory: Mapping[str, Any], bases: Sequence[Input]) -> dict[str, Any]:
@@ -214,7 +219,4 @@ def image_sbom(subject: Subject, inventory: Mapping[str, Any], bases: Sequence[I
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(main, parts)
-    document = json.loads(JsonV1Dot6(bom).output_as_string(indent=None))
-    document.pop("serialNumber", None)
-    document.get("metadata", {}).pop("timestamp", None)
-    return statement(subject, SBOM_TYPE, document)
+    return statement(subject, SBOM_TYPE, _document(bom))

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from securesystemslib.signer import Key
+
 from ..builder import source, untrusted
 from ..errors import UsageError
 from ..outputs import signing, statements
@@ -20,7 +22,7 @@ class Verified:
     attestations: tuple[signing.Attestation, ...]
 
     def verdicts(self) -> list[dict[str, Any]]:
-        return [a.predicate for a in self.attestations if a.predicate_type == statements.VERDICT_TYPE]
+        return signing.verdicts(self.attestations)
 
     def lines(self) -> list[str]:
         kinds = ", ".join(a.kind for a in self.attestations)
@@ -44,10 +46,9 @@ class Verified:
         }
 
 
-def verify_wheel(wheel: Path, key_path: Path) -> Verified:
-    """The wheel's bundle, verified with the public key at ``key_path``: NotSigned, BadSignature or
-    OtherSubject (each its exit code) for the first thing that is not so."""
-    key = signing.load_public(key_path)
+def verify_wheel(wheel: Path, key: Key) -> Verified:
+    """The wheel's bundle, verified with ``key`` (``signing.load_public``): NotSigned, BadSignature
+    or OtherSubject (each its exit code) for the first thing that is not so."""
     try:
         sha256 = source.sha256_of(wheel)
     except OSError as exc:
@@ -78,7 +79,7 @@ class Standing:
         return untrusted.shown(f"verified: passed on {v.get('gpu')} ({v.get('checkedOn')}, {v.get('checkedAt')})")
 
 
-def standing(dist: Path, wheel: str | None, image: str | None, pushed: str | None, key_path: Path) -> Standing:
+def standing(dist: Path, wheel: str | None, image: str | None, pushed: str | None, key: Key) -> Standing:
     """The verdicts signed by the key for an offer's wheel (its bundle in ``dist``) and its image
     (beside it in its registry, at the digest the build pushed)."""
     from . import image_signatures
@@ -87,12 +88,10 @@ def standing(dist: Path, wheel: str | None, image: str | None, pushed: str | Non
     found: list[dict[str, Any]] = []
     try:
         if wheel is not None and (dist / wheel).is_file():
-            found += verify_wheel(dist / wheel, key_path).verdicts()
+            found += verify_wheel(dist / wheel, key).verdicts()
         if image is not None and pushed is not None:
             repository, _ = Repository.of(image)
-            key = signing.load_public(key_path)
-            attested = image_signatures.verify(Session(repository), pushed, key)
-            found += [a.predicate for a in attested if a.predicate_type == statements.VERDICT_TYPE]
-    except (signing.NotSigned, signing.BadSignature, signing.OtherSubject, RegistryError) as exc:
+            found += signing.verdicts(image_signatures.verify(Session(repository), pushed, key))
+    except (signing.Refused, RegistryError) as exc:
         return Standing(tuple(found), problem=str(exc))
     return Standing(tuple(found))

@@ -30,7 +30,7 @@ class Verified:
     attestations: tuple[signing.Attestation, ...]
 
     def verdicts(self) -> list[dict]:
-        return [a.predicate for a in self.attestations if a.predicate_type == statements.VERDICT_TYPE]
+        return signing.verdicts(self.attestations)
 
     def lines(self) -> list[str]:
         lines = [f"✓ signed: {self.ref} ({self.digest[:19]}…), {len(self.attestations)} attestations by this key"]
