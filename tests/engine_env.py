@@ -111,6 +111,10 @@ KEY_LABEL = "org.fa-images-test.key"
 # exec-root (containerd puts its socket there) and pidfile live in a short
 # fixed directory rather than under the (arbitrarily long) cache directory.
 RUN_DIR = Path("/run/fa-images-test")
+# The pytest-xdist group of the engine modules that take the shared engine but none of the build
+# story's fixtures (its project, first build, torch stage): the other worker runs them, beside the
+# story, which sets the run's length (bench/test_suite.md).
+BESIDE_THE_STORY = "engine-beside"
 # A run is alive while one of its processes holds a shared lock on its file here (each worker
 # does, none of their children): what a run whose lock is free left behind is a leftover.
 RUN_LOCKS = RUN_DIR / "runs"
@@ -1580,10 +1584,10 @@ class Stock:
     """
 
     engine: EngineHandle
-    base: str  # the CUDA stand-in: Python 3.11 and the second Python, uid 1000 taken
+    base: str  # the CUDA stand-in: Debian's Python 3.11, uid 1000 taken
     index: str  # the simple index with torch and everything the builds install
-    second_python: str  # toolchain.SECOND_PYTHON
-    runtime: str  # Debian's runtime base with that Python: no compiler, no CUDA toolkit
+    second_python: str  # toolchain.SECOND_PYTHON, in the second Python's bases only
+    runtime: str  # Debian's runtime base: no compiler, no CUDA toolkit
 
     def packages(self, **overrides: object) -> dict[str, object]:
         return index_packages(self.index, **overrides)

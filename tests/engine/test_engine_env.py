@@ -12,6 +12,7 @@ import docker
 import docker.errors
 import pytest
 from engine_env import (
+    BESIDE_THE_STORY,
     BaseImages,
     EngineHandle,
     base_images,
@@ -23,7 +24,7 @@ from engine_env import (
     unreachable_registry,
 )
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group(BESIDE_THE_STORY)]
 
 PROBE = "fa_engine_probe"
 
