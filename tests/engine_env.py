@@ -111,10 +111,6 @@ KEY_LABEL = "org.fa-images-test.key"
 # exec-root (containerd puts its socket there) and pidfile live in a short
 # fixed directory rather than under the (arbitrarily long) cache directory.
 RUN_DIR = Path("/run/fa-images-test")
-# The pytest-xdist group of the engine modules that take the shared engine but none of the build
-# story's fixtures (its project, first build, torch stage): the other worker runs them, beside the
-# story, which sets the run's length (bench/test_suite.md).
-BESIDE_THE_STORY = "engine-beside"
 # A run is alive while one of its processes holds a shared lock on its file here (each worker
 # does, none of their children): what a run whose lock is free left behind is a leftover.
 RUN_LOCKS = RUN_DIR / "runs"

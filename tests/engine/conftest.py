@@ -27,6 +27,7 @@ from pathlib import Path
 
 import build_project
 import engine_env
+import priority
 import pytest
 import toolchain
 
@@ -38,22 +39,13 @@ SECOND_CP = "cp" + SECOND_PYTHON.replace(".", "")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The hygiene tests first in the engine tier; the modules beside the story last, so that the
-    other worker comes to them after Podman's and bake's, long after the hygiene tests."""
     engine = [item for item in items if item.path.parent.name == "engine"]
-    if not engine:
+    first = [item for item in engine if item.path.name == FIRST]
+    if not first or engine[0] in first:
         return
     start = items.index(engine[0])
-    first = [item for item in engine if item.path.name == FIRST]
-    beside = [item for item in engine if _group(item) == engine_env.BESIDE_THE_STORY]
-    middle = [item for item in engine if item not in first and item not in beside]
-    rest = [item for item in items if item not in engine]
-    items[:] = rest[:start] + first + middle + beside + rest[start:]
-
-
-def _group(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("xdist_group")
-    return marker.args[0] if marker else None
+    rest = [item for item in items if item not in first]
+    items[:] = rest[:start] + first + rest[start:]
 
 
 def _link_wheels(root: Path, wheelhouse: Path) -> None:
@@ -90,8 +82,9 @@ def torch_index(index_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def second_python_parts() -> Iterator[tuple[Future[Path], Future[Path]]]:
     """The second CPython's prefix, compiled (CPU), and its torch wheelhouse, downloaded (network),
-    beside the first build: only the second Python's own build waits for them."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    beside the first build and at a lower priority than it: only the second Python's own build
+    waits for them."""
+    with ThreadPoolExecutor(max_workers=2, initializer=priority.beside_the_story) as pool:
         yield pool.submit(toolchain.cpython, SECOND_PYTHON), pool.submit(toolchain.torch_wheelhouse, SECOND_PYTHON)
 
 

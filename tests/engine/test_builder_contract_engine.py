@@ -17,7 +17,7 @@ from fa_images.run import buildkit
 from fa_images.run.engine import DockerEngine
 from fa_images.run.sdk_builder import SdkBuilder
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group(engine_env.BESIDE_THE_STORY)]
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(params=["buildkit", "sdk"])

@@ -14,7 +14,7 @@ from engine_contract import CHECKS, EngineWorld
 
 from fa_images.run.engine import DockerEngine
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group(engine_env.BESIDE_THE_STORY)]
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module", params=["docker", "podman"])

@@ -12,7 +12,6 @@ import docker
 import docker.errors
 import pytest
 from engine_env import (
-    BESIDE_THE_STORY,
     BaseImages,
     EngineHandle,
     base_images,
@@ -24,7 +23,7 @@ from engine_env import (
     unreachable_registry,
 )
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group(BESIDE_THE_STORY)]
+pytestmark = pytest.mark.engine
 
 PROBE = "fa_engine_probe"
 

@@ -7,7 +7,7 @@ import pytest
 
 from fa_images.run.engine import DockerEngine
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group(engine_env.BESIDE_THE_STORY)]
+pytestmark = pytest.mark.engine
 
 
 def test_missing_images_names_only_what_the_engine_lacks() -> None:
