@@ -10,7 +10,6 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import priority
 import pytest
 import toolchain
 
@@ -75,14 +74,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     outcome = yield  # a module that skips itself as it is collected
     if _skips_fail():
         _fail_the_skip(outcome.get_result())
-
-
-@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """The shared story at the normal CPU priority, every other test beside it (tests/priority.py)."""
-    group = item.get_closest_marker("xdist_group")
-    in_the_story = group is not None and group.args[0] == ENGINE_TIER
-    priority.set_niceness(priority.STORY if in_the_story else priority.BESIDE_THE_STORY)
 
 
 def _rank(item: pytest.Item) -> tuple[int, int]:

@@ -1580,10 +1580,10 @@ class Stock:
     """
 
     engine: EngineHandle
-    base: str  # the CUDA stand-in: Debian's Python 3.11, uid 1000 taken
+    base: str  # the CUDA stand-in: Python 3.11 and the second Python, uid 1000 taken
     index: str  # the simple index with torch and everything the builds install
-    second_python: str  # toolchain.SECOND_PYTHON, in the second Python's bases only
-    runtime: str  # Debian's runtime base: no compiler, no CUDA toolkit
+    second_python: str  # toolchain.SECOND_PYTHON
+    runtime: str  # Debian's runtime base with that Python: no compiler, no CUDA toolkit
 
     def packages(self, **overrides: object) -> dict[str, object]:
         return index_packages(self.index, **overrides)

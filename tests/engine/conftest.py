@@ -7,8 +7,7 @@ copy of its 7 GB venv; only the second Python's build has a runtime base of its 
 
 The index serves the torch wheelhouse (torch 2.9.1 with its CUDA libraries, the build tools,
 flash-attn's runtime dependencies) for Python 3.11 and the second Python, 3.13 (compiled once
-from Debian's source: tests/toolchain.py, beside the first build), which the second Python's own
-bases carry beside Debian's 3.11.
+from Debian's source: tests/toolchain.py), which the base carries beside Debian's 3.11.
 Every module's matrix takes torch from it by the same URL, so the torch stage's RUN line, and
 with it the layer cache's key, is the same everywhere. One registry, which wants a login, takes
 the pushes of the whole run. The engine's test images are removed when the run ends. Podman's
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import build_project
 import engine_env
-import priority
 import pytest
 import toolchain
 
@@ -48,25 +46,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = rest[:start] + first + rest[start:]
 
 
-def _link_wheels(root: Path, wheelhouse: Path) -> None:
-    """Hard links in ``root`` of a wheelhouse's wheels: a Python's own wheels beside another's, and
-    one version of every pure wheel (the first linked), so that both Pythons resolve alike."""
-    for wheel in wheelhouse.glob("*.whl"):
-        name = wheel.name.split("-")[0]
-        if any(p.name.split("-")[0] == name and SECOND_CP not in wheel.name for p in root.iterdir()):
-            continue
-        os.link(wheel, root / wheel.name)
+def _index_dir() -> Path:
+    """One directory of hard links: the cp311 wheelhouse, and the second Python's own wheels beside it
+    (one version of every pure wheel, so both Pythons resolve alike). A directory of its own for
+    each worker of each run, so that nothing else on the machine empties the one it serves."""
+    root = Path(tempfile.mkdtemp(prefix=engine_env.run_prefix(engine_env.INDEX_DIR_PREFIX), dir=engine_env.cache_dir()))
+    for source in (toolchain.torch_wheelhouse("3.11"), toolchain.torch_wheelhouse(SECOND_PYTHON)):
+        for wheel in source.glob("*.whl"):
+            name = wheel.name.split("-")[0]
+            if any(p.name.split("-")[0] == name and SECOND_CP not in wheel.name for p in root.iterdir()):
+                continue
+            os.link(wheel, root / wheel.name)
+    return root
 
 
 @pytest.fixture(scope="session")
 def index_dir() -> Iterator[Path]:
-    """The directory the index serves: the cp311 wheelhouse, linked in a directory of its own for
-    each worker of each run, so that nothing else on the machine empties the one it serves. It is
-    listed on every request: the second Python's wheels join it when that build first asks, and a
-    test may add a release to it (and takes it out again)."""
-    path = Path(tempfile.mkdtemp(prefix=engine_env.run_prefix(engine_env.INDEX_DIR_PREFIX), dir=engine_env.cache_dir()))
+    """The directory the index serves. It is listed on every request: a test may add a release
+    to it (and takes it out again)."""
+    path = _index_dir()
     try:
-        _link_wheels(path, toolchain.torch_wheelhouse("3.11"))
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
@@ -80,38 +79,23 @@ def torch_index(index_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def second_python_parts() -> Iterator[tuple[Future[Path], Future[Path]]]:
-    """The second CPython's prefix, compiled (CPU), and its torch wheelhouse, downloaded (network),
-    beside the first build and at a lower priority than it: only the second Python's own build
-    waits for them."""
-    with ThreadPoolExecutor(max_workers=2, initializer=priority.beside_the_story) as pool:
-        yield pool.submit(toolchain.cpython, SECOND_PYTHON), pool.submit(toolchain.torch_wheelhouse, SECOND_PYTHON)
+def second_cpython() -> Iterator[Future[Path]]:
+    """The second CPython's prefix, compiled on first use (CPU) while the wheelhouses download."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(toolchain.cpython, SECOND_PYTHON)
 
 
 @pytest.fixture(scope="session")
-def stock(second_python_parts: tuple[Future[Path], Future[Path]], torch_index: str) -> Iterator[engine_env.Stock]:
+def stock(second_cpython: Future[Path], torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
         bases = engine_env.base_images(client)
         base = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
+        prefix = second_cpython.result()
+        base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
+        runtime = engine_env.python_standin(client, bases.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG)
         base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)
-        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON, bases.runtime)
-
-
-@pytest.fixture(scope="session")
-def second_python_bases(
-    stock: engine_env.Stock, second_python_parts: tuple[Future[Path], Future[Path]], index_dir: Path
-) -> engine_env.BaseImages:
-    """The stock base and Debian's runtime base, each with the second CPython beside Debian's 3.11:
-    the two-base shape of the second Python's build, made when it first asks, with its torch
-    wheels added to the index."""
-    cpython, wheels = second_python_parts
-    _link_wheels(index_dir, wheels.result())
-    client, prefix = stock.engine.client, cpython.result()
-    return engine_env.BaseImages(
-        devel=engine_env.python_standin(client, stock.base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG),
-        runtime=engine_env.python_standin(client, stock.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG),
-    )
+        yield engine_env.Stock(engine, base, torch_index, SECOND_PYTHON, runtime)
 
 
 @pytest.fixture(scope="session")

@@ -431,7 +431,7 @@ def nameless_images(client) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def second_python(project, first_build, second_python_bases):
+def second_python(project, first_build):
     """`fa-images build --builder auto` of the good entry for the second Python, with the group's
     compiler cache as the first build (the legacy builder's) left it on the host. The 3.11 entry is
     in the matrix, as a user's would have it; --only builds the second one (3.11 on this runtime
@@ -439,7 +439,7 @@ def second_python(project, first_build, second_python_bases):
     stock = project.stock
     assert stock.second_python == SECOND, stock
     image = "fa-images-test/flash-attn-pythons"
-    bases = stock.bases(devel=second_python_bases.devel, runtime=second_python_bases.runtime)
+    bases = stock.bases(runtime=stock.runtime)
     matrix = project.matrix(
         "pythons.yaml", image=image, versions=[GOOD], pythons=("3.11", SECOND), bases=bases, builder="auto"
     )
@@ -502,9 +502,7 @@ def test_the_host_keeps_the_groups_cache_for_the_next_run(project, second_python
     assert "compiler cache of" in Path(second_python.result["log"]).read_text()
 
 
-def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_no_copy_of_torch(
-    project, second_python, second_python_bases
-) -> None:
+def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_no_copy_of_torch(project, second_python) -> None:
     """The runtime base has no compiler and gets none; the builder, on the devel base, compiled
     with the torch stage's venv mounted: its image holds no copy of it (7 GB on the legacy path)."""
     image, client = second_python.result["image"], project.client
@@ -516,9 +514,8 @@ def test_two_bases_the_runtime_image_holds_no_compiler_and_the_builder_no_copy_o
     builder = f"{image}-builder"
     code, out, err = engine_env.run_in(client, builder, "command -v nvcc; test -e /opt/venv/bin/python")
     assert code == 1 and out.strip() == "/usr/local/cuda/bin/nvcc", out + err  # nvcc, and no venv
-    devel = second_python_bases.devel
-    sizes = {ref: client.images.get(ref).attrs["Size"] for ref in (image, builder, devel)}
-    added = sizes[builder] - sizes[devel]
+    sizes = {ref: client.images.get(ref).attrs["Size"] for ref in (image, builder, project.stock.base)}
+    added = sizes[builder] - sizes[project.stock.base]
     print(f"the builder image adds {added / 1e6:.0f} MB to its base; the runtime image is {sizes[image] / 1e9:.2f} GB")
     assert added < 500e6, sizes  # the build tools; torch 2.9.1+cu128 is 7 GB
     log = Path(second_python.result["log"]).read_text()

@@ -174,7 +174,7 @@ def test_build_pulls_the_missing_bases_with_progress_and_succeeds(project, pulle
 
 
 def test_preflight_refuses_a_base_without_the_python_before_any_compile(project, pulled):
-    # The stock base has Debian's 3.11, not 3.10 (nor the second Python, whose bases are its own).
+    # The stock base has Debian's 3.11 and the second Python the engine tier compiled, not 3.10.
     absent = "3.10"
     assert absent not in ("3.11", project.stock.second_python)
     started = time.monotonic()
