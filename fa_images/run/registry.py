@@ -58,8 +58,8 @@ class Repository:
             name, tag = rest.rsplit(":", 1)
         else:
             name, tag = rest, "latest"
-        registry = registry_of(name)
-        path = name.split("/", 1)[1] if registry != "docker.io" else name
+        registry = registry_of(name)  # "docker.io/acme/x" names it too
+        path = name.removeprefix(f"{registry}/")
         if registry == "docker.io" and "/" not in path:  # Docker Hub's official images live under library/
             path = f"library/{path}"
         return cls(registry, path), digest or tag

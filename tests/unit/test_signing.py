@@ -442,6 +442,13 @@ def test_pick_verify_ranks_the_offer_with_a_passing_verdict_on_the_nodes_arch_fi
         ("localhost/x", ("localhost", "x"), "latest", "http://localhost/v2/x"),
         ("ubuntu", ("docker.io", "library/ubuntu"), "latest", "https://registry-1.docker.io/v2/library/ubuntu"),
         ("acme/fa:t", ("docker.io", "acme/fa"), "t", "https://registry-1.docker.io/v2/acme/fa"),
+        ("docker.io/acme/fa", ("docker.io", "acme/fa"), "latest", "https://registry-1.docker.io/v2/acme/fa"),
+        (
+            "docker.io/ubuntu:22.04",
+            ("docker.io", "library/ubuntu"),
+            "22.04",
+            "https://registry-1.docker.io/v2/library/ubuntu",
+        ),
         ("ghcr.io/a/b:c@sha256:" + "a" * 64, ("ghcr.io", "a/b"), "sha256:" + "a" * 64, "https://ghcr.io/v2/a/b"),
     ],
 )
