@@ -55,6 +55,13 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The exact torch build of the CUDA variant.
 FROM python AS torch
+# Its CUDA libraries first, at the pins it names: the toolkit's in one layer, each library NVIDIA
+# releases apart in one of its own. A torch release that moves one pin rebuilds, pushes and pulls
+# that layer and those above it, and the layers push and pull side by side.
+RUN pip install --index-url https://download.pytorch.org/whl/cu124 nvidia-cublas-cu12==12.4.5.8 nvidia-cuda-cupti-cu12==12.4.127 nvidia-cuda-nvrtc-cu12==12.4.127 nvidia-cuda-runtime-cu12==12.4.127 nvidia-cufft-cu12==11.2.1.3 nvidia-curand-cu12==10.3.5.147 nvidia-cusolver-cu12==11.6.1.9 nvidia-cusparse-cu12==12.3.1.170 nvidia-nvjitlink-cu12==12.4.127 nvidia-nvtx-cu12==12.4.127
+RUN pip install --index-url https://download.pytorch.org/whl/cu124 nvidia-cudnn-cu12==9.1.0.70
+RUN pip install --index-url https://download.pytorch.org/whl/cu124 nvidia-cusparselt-cu12==0.6.2
+RUN pip install --index-url https://download.pytorch.org/whl/cu124 nvidia-nccl-cu12==2.21.5
 RUN pip install --index-url https://download.pytorch.org/whl/cu124 torch==2.6.0
 
 # Built first, in a build of its own: this step stands on the torch stage, so BuildKit commits that

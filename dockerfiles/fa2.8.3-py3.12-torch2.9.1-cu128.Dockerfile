@@ -55,6 +55,14 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The exact torch build of the CUDA variant.
 FROM python AS torch
+# Its CUDA libraries first, at the pins it names: the toolkit's in one layer, each library NVIDIA
+# releases apart in one of its own. A torch release that moves one pin rebuilds, pushes and pulls
+# that layer and those above it, and the layers push and pull side by side.
+RUN pip install --index-url https://download.pytorch.org/whl/cu128 nvidia-cublas-cu12==12.8.4.1 nvidia-cuda-cupti-cu12==12.8.90 nvidia-cuda-nvrtc-cu12==12.8.93 nvidia-cuda-runtime-cu12==12.8.90 nvidia-cufft-cu12==11.3.3.83 nvidia-cufile-cu12==1.13.1.3 nvidia-curand-cu12==10.3.9.90 nvidia-cusolver-cu12==11.7.3.90 nvidia-cusparse-cu12==12.5.8.93 nvidia-nvjitlink-cu12==12.8.93 nvidia-nvtx-cu12==12.8.90
+RUN pip install --index-url https://download.pytorch.org/whl/cu128 nvidia-cudnn-cu12==9.10.2.21
+RUN pip install --index-url https://download.pytorch.org/whl/cu128 nvidia-cusparselt-cu12==0.7.1
+RUN pip install --index-url https://download.pytorch.org/whl/cu128 nvidia-nccl-cu12==2.27.5
+RUN pip install --index-url https://download.pytorch.org/whl/cu128 nvidia-nvshmem-cu12==3.3.20
 RUN pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.9.1
 
 # Built first, in a build of its own: this step stands on the torch stage, so BuildKit commits that

@@ -51,6 +51,9 @@ def sections() -> tuple[str, ...]:
 class CudaVariant:
     cuda: str
     cxx11_abi: bool
+    # torch's CUDA libraries at its pins, a tuple per layer of the torch stage, in install order
+    # (compatgen.library_layers); empty where the table does not know them: one layer, torch's.
+    libraries: tuple[tuple[str, ...], ...] = ()
 
     @property
     def tag(self) -> str:
@@ -113,6 +116,9 @@ class Compat:
     flash_attn: dict[str, FlashAttnRelease]
     build_tools: tuple[str, ...]  # the default pins; tools_for() applies the per-Python ones
     cuda13_min_torch: str
+    # torch's CUDA libraries that NVIDIA releases apart from the toolkit: a layer each, after the
+    # toolkit's own, in this order (compatgen.library_layers)
+    libraries_apart: tuple[str, ...] = ()
     pythons: tuple[str, ...] = ()
     build_tools_python: dict[str, tuple[str, ...]] = field(default_factory=dict)
     runtime_deps: tuple[str, ...] = ()
@@ -300,7 +306,8 @@ def _torch(c: tablecheck.Checker, data: dict, cuda: dict[str, CudaRelease]) -> d
                 continue
             if cu not in cuda:
                 c.fail(("torch", ver, "cuda", cu), f"torch {ver} names CUDA {cu}, which the cuda section lacks")
-            variants.append(CudaVariant(cuda=cu, cxx11_abi=v["cxx11_abi"]))
+            libraries = _library_layers(c, ("torch", ver, "cuda", cu, "libraries"), v.get("libraries", []))
+            variants.append(CudaVariant(cuda=cu, cxx11_abi=v["cxx11_abi"], libraries=libraries))
         default = raw.get("default_cuda")
         if default not in [v.cuda for v in variants] and not bad_variant:  # a list: the value may be unhashable
             c.fail(
@@ -311,6 +318,23 @@ def _torch(c: tablecheck.Checker, data: dict, cuda: dict[str, CudaRelease]) -> d
                 version=ver, pythons=tuple(pythons), default_cuda=str(default), variants=tuple(variants)
             )
     return torch
+
+
+def _library_layers(c: tablecheck.Checker, path: tuple, value: Any) -> tuple[tuple[str, ...], ...]:
+    """A list of layers, each a list of pins; a library is pinned once, in one layer."""
+    where = ".".join(map(str, path))
+    if not isinstance(value, list) or not all(isinstance(layer, list) and layer for layer in value):
+        c.fail(path, f'{where} must be a list of layers, each a list of pins like "nvidia-cudnn-cu12==9.10.2.21"')
+        return ()
+    layers = tuple(
+        tuple(p for j, p in enumerate(layer) if c.version((*path, i, j), p, grammar.library_pin))
+        for i, layer in enumerate(value)
+    )
+    names = [_pin_name(p.partition("[")[0]) for layer in layers for p in layer]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        c.fail(path, f"{where} pins {', '.join(twice)} more than once")
+    return layers
 
 
 def _archs(c: tablecheck.Checker, data: dict) -> dict[str, tuple[str, str]]:
@@ -480,6 +504,10 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
     runtime_per_python = _pins_per_python(c, data, "runtime_deps_python")
     rules = c.mapping(("rules",), data.get("rules", {}))
     min_torch = c.version(("rules", "cuda13_min_torch"), rules.get("cuda13_min_torch", "2.9")) or "2.9"
+    apart = rules.get("torch_libraries_apart", [])
+    if not isinstance(apart, list) or not all(isinstance(a, str) and grammar.PROJECT.fullmatch(a) for a in apart):
+        c.fail(("rules", "torch_libraries_apart"), "rules.torch_libraries_apart must be a list of names like cudnn")
+        apart = []
     if c.problems:
         raise ConfigError(c.problems)
     return Compat(
@@ -491,6 +519,7 @@ def build(doc: yamlfile.YamlDoc) -> Compat:
         flash_attn=flash,
         build_tools=tools,
         cuda13_min_torch=min_torch,
+        libraries_apart=tuple(apart),
         pythons=pythons,
         build_tools_python=per_python,
         runtime_deps=runtime_deps,

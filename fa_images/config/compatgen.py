@@ -11,6 +11,9 @@ What each fact comes from:
 - the CUDA variants of each release: the torch index's file list (``torch-2.9.1+cu128-...``).
   When it cannot be reached, the variants already in the table are kept, a new release gets
   its PyPI default variant only, and the refresh says so.
+- torch's CUDA libraries: the ``==`` pins of ``nvidia-*`` and ``cuda-toolkit`` in the same
+  METADATA, for the default variant, in the layers the torch stage installs them in before torch
+  (``library_layers``); other variants keep what the table has.
 - the C++ ABI: no index states it. Variants already in the table keep theirs; new ones follow
   PyTorch's published rule: new ABI from torch 2.7 on, and for 2.6.0+cu126; old before.
 - flash-attn sdists and their sha256: PyPI. Versions already in the table are re-checked;
@@ -30,6 +33,7 @@ import hashlib
 import json
 import re
 import struct
+import textwrap
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,7 +42,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..builder import simple_index, source, untrusted
@@ -84,6 +89,7 @@ class TorchFacts:
     default_cuda: str | None
     variants: dict[str, bool] = field(default_factory=dict)  # CUDA -> cxx11_abi
     unread: str | None = None  # why the default CUDA could not be read, where it could not
+    libraries: dict[str, Layers] = field(default_factory=dict)  # CUDA -> its library layers, where known
 
 
 def _final(version: str) -> Version | None:
@@ -102,6 +108,38 @@ def default_cuda_of(metadata: str) -> str | None:
     """'Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90' -> '12.8'; None for a CPU wheel."""
     match = _CUDA_PIN.search(metadata)
     return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+Layers = tuple[tuple[str, ...], ...]
+
+
+def library_layers(metadata: str, python: str, apart: tuple[str, ...]) -> Layers:
+    """torch's CUDA libraries, from its METADATA: the ``==`` pins of ``nvidia-*`` and
+    ``cuda-toolkit`` that a Linux x86_64 ``python`` installs, as layers. The toolkit's own
+    libraries come first, in one layer: they move only with the CUDA release. Then each library
+    of ``apart`` (cudnn, nccl, ...; NVIDIA releases them on their own), a layer each, in that
+    order: a torch release that moves one pin rebuilds that layer and the ones above it."""
+    environment = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
+    environment |= {"python_version": python, "python_full_version": f"{python}.0"}
+    layers: dict[str, list[str]] = {"": [], **{a: [] for a in apart}}
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        try:
+            req = Requirement(line.partition(":")[2].strip())
+        except InvalidRequirement:
+            continue
+        name, specs = canonicalize_name(req.name), list(req.specifier)
+        if not (name.startswith("nvidia-") or name == "cuda-toolkit") or [s.operator for s in specs] != ["=="]:
+            continue
+        if req.marker is not None and not req.marker.evaluate(environment):
+            continue
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        pin = f"{name}{extras}=={specs[0].version}"
+        if grammar.library_pin(pin) is None:  # a pin that is not a word of the table's grammar is left out
+            key = re.sub(r"-cu\d+$", "", name.removeprefix("nvidia-"))
+            layers[key if key in layers else ""].append(pin)
+    return tuple(tuple(sorted(pins)) for pins in layers.values() if pins)
 
 
 # A wheel's METADATA is a few kB (torch's, with its long description, ~40 kB).
@@ -202,8 +240,8 @@ def wheel_metadata(fetch: Fetch, wheel: simple_index.File) -> str:
     return untrusted.decode_text(data, what=name)
 
 
-def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]:
-    """Final torch releases >= min_torch on PyPI: their Pythons and default CUDA."""
+def pypi_torch(fetch: Fetch, pypi: str, min_torch: str, apart: tuple[str, ...] = ()) -> dict[str, TorchFacts]:
+    """Final torch releases >= min_torch on PyPI: their Pythons, default CUDA and its libraries."""
     page = f"{pypi.rstrip('/')}/torch/"
     wheels: dict[str, dict[str, simple_index.File]] = {}  # version -> cp tag -> wheel
     for f in simple_index.parse(fetch(page, {"Accept": simple_index.ACCEPT}), url=page).files:
@@ -220,13 +258,20 @@ def pypi_torch(fetch: Fetch, pypi: str, min_torch: str) -> dict[str, TorchFacts]
     for version, by_python in sorted(wheels.items(), key=lambda kv: Version(kv[0])):
         pythons = sorted(by_python, key=int)
         sample = by_python[pythons[-1]]  # the newest Python's wheel: any one carries the same pins
-        default, unread = None, None
+        default, unread, libraries = None, None, {}
         try:
-            default = default_cuda_of(wheel_metadata(fetch, sample))
+            metadata = wheel_metadata(fetch, sample)
+            default = default_cuda_of(metadata)
+            layers = library_layers(metadata, _py(pythons[-1]), apart)
+            libraries = {default: layers} if default and layers else {}
         except (FileNotFoundError, IndexUnreachable, ValueError, struct.error, zlib.error) as exc:
             unread = str(exc)  # reported by refresh(): the release keeps what the table knows
         out[version] = TorchFacts(
-            version=version, pythons=[_py(p) for p in pythons], default_cuda=default, unread=unread
+            version=version,
+            pythons=[_py(p) for p in pythons],
+            default_cuda=default,
+            unread=unread,
+            libraries=libraries,
         )
     return out
 
@@ -291,13 +336,15 @@ class TorchUpdate:
     cuda_added: tuple[str, ...] = ()
     cuda_removed: tuple[str, ...] = ()
     abi_changed: tuple[str, ...] = ()  # the CUDA variants whose cxx11_abi differs
+    libraries_changed: tuple[str, ...] = ()  # the CUDA variants whose library pins differ
     python_added: tuple[str, ...] = ()
     python_removed: tuple[str, ...] = ()
     default_cuda: tuple[str, str] | None = None  # (before, after)
 
     def as_json(self) -> dict:
         out: dict = {"version": self.version}
-        for name in ("cuda_added", "cuda_removed", "abi_changed", "python_added", "python_removed"):
+        changes = ("cuda_added", "cuda_removed", "abi_changed", "libraries_changed", "python_added", "python_removed")
+        for name in changes:
             if getattr(self, name):
                 out[name] = list(getattr(self, name))
         if self.default_cuda:
@@ -311,6 +358,7 @@ class TorchUpdate:
                 ("CUDA", self.cuda_added, "added"),
                 ("CUDA", self.cuda_removed, "removed"),
                 ("the C++ ABI of CUDA", self.abi_changed, "changed"),
+                ("the CUDA libraries of CUDA", self.libraries_changed, "changed"),
                 ("Python", self.python_added, "added"),
                 ("Python", self.python_removed, "removed"),
             )
@@ -324,11 +372,14 @@ class TorchUpdate:
 def _torch_update(before: compat_mod.TorchRelease, after: compat_mod.TorchRelease) -> TorchUpdate | None:
     old = {v.cuda: v.cxx11_abi for v in before.variants}
     new = {v.cuda: v.cxx11_abi for v in after.variants}
+    before_libraries = {v.cuda: v.libraries for v in before.variants}
+    libraries = {v.cuda: v.libraries for v in after.variants}
     update = TorchUpdate(
         version=after.version,
         cuda_added=_sorted(set(new) - set(old)),
         cuda_removed=_sorted(set(old) - set(new)),
         abi_changed=_sorted(c for c in set(old) & set(new) if old[c] != new[c]),
+        libraries_changed=_sorted(c for c in set(old) & set(new) if libraries[c] != before_libraries[c]),
         python_added=_sorted(set(after.pythons) - set(before.pythons)),
         python_removed=_sorted(set(before.pythons) - set(after.pythons)),
         default_cuda=None if before.default_cuda == after.default_cuda else (before.default_cuda, after.default_cuda),
@@ -345,8 +396,13 @@ def _torch_json(release: compat_mod.TorchRelease) -> dict:
         "version": release.version,
         "python": list(release.pythons),
         "default_cuda": release.default_cuda,
-        "cuda": {v.cuda: {"cxx11_abi": v.cxx11_abi} for v in release.variants},
+        "cuda": {v.cuda: _variant_json(v) for v in release.variants},
     }
+
+
+def _variant_json(variant: compat_mod.CudaVariant) -> dict:
+    libraries = {"libraries": [list(layer) for layer in variant.libraries]} if variant.libraries else {}
+    return {"cxx11_abi": variant.cxx11_abi, **libraries}
 
 
 def _flash_attn_json(release: compat_mod.FlashAttnRelease) -> dict:
@@ -460,7 +516,21 @@ def _torch_section(releases: dict[str, TorchFacts]) -> str:
         lines.append(f"    default_cuda: {_scalar(facts.default_cuda or '')}")
         lines.append("    cuda:")
         for cuda in sorted(facts.variants, key=Version):
-            lines.append(f"      {_scalar(cuda)}: {{cxx11_abi: {_scalar(facts.variants[cuda])}}}")
+            abi = f"cxx11_abi: {_scalar(facts.variants[cuda])}"
+            if cuda not in facts.libraries:
+                lines.append(f"      {_scalar(cuda)}: {{{abi}}}")
+                continue
+            lines += [f"      {_scalar(cuda)}:", f"        {abi}", "        libraries:"]
+            for layer in facts.libraries[cuda]:  # a flow sequence may span lines: no pin holds a space
+                words = ", ".join(_scalar(p) for p in layer)
+                lines += textwrap.wrap(
+                    f"[{words}]",
+                    110,
+                    initial_indent=" " * 10 + "- ",
+                    subsequent_indent=" " * 13,
+                    break_on_hyphens=False,
+                    break_long_words=False,
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -494,7 +564,8 @@ def refresh(
     text = untrusted.read_file(table, limit=yamlfile.MAX_BYTES, what="compat table").decode("utf-8")
     notes: list[str] = []
     try:
-        found = pypi_torch(fetch, pypi, min_torch)
+        # The layers' rule as plan reads it: a team's table that overrides a few keys takes the built-in one's.
+        found = pypi_torch(fetch, pypi, min_torch, compat_mod.load(table).libraries_apart)
         shas = flash_attn_sdists(fetch, pypi)
     except (IndexUnreachable, FileNotFoundError, ValueError, KeyError) as exc:
         raise UsageError(
@@ -529,6 +600,8 @@ def refresh(
             continue
         abis = {v.cuda: v.cxx11_abi for v in old.variants} if old else {}
         facts.variants = {c: abis.get(c, abi_rule(version, c)) for c in cudas}
+        tabled = {v.cuda: v.libraries for v in old.variants} if old else {}
+        facts.libraries = {c: layers for c in cudas if (layers := facts.libraries.get(c) or tabled.get(c))}
         releases[version] = facts
     for version in current.torch:
         if version not in releases:
@@ -540,6 +613,7 @@ def refresh(
                 pythons=list(old.pythons),
                 default_cuda=old.default_cuda,
                 variants={v.cuda: v.cxx11_abi for v in old.variants},
+                libraries={v.cuda: v.libraries for v in old.variants if v.libraries},
             )
     releases = dict(sorted(releases.items(), key=lambda kv: Version(kv[0])))
 

@@ -117,6 +117,18 @@ def pin(value: str) -> str | None:
     return None
 
 
+def library_pin(value: str) -> str | None:
+    """``name==version`` or ``name[extra,...]==version``, as torch pins its CUDA libraries
+    (``cuda-toolkit[cublas,cudart]==13.0.2``); quoted as one shell word where it is written."""
+    name, extras, rest = value.partition("[")
+    if extras:
+        listed, closed, rest = rest.partition("]")
+        if not closed or not all(PROJECT.fullmatch(e) for e in listed.split(",")):
+            return f"{value!r} is not a pin like 'cuda-toolkit[cublas,cudart]==13.0.2'"
+        value = name + rest
+    return pin(value)
+
+
 def index_url(value: str) -> str | None:
     """An http(s) or file URL of a package index or a find-links page."""
     shown = repr(shown_url(value))  # an error line must not print the token it complains about

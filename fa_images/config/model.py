@@ -91,6 +91,9 @@ class Entry:
     # when the entry was resolved (config/generations/).
     recipe: Recipe
     cuda_note: str | None = None  # why its CUDA is not its torch's default (Compat.cuda_for)
+    # torch's CUDA libraries at its pins, as the torch stage installs them before torch, a layer
+    # each (compat.CudaVariant.libraries); empty: the table does not know them, torch's install takes them
+    torch_libraries: tuple[tuple[str, ...], ...] = ()
     # 'sm120': the GPU class its id, image tag and wheel label carry, where its matrix builds several
     # classes of one Python, torch and CUDA (settings.gpu_class); None where it builds one.
     gpu_class: str | None = None
@@ -165,6 +168,7 @@ class Entry:
         data["gpus"] = list(self.gpus)
         data["generation"] = self.generation.number
         data["wheel"] = {"requirement": self.requirement, "file": self.wheel_file, "index": self.wheel_index}
+        data["torch_libraries"] = [list(layer) for layer in self.torch_libraries]
         for optional in ("cuda_note", "gpu_class"):
             if data[optional] is None:
                 data.pop(optional)

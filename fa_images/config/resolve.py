@@ -281,6 +281,7 @@ class EntryResolver:
             torch_index=fill_placeholders(self.packages.torch_index, fill) if self.packages.torch_index else None,
             recipe=recipe,
             cuda_note=cuda_note,
+            torch_libraries=variant.libraries if variant else (),
         )
 
     def by_gpu_class(self, entry: Entry, combo: Combo) -> Entry | None:

@@ -121,6 +121,7 @@ def _values(matrix: Matrix, entry: Entry, builder: BuilderForm, prebuilt: bool) 
         pip_os_install=os_packages.install_lines(os_packages.PIP),
         git_os_install=os_packages.install_lines(os_packages.GIT),
         torch_install=pip_args(installs["torch"]),
+        library_installs=[pip_args(i) for i in wheelhouse.library_installs(matrix, entry)],
         tools_install=pip_args(installs["build tools"]),
         runtime_install=pip_args(installs["runtime deps"]),
         build_tools=BUILD_TOOLS_DIR,

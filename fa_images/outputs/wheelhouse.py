@@ -104,14 +104,27 @@ def installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
     """The builder stage's installs, in Dockerfile order."""
     links = matrix.packages.find_links
     tools = PipSource(matrix.packages.index, links)
-    torch = PipSource(entry.torch_index or matrix.packages.index, links, kind="torch")
     uv = (f"uv=={matrix.bases.uv_version}",) if matrix.bases.python == "uv" else ()
     return (
         Install("uv", uv, tools),
-        Install("torch", (f"torch=={entry.torch}",), torch),
+        *library_installs(matrix, entry),
+        Install("torch", (f"torch=={entry.torch}",), _torch_source(matrix, entry)),
         Install("build tools", matrix.compat.tools_for(entry.python), tools),
         Install("runtime deps", runtime_deps(matrix, entry), tools),
     )
+
+
+def _torch_source(matrix: Matrix, entry: Entry) -> PipSource:
+    return PipSource(entry.torch_index or matrix.packages.index, matrix.packages.find_links, kind="torch")
+
+
+def library_installs(matrix: Matrix, entry: Entry) -> tuple[Install, ...]:
+    """torch's CUDA libraries, installed before it a layer each where the table knows their pins;
+    torch then finds them in place. None from a private index: its wheels, fetched on the host with
+    every dependency, are installed in a stage of their own and copied on as one layer anyway."""
+    source = _torch_source(matrix, entry)
+    layers = () if source.private else entry.torch_libraries
+    return tuple(Install(f"CUDA libraries of torch, layer {i}", pins, source) for i, pins in enumerate(layers, 1))
 
 
 def runtime_deps(matrix: Matrix, entry: Entry) -> tuple[str, ...]:

@@ -29,6 +29,31 @@ from fa_images.builder.source import SUPPORTED_FLASH_ATTN
 from fa_images.config import compat, compatgen, yamlfile
 from fa_images.errors import EXIT_TABLE_CHANGED, UsageError
 
+# The CUDA libraries of the recorded METADATA (tests/fixtures/index/), in the built-in table's layers.
+LIBRARIES_251 = [
+    [
+        "nvidia-cublas-cu12==12.4.5.8",
+        "nvidia-cuda-cupti-cu12==12.4.127",
+        "nvidia-cuda-nvrtc-cu12==12.4.127",
+        "nvidia-cuda-runtime-cu12==12.4.127",
+        "nvidia-cufft-cu12==11.2.1.3",
+        "nvidia-curand-cu12==10.3.5.147",
+        "nvidia-cusolver-cu12==11.6.1.9",
+        "nvidia-cusparse-cu12==12.3.1.170",
+        "nvidia-nvjitlink-cu12==12.4.127",
+        "nvidia-nvtx-cu12==12.4.127",
+    ],
+    ["nvidia-cudnn-cu12==9.1.0.70"],
+    ["nvidia-nccl-cu12==2.21.5"],
+]
+LIBRARIES_2110 = [
+    ["cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.2"],
+    ["nvidia-cudnn-cu13==9.19.0.56"],
+    ["nvidia-cusparselt-cu13==0.8.0"],
+    ["nvidia-nccl-cu13==2.28.9"],
+    ["nvidia-nvshmem-cu13==3.4.5"],
+]
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index"
 FILES_HOST = "https://files.pythonhosted.org"
 TORCH_251 = "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
@@ -117,12 +142,17 @@ def test_refresh_reads_releases_pythons_default_cuda_and_variants(index: str, ta
     assert new["2.11.0"]["python"] == ["3.10", "3.12", "3.13", "3.14"]
     # Default CUDA from each wheel's METADATA: old "(==12.4.127)", "==12.8.90", "cuda-toolkit[...]==13.0.2".
     assert [new[v]["default_cuda"] for v in new] == ["12.4", "12.8", "13.0"]
-    # Variants from the torch index; ABI kept from the table where known, else the rule.
+    # Variants from the torch index; ABI kept from the table where known, else the rule. The
+    # default variant's CUDA libraries from the same METADATA, in the built-in table's layers
+    # (old "(==9.1.0.70)" pins; cuda-toolkit[...] for the toolkit's own from 2.11).
     assert new["2.5.1"]["cuda"] == {
         "11.8": {"cxx11_abi": False},
         "12.1": {"cxx11_abi": False},
-        "12.4": {"cxx11_abi": False},
+        "12.4": {"cxx11_abi": False, "libraries": LIBRARIES_251},
     }
+    assert new["2.11.0"]["cuda"]["13.0"]["libraries"] == LIBRARIES_2110
+    variant = torch["2.11.0"].variant("13.0")  # as plan reads it
+    assert variant is not None and variant.libraries[1] == ("nvidia-cudnn-cu13==9.19.0.56",)
     assert set(new["2.11.0"]["cuda"]) == {"12.6", "12.8", "13.0"}
     assert all(v["cxx11_abi"] for v in new["2.11.0"]["cuda"].values())
     assert torch["2.11.0"].default_cuda == "13.0"
@@ -133,7 +163,10 @@ def test_refresh_reads_releases_pythons_default_cuda_and_variants(index: str, ta
     assert "torch 2.11.0: added (CUDA 12.6, 12.8, 13.0; default 13.0; Python 3.10, 3.12, 3.13, 3.14)" in (
         result.diff.lines()
     )
-    assert "torch 2.5.1: CUDA 11.8, 12.1 added; Python 3.10, 3.12, 3.13 added" in result.diff.lines()
+    assert (
+        "torch 2.5.1: CUDA 11.8, 12.1 added; the CUDA libraries of CUDA 12.4 changed; Python 3.10, 3.12, 3.13 added"
+        in result.diff.lines()
+    )
 
 
 def test_refresh_keeps_comments_and_hand_written_sections(index: str, table: Path) -> None:
@@ -164,8 +197,8 @@ def test_refresh_refuses_a_changed_sdist_hash(index: str, table: Path) -> None:
 def test_unreachable_torch_index_keeps_the_table_variants(index: str, table: Path) -> None:
     result = compatgen.refresh(table, pypi=f"{index}/simple", torch_index=f"{index}/nowhere")
     new = yaml.safe_load(result.text)["torch"]
-    assert new["2.5.1"]["cuda"] == {"12.4": {"cxx11_abi": False}}  # what the table had
-    assert new["2.11.0"]["cuda"] == {"13.0": {"cxx11_abi": True}}  # PyPI's default only
+    assert new["2.5.1"]["cuda"] == {"12.4": {"cxx11_abi": False, "libraries": LIBRARIES_251}}  # the table's variant
+    assert list(new["2.11.0"]["cuda"]) == ["13.0"]  # PyPI's default only
     assert any(n.startswith("torch index not reached") for n in result.notes)
 
 
@@ -211,7 +244,10 @@ def test_a_release_the_index_gains_is_reported_as_a_change(index: str, table: Pa
     assert first.returncode == EXIT_TABLE_CHANGED, first.stderr
     lines = first.stdout.splitlines()
     assert "torch 2.9.1: added (CUDA 12.6, 12.8, 13.0; default 12.8; Python 3.10, 3.12, 3.13, 3.14)" in lines
-    assert "torch 2.5.1: CUDA 11.8, 12.1 added; Python 3.10, 3.12, 3.13 added" in lines
+    assert (
+        "torch 2.5.1: CUDA 11.8, 12.1 added; the CUDA libraries of CUDA 12.4 changed; Python 3.10, 3.12, 3.13 added"
+        in lines
+    )
     assert "flash-attn 2.8.3: added" in lines and "2.11.0" not in first.stdout
     assert lines[-2:] == [
         "changed: torch releases: 1 added, 1 updated; flash-attn sdists: 3 added",
@@ -235,7 +271,11 @@ def test_a_release_the_index_gains_is_reported_as_a_change(index: str, table: Pa
             "version": "2.11.0",
             "python": ["3.10", "3.12", "3.13", "3.14"],
             "default_cuda": "13.0",
-            "cuda": {"12.6": {"cxx11_abi": True}, "12.8": {"cxx11_abi": True}, "13.0": {"cxx11_abi": True}},
+            "cuda": {
+                "12.6": {"cxx11_abi": True},
+                "12.8": {"cxx11_abi": True},
+                "13.0": {"cxx11_abi": True, "libraries": LIBRARIES_2110},
+            },
         }
     ]
     assert report["torch"]["removed"] == report["torch"]["updated"] == []

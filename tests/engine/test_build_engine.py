@@ -37,6 +37,7 @@ import toolchain
 from build_project import BROKEN, GOOD, INTERRUPTED, REGISTRY_USER, UPDATE, Project, entry_id, only_in_the_registry
 
 from fa_images.builder.source import sha256_of
+from fa_images.config import compat
 
 pytestmark = pytest.mark.engine
 
@@ -174,6 +175,28 @@ def test_an_update_shares_every_layer_but_the_top_one(project, first_build):
     good, update = (entries[entry_id(v)] for v in (GOOD, UPDATE))
     assert good["torch_stage"] and good["torch_stage"] == update["torch_stage"]
     assert layers(project, good["image"])[:-1] == layers(project, update["image"])[:-1]
+
+
+def test_torchs_cuda_libraries_are_layers_of_their_own_under_torchs(project, first_build):
+    """torch's CUDA libraries at its pins, a layer each, under torch's own: the torch step finds
+    them in place and adds none, so a torch release that keeps a pin keeps its layer (cached,
+    pushed and pulled once), and the layers push and pull side by side."""
+    _, entries = first_build
+    good = entries[entry_id(GOOD)]
+    variant = compat.load().torch["2.9.1"].variant("12.8")
+    assert variant is not None and len(variant.libraries) == 5
+    history = reversed(project.client.images.get(good["image"]).history())  # oldest first
+    steps = [(h["CreatedBy"], h["Size"]) for h in history if "pip install" in h["CreatedBy"]]
+    library_steps = [(cmd, size) for cmd, size in steps if "nvidia-" in cmd]
+    assert [cmd.rsplit(" --index-url ", 1)[1].split()[1:] for cmd, _ in library_steps] == [
+        list(layer) for layer in variant.libraries
+    ]
+    (torch_size,) = [size for cmd, size in steps if cmd.endswith(" torch==2.9.1")]
+    library_sizes = [size for _, size in library_steps]
+    print(f"CUDA library layers {[round(s / 1e6) for s in library_sizes]} MB; torch's {torch_size / 1e6:.0f} MB")
+    assert all(size > 0 for size in library_sizes)
+    # torch, triton and their pure dependencies (2.4 GB); with the libraries again it would be over 6 GB.
+    assert torch_size < 0.75 * sum(library_sizes)
 
 
 def test_an_image_around_a_wheel_that_exists_compiles_nothing(project, first_build):

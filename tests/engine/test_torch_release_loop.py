@@ -24,7 +24,7 @@ import yaml
 from build_project import BUILDKIT_CLI, GOOD, REPO, entry_id
 from packaging.version import Version
 
-from fa_images.config import compatgen
+from fa_images.config import compat, compatgen
 
 pytestmark = pytest.mark.engine
 
@@ -46,6 +46,13 @@ def fa_images_before(root: Path, release: str) -> Path:
     older = {v: facts for v, facts in yaml.safe_load(text)["torch"].items() if Version(v) < Version(release)}
     table.write_text(compatgen.splice(text, "torch", yaml.safe_dump({"torch": older}, sort_keys=False)))
     return dest
+
+
+def libraries(torch: str, cuda: str) -> list[list[str]]:
+    """The CUDA library layers of the built-in table's torch ``torch`` and CUDA ``cuda``."""
+    variant = compat.load().torch[torch].variant(cuda)
+    assert variant is not None
+    return [list(layer) for layer in variant.libraries]
 
 
 def resolved_flash_attn(tmp: Path, index: str, torch_index: str, torch: str) -> str:
@@ -132,7 +139,8 @@ def test_a_torch_release_the_index_gains_is_built_alone_and_served_beside_the_ot
                     "version": NEW_TORCH,
                     "python": ["3.11"],
                     "default_cuda": "12.8",
-                    "cuda": {"12.8": {"cxx11_abi": True}},
+                    # its CUDA libraries, read from its METADATA on the mirror, as from PyPI for the built-in table
+                    "cuda": {"12.8": {"cxx11_abi": True, "libraries": libraries(NEW_TORCH, "12.8")}},
                 }
             ],
             "removed": [],

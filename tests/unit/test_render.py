@@ -14,6 +14,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fa_images.config import compat
 from fa_images.config import matrix as matrix_mod
 from fa_images.config.grammar import BuilderForm
 from fa_images.config.matrix import Matrix
@@ -196,10 +198,15 @@ def test_rendered_dockerfile_structure(path: Path) -> None:
     assert buildkit or "--mount" not in text
     assert not re.search(r"^#\s*syntax\s*=", text, flags=re.M | re.I)
     assert "--chmod" not in text and "--link" not in text and "<<" not in text
-    # torch is nothing entry-specific: the torch stage names no flash-attn, arch or sdist.
+    # torch is nothing entry-specific: the torch stage names no flash-attn, arch or sdist. Its CUDA
+    # libraries come first, a layer each, at the pins the table holds for that torch and CUDA.
     torch_part = text.split(" AS torch\n")[1].split("\nFROM ")[0]  # and the next stage's comments
+    index = f"--index-url https://download.pytorch.org/whl/cu{cu}"
+    variant = compat.load().torch[torch].variant(cuda)
+    assert variant is not None and variant.libraries, f"the table knows no CUDA libraries of torch {torch}"
     assert [line for line in torch_part.strip().splitlines() if line and not line.startswith("#")] == [
-        f"RUN pip install --index-url https://download.pytorch.org/whl/cu{cu} torch=={torch}"
+        *(f"RUN pip install {index} {' '.join(map(shlex.quote, layer))}" for layer in variant.libraries),
+        f"RUN pip install {index} torch=={torch}",
     ]
     python_part = text.split(" AS python\n")[1].split("\nFROM ")[0]
     assert fa not in python_part and "arch" not in python_part

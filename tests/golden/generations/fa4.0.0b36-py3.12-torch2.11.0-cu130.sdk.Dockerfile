@@ -50,6 +50,14 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The exact torch build of the CUDA variant.
 FROM python AS torch
+# Its CUDA libraries first, at the pins it names: the toolkit's in one layer, each library NVIDIA
+# releases apart in one of its own. A torch release that moves one pin rebuilds, pushes and pulls
+# that layer and those above it, and the layers push and pull side by side.
+RUN pip install --index-url https://download.pytorch.org/whl/cu130 'cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.2'
+RUN pip install --index-url https://download.pytorch.org/whl/cu130 nvidia-cudnn-cu13==9.19.0.56
+RUN pip install --index-url https://download.pytorch.org/whl/cu130 nvidia-cusparselt-cu13==0.8.0
+RUN pip install --index-url https://download.pytorch.org/whl/cu130 nvidia-nccl-cu13==2.28.9
+RUN pip install --index-url https://download.pytorch.org/whl/cu130 nvidia-nvshmem-cu13==3.4.5
 RUN pip install --index-url https://download.pytorch.org/whl/cu130 torch==2.11.0
 
 # flash-attn's runtime dependencies and the wheel, pinned and --no-deps (pip can never swap
