@@ -1,7 +1,7 @@
 """Where the builder stage's Python packages come from, and the host-side wheelhouse.
 
 Each ``pip install`` of the builder stage has one source: ``packages.index`` for the build
-tools (and uv), ``packages.torch_index`` (else the index) for torch, plus any
+tools (and uv), ``packages.torch_index`` (else the index) for torch and its CUDA libraries, plus any
 ``find_links``. A source whose URL carries ``user:token@`` is never written into a
 Dockerfile: the host downloads that install's packages with the credentials, into a
 wheelhouse inside the build context, and the Dockerfile installs them with ``--no-index``.

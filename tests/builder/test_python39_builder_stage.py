@@ -320,8 +320,10 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
                 entry.flash_attn, ctx, [(c[0], c[1]) for c in copies], steps[compile_at][1], env
             )
         # One environment serves every version: the stages differ from the first COPY on only.
+        # The Python's venv, then torch's CUDA libraries a RUN each, torch, the build tools.
         (setup,) = setups
-        assert [k for k, _ in setup] == ["ENV", "RUN", "ENV", "RUN", "RUN"], setup
+        libraries = ["RUN"] * len(entries[0].torch_libraries)
+        assert libraries and [k for k, _ in setup] == ["ENV", "RUN", "ENV", *libraries, "RUN", "RUN"], setup
 
         started = time.monotonic()
         env = chroot_env()
