@@ -76,11 +76,17 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         _fail_the_skip(outcome.get_result())
 
 
-def _rank(item: pytest.Item) -> tuple[int, int]:
+# The unit tier's longest modules (mypy over the package; actionlint and shellcheck over every
+# workflow the export writes), first: a worker that takes one last would run alone at the end.
+LONGEST_FIRST = ("test_project.py", "test_exports.py")
+
+
+def _rank(item: pytest.Item) -> tuple[int, int, int]:
     tier = item.path.parent.name
     group = item.get_closest_marker("xdist_group")
     shared = group is not None and group.args[0] == ENGINE_TIER
-    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 1)
+    long = item.path.name in LONGEST_FIRST and tier == "unit"
+    return (TIERS.index(tier) if tier in TIERS else len(TIERS), 0 if shared else 1, 0 if long else 1)
 
 
 @pytest.fixture(scope="session")
