@@ -17,7 +17,8 @@ examples:
   fa-images compat refresh --json                what changed as one JSON object, for CI
 
 It prints what changed against --table: each torch release and flash-attn sdist added or
-removed, each release whose CUDA variants, C++ ABI, Pythons or default CUDA changed, then a count.
+removed, each release whose CUDA variants, C++ ABI, CUDA library pins, Pythons or default CUDA
+changed, then a count.
 Exit status: 0 written, no release changed; {changed} written, and some changed (not an
 error: CI can rebuild or open a pull request); 2 bad input (an index page, a flag, a hash that
 disagrees), nothing written.
