@@ -139,3 +139,13 @@ def test_a_torch_the_table_has_no_libraries_for_installs_as_one_layer(tiny_matri
     assert [line for line in text.splitlines() if line.startswith("RUN ")] == [
         f"RUN pip install --index-url https://download.pytorch.org/whl/{entry.cuda_tag} torch=={entry.torch}"
     ]
+
+
+@pytest.mark.parametrize("apart", ["cudnn", "[cudnn, 3]", '["cudnn; reboot"]'])
+def test_a_bad_order_of_the_libraries_apart_is_one_problem(tmp_path: Path, apart: str) -> None:
+    path = tmp_path / "compat-extra.yaml"
+    path.write_text(f"rules:\n  torch_libraries_apart: {apart}\n")
+    with pytest.raises(ConfigError) as info:
+        compat_mod.load(path)
+    (problem,) = info.value.problems
+    assert "rules.torch_libraries_apart must be a list of names like cudnn" in problem.message, problem
