@@ -119,7 +119,13 @@ def library_layers(metadata: str, python: str, apart: tuple[str, ...]) -> Layers
     libraries come first, in one layer: they move only with the CUDA release. Then each library
     of ``apart`` (cudnn, nccl, ...; NVIDIA releases them on their own), a layer each, in that
     order: a torch release that moves one pin rebuilds that layer and the ones above it."""
-    environment = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
+    environment = {
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "sys_platform": "linux",
+        "os_name": "posix",
+    }
+    environment |= {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
     environment |= {"python_version": python, "python_full_version": f"{python}.0"}
     layers: dict[str, list[str]] = {"": [], **{a: [] for a in apart}}
     for line in metadata.splitlines():
@@ -563,9 +569,11 @@ def refresh(
     current = compat_mod.build(doc)
     text = untrusted.read_file(table, limit=yamlfile.MAX_BYTES, what="compat table").decode("utf-8")
     notes: list[str] = []
+    # The layers' rule of the table merged over the built-in one: a team's table that overrides a
+    # few keys takes the built-in rule. Read here, at refresh: the table then holds the layers.
+    apart = compat_mod.load(table).libraries_apart
     try:
-        # The layers' rule as plan reads it: a team's table that overrides a few keys takes the built-in one's.
-        found = pypi_torch(fetch, pypi, min_torch, compat_mod.load(table).libraries_apart)
+        found = pypi_torch(fetch, pypi, min_torch, apart)
         shas = flash_attn_sdists(fetch, pypi)
     except (IndexUnreachable, FileNotFoundError, ValueError, KeyError) as exc:
         raise UsageError(

@@ -123,7 +123,7 @@ def library_pin(value: str) -> str | None:
     name, extras, rest = value.partition("[")
     if extras:
         listed, closed, rest = rest.partition("]")
-        if not closed or not all(PROJECT.fullmatch(e) for e in listed.split(",")):
+        if not closed or not rest.startswith("==") or not all(PROJECT.fullmatch(e) for e in listed.split(",")):
             return f"{value!r} is not a pin like 'cuda-toolkit[cublas,cudart]==13.0.2'"
         value = name + rest
     return pin(value)

@@ -90,6 +90,7 @@ def test_the_shipped_table_has_the_libraries_of_every_default_variant() -> None:
         pytest.param('[["nvidia-cudnn-cu12==9.1; reboot"]]', "which is not a version", id="shell in the version"),
         pytest.param('[["nvidia cudnn==9.1.0.70"]]', "is not a pin", id="space in the name"),
         pytest.param('[["cuda-toolkit[cublas,$(id)]==13.0.2"]]', "is not a pin like", id="shell in an extra"),
+        pytest.param('[["cuda-toolkit[cublas]x==13.0.2"]]', "is not a pin like", id="text after the extras"),
         pytest.param(
             '[["nvidia-nccl-cu12==2.21.5"], ["nvidia_NCCL-cu12==2.21.5"]]',
             "pins nvidia-nccl-cu12 more than once",
