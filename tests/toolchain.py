@@ -279,6 +279,7 @@ def torch_venv(python: str = sys.executable) -> Path:
         "python": os.path.realpath(python),
         "wheelhouse": str(wheelhouse),
         "requirements": requirements,
+        "installer": "uv",
     }
     if _is_ready(dest, spec) and (dest / "bin" / "python").exists():
         return dest
@@ -290,23 +291,21 @@ def torch_venv(python: str = sys.executable) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         _log(f"creating {dest} (torch {TORCH_VERSION}, offline from {wheelhouse})")
         _run([python, "-m", "venv", str(dest)])
-        _run(
-            [
-                str(dest / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                # --upgrade: the wheelhouse's setuptools, not the venv's bundled one.
-                "--upgrade",
-                "--no-index",
-                "--find-links",
-                str(wheelhouse),
-                *requirements,
-            ],
-            env=_offline_pip_env(),
-            progress=True,
-        )
+        # uv, not pip: it unpacks the wheels side by side and compiles no bytecode (Python writes
+        # what an import needs), 21 s against pip's 54 s here. Its cache is a scratch directory
+        # beside the venv, whose files it hard-links into the venv and which goes after.
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".uv-cache-") as uv_cache:
+            _run(
+                [
+                    sys.executable, "-m", "uv", "pip", "install", "--quiet", "--no-config",
+                    "--python", str(dest / "bin" / "python"),
+                    "--no-index", "--find-links", str(wheelhouse),
+                    "--link-mode", "hardlink", "--cache-dir", uv_cache,
+                    *requirements,
+                ],
+                env={k: v for k, v in _offline_pip_env().items() if not k.startswith("UV_")},
+                progress=True,
+            )  # fmt: skip
         _run([str(dest / "bin" / "python"), "-c", "import torch, ninja, wheel, psutil"])
         _mark(dest, spec)
     return dest

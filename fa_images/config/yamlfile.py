@@ -42,12 +42,40 @@ MAX_NODES = 100_000
 MAX_DEPTH = 64
 
 
+def _event_parser(stream: str) -> Any:
+    """libyaml's parser, in C, where PyYAML was built with it: six times faster than its own."""
+    try:
+        from yaml._yaml import CParser
+    except ImportError:
+        return None
+    return CParser(stream)
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys and counts every node an alias expands to."""
+    """SafeLoader that refuses duplicate keys and counts every node an alias expands to.
+
+    Its events come from libyaml where PyYAML has it; the nodes are still composed here, in
+    Python, where a nest too deep ends in a RecursionError: libyaml's own composer recurses in C
+    and crashes the process on one."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        super().__init__(stream)  # its reader refuses some characters at once
+        self._fast = _event_parser(stream)
         self.expanded = 0
+
+    def check_event(self, *choices: Any) -> bool:
+        return bool(self._fast.check_event(*choices)) if self._fast else super().check_event(*choices)
+
+    def peek_event(self) -> yaml.Event:
+        return self._fast.peek_event() if self._fast else super().peek_event()
+
+    def get_event(self) -> yaml.Event:
+        return self._fast.get_event() if self._fast else super().get_event()
+
+    def dispose(self) -> None:
+        super().dispose()
+        if self._fast:
+            self._fast.dispose()
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         self.expanded += 1

@@ -2,7 +2,7 @@
 size after decompression.
 
 A socket timeout starts again at each byte, so a server that sends its status line and then a
-header byte every 0.2 s kept every reader waiting past every limit: untrusted.open_url bounds
+header byte every 0.1 s kept every reader waiting past every limit: untrusted.open_url bounds
 the whole request, connect through headers (redirects included), by one deadline. And a
 wheel's METADATA read by HTTP range requests is inflated to at most the bound PEP 658's
 ``.metadata`` file has, from ranges no larger than asked. Real servers on 127.0.0.1 throughout.
@@ -30,8 +30,8 @@ from fa_images.builder.errors import SourceError
 from fa_images.cli import main
 from fa_images.config import compatgen
 
-DEADLINE = 1.0  # seconds: the module constants are set to it, so a test ends in a few
-TICK = 0.2  # a trickling server's pause between bytes: far under any socket timeout
+DEADLINE = 0.5  # seconds: the module constants are set to it, so a test ends in a few
+TICK = 0.1  # a trickling server's pause between bytes: far under any socket timeout
 # No assertion here reads the clock against a threshold: a loaded machine stretches every wait. A
 # reader without one deadline over the whole answer never ends on a trickling server (the hang
 # guard of _ends_in_time catches it); the error names the deadline that ended it; and the redirects
@@ -69,8 +69,8 @@ def _silent(conn: socket.socket, stop: threading.Event) -> None:
 
 
 BEHAVIOURS: dict[str, Callable[[socket.socket, threading.Event], None]] = {
-    "a header byte every 0.2 s": _trickle_headers,
-    "a status-line byte every 0.2 s": _trickle_status,
+    "a header byte every 0.1 s": _trickle_headers,
+    "a status-line byte every 0.1 s": _trickle_status,
     "nothing at all": _silent,
 }
 
@@ -117,7 +117,7 @@ class _RedirectServer(http.server.ThreadingHTTPServer):
 
 
 class _SlowRedirects(http.server.BaseHTTPRequestHandler):
-    """Each hop answers after 0.4 s (well inside a socket timeout) with a redirect to the next."""
+    """Each hop answers after 0.2 s (well inside a socket timeout) with a redirect to the next."""
 
     server: _RedirectServer
 
@@ -187,7 +187,7 @@ def test_every_reader_gives_up_on_a_slow_answer_at_its_deadline(
 
 
 def test_one_deadline_covers_every_redirect(redirect_server: _RedirectServer) -> None:
-    """Hops of 0.4 s each, without end: each inside a socket timeout, together past the deadline.
+    """Hops of 0.2 s each, without end: each inside a socket timeout, together past the deadline.
     A deadline per hop would follow all the hops urllib allows; one deadline for the whole fetch
     gives up after two or three, and half of them is a generous bound."""
     url = f"http://127.0.0.1:{redirect_server.server_address[1]}/hop/0/"
@@ -213,7 +213,7 @@ def test_a_command_on_a_slow_index_is_one_error_line_in_time(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # an engine is never asked
     (tmp_path / "table.yaml").write_text(TABLE)  # beside the matrix's own compat.yaml
     args, code = COMMANDS[command]
-    base = slow_server("a header byte every 0.2 s")
+    base = slow_server("a header byte every 0.1 s")
     codes: list[int] = []
     exc = _ends_in_time(lambda: codes.append(main(args(base, tmp_path))))
     assert exc is None, repr(exc)

@@ -214,10 +214,12 @@ BOMB = "\n".join(
         (b"a: &x\n  - *x\n", "contains it"),
         (b"matrix:\n" + b"  " * 2000 + b"x\n", ""),
         (b"[" * 5000 + b"]" * 5000, "nests too deeply"),
+        # As deep as the size limit allows: a composer that recurses in C (libyaml's) crashes here.
+        (b"[" * 500_000 + b"]" * 500_000, "nests too deeply"),
         (b"image: \xff\xfe\n", "not UTF-8"),
         (b"x: 1\n" * 300_000, "larger than"),
     ],
-    ids=["alias bomb", "self alias", "deep indent", "deep nesting", "not utf-8", "too large"],
+    ids=["alias bomb", "self alias", "deep indent", "deep nesting", "deepest nesting", "not utf-8", "too large"],
 )
 def test_files_that_are_not_matrices_are_refused_in_bounded_memory(content: bytes, needle: str, tmp_path: Path) -> None:
     """A child with 1 GiB of address space: an alias bomb would need far more."""

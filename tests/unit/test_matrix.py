@@ -720,15 +720,15 @@ REFUSED = [
         """,
         Want(
             4,
-            "invalid YAML: expected ',' or '}', but got '-'",
+            "invalid YAML: did not find expected ',' or '}'",  # libyaml's words
             hint="column 3",
-            shown="{file}:4: invalid YAML: expected ',' or '}', but got '-' (column 3)",
+            shown="{file}:4: invalid YAML: did not find expected ',' or '}' (column 3)",
         ),
     ),
     refused(
         "tab indentation is a syntax error",
         "image: acme/fa\n\tentries: []\n",
-        Want(2, "invalid YAML: found character '\\t' that cannot start any token", hint="column 1"),
+        Want(2, "invalid YAML: found a tab character that violates indentation", hint="column 1"),
     ),
     *[
         refused(f"empty file {text!r}", text, Want(None, "matrix file is empty"))
