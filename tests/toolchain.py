@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -737,7 +738,9 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _log(message: str) -> None:
-    print(f"[toolchain] {message}", file=sys.stderr, flush=True)
+    """A step of the cache's making, with the time it starts: the run's log then says where its
+    setup time went (bench/test_suite.md)."""
+    print(f"[toolchain {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def _run(

@@ -49,6 +49,11 @@ def small_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_sdist: 
     return tmp_path / "matrix.yaml"
 
 
+def load_yaml(text: str) -> Any:
+    """What the export wrote, read with libyaml: these tests read each of the 72 workflows twice."""
+    return yaml.load(text, Loader=yaml.CSafeLoader)
+
+
 def check_schema(path: Path) -> subprocess.CompletedProcess:
     tool = shutil.which("check-jsonschema")
     assert tool, "check-jsonschema is in the test extra"
@@ -69,7 +74,7 @@ def test_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path, run_fa
     checked = check_schema(out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # The control: the same file without a job's runs-on must fail the same check.
-    data = yaml.safe_load(out.read_text())
+    data = load_yaml(out.read_text())
     del data["jobs"][next(iter(data["jobs"]))]["runs-on"]
     broken = tmp_path / "broken.yml"
     broken.write_text(yaml.safe_dump(data))
@@ -87,7 +92,7 @@ def test_workflow_builds_each_entry_then_merges(small_matrix: Path, tmp_path: Pa
     )
     text = github.render(m, m.entries, opts)
     assert text == github.render(m, m.entries, opts), "deterministic"
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     jobs = data["jobs"]
     builds = [j for j in jobs if j != "merge"]
     assert len(builds) == len(m.entries) and all(NAME.fullmatch(j) for j in jobs)
@@ -123,7 +128,7 @@ def test_secrets_appear_only_as_references(small_matrix: Path) -> None:
     assert len(re.findall(r"\$\{\{ secrets\.\w+ \}\}", text)) == len(uses)
     login = next(
         s
-        for s in yaml.safe_load(text)["jobs"]["build-fa2_8_3-py3_11-torch2_9_1-cu128"]["steps"]
+        for s in load_yaml(text)["jobs"]["build-fa2_8_3-py3_11-torch2_9_1-cu128"]["steps"]
         if "uses" in s and "login" in s["uses"]
     )
     assert login["with"]["registry"] == "ghcr.io"
@@ -160,7 +165,7 @@ def scheduled(small_matrix: Path, **options) -> dict:
         matrix_file="matrix.yaml", schedule="17 4 * * 1", published=PUBLISHED, push=True, **options
     )
     m = matrix.load(small_matrix)
-    return yaml.safe_load(github.render(m, m.entries, opts))
+    return load_yaml(github.render(m, m.entries, opts))
 
 
 def test_the_scheduled_workflow_refreshes_plans_builds_what_is_new_and_publishes(small_matrix: Path) -> None:
@@ -275,7 +280,7 @@ def actionlint(paths: list[Path], config: Path, *, shellcheck: bool = True) -> s
 
 def run_scripts(path: Path) -> set[tuple[str, str]]:
     """Each ``run:`` script of a workflow with the shell it runs in: all that shellcheck reads of it."""
-    doc = yaml.safe_load(path.read_text())
+    doc = load_yaml(path.read_text())
     default = doc.get("defaults", {}).get("run", {}).get("shell", "")
     scripts = set()
     for job in doc["jobs"].values():
@@ -365,7 +370,7 @@ def test_every_exported_workflow_passes_actionlint_and_shellcheck(every_workflow
     # Every workflow through actionlint; every distinct script through shellcheck once.
     for proc in (actionlint(every_workflow, config, shellcheck=False), actionlint(covering(every_workflow), config)):
         assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
-    jobs = [job for path in every_workflow for job in yaml.safe_load(path.read_text())["jobs"].values()]
+    jobs = [job for path in every_workflow for job in load_yaml(path.read_text())["jobs"].values()]
     uses = {step["uses"] for job in jobs for step in job["steps"] if "uses" in step}
     assert uses == set(github_steps.ACTIONS), "every action of the table is linted, and no other is used"
 
@@ -433,7 +438,7 @@ def test_sharded_workflow_of_the_default_matrix_passes_the_schema(tmp_path: Path
     checked = check_schema(out)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # The control: a shard job's container without its image must fail the same check.
-    data = yaml.safe_load(out.read_text())
+    data = load_yaml(out.read_text())
     shard = next(j for j in data["jobs"] if j.startswith("shard-"))
     del data["jobs"][shard]["container"]["image"]
     broken = tmp_path / "broken.yml"
@@ -457,7 +462,7 @@ def test_shards_compile_each_group_in_a_matrix_then_link_each_entry(sharded: tup
     assert text == github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=3, push=True))
     secrets = {"${{ secrets.REGISTRY_USERNAME }}", "${{ secrets.REGISTRY_TOKEN }}"}
     assert set(re.findall(r"\$\{\{[^}]*\}\}", text)) - secrets == EXPRESSIONS
-    jobs = yaml.safe_load(text)["jobs"]
+    jobs = load_yaml(text)["jobs"]
     assert all(NAME.fullmatch(j) for j in jobs)
     shards = {j: v for j, v in jobs.items() if j.startswith("shard-")}
     assert len(shards) == 2  # two compile groups, not one per Python
@@ -474,7 +479,7 @@ def test_shards_compile_each_group_in_a_matrix_then_link_each_entry(sharded: tup
 
 def test_a_link_reads_the_cache_and_records_its_shards_wrote(sharded: tuple[matrix.Matrix, str]) -> None:
     m, text = sharded
-    jobs = yaml.safe_load(text)["jobs"]
+    jobs = load_yaml(text)["jobs"]
     for entry in m.entries:
         link = jobs[f"link-{github.slug(entry.id)}"]
         shard = jobs[link["needs"][0]]
@@ -498,7 +503,7 @@ def test_a_link_reads_the_cache_and_records_its_shards_wrote(sharded: tuple[matr
 
 def test_each_image_is_built_around_its_linked_wheel(sharded: tuple[matrix.Matrix, str]) -> None:
     m, text = sharded
-    jobs = yaml.safe_load(text)["jobs"]
+    jobs = load_yaml(text)["jobs"]
     for entry in m.entries:
         link, image = jobs[f"link-{github.slug(entry.id)}"], jobs[f"build-{github.slug(entry.id)}"]
         assert image["needs"] == [f"link-{github.slug(entry.id)}"] and "container" not in image
@@ -513,9 +518,7 @@ def test_each_image_is_built_around_its_linked_wheel(sharded: tuple[matrix.Matri
 def test_shard_jobs_install_what_the_dockerfile_installs(small_matrix: Path) -> None:
     """One list of installs (wheelhouse.installs) for both: pins and indexes cannot drift."""
     m = matrix.load(small_matrix)
-    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
-        "jobs"
-    ]
+    jobs = load_yaml(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))["jobs"]
     for entry in m.entries:
         setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
         dockerfile = render.render_entry(m, entry, builder="sdk")
@@ -530,9 +533,7 @@ def test_shard_jobs_make_the_python_as_the_dockerfile_does(
 ) -> None:
     small_matrix.write_text(small_matrix.read_text() + f"bases: {{python: {python_from}}}\n")
     m = matrix.load(small_matrix)
-    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
-        "jobs"
-    ]
+    jobs = load_yaml(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))["jobs"]
     for entry in m.entries:
         setup = _run_of(jobs[f"link-{github.slug(entry.id)}"], "build tools")
         made = f"uv venv --python {entry.python} /opt/venv" if python_from == "uv" else f"python{entry.python} -m venv"
@@ -550,9 +551,7 @@ def test_shard_jobs_make_the_python_as_the_dockerfile_does(
 def test_shards_pass_the_build_memory_to_the_container(small_matrix: Path) -> None:
     small_matrix.write_text(small_matrix.read_text() + "build: {memory: 16g}\n")
     m = matrix.load(small_matrix)
-    jobs = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))[
-        "jobs"
-    ]
+    jobs = load_yaml(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", shards=2)))["jobs"]
     containers = [j["container"] for j in jobs.values() if "container" in j]
     assert containers and all(c["options"] == f"--memory {16 << 30}" for c in containers)
 
@@ -736,7 +735,7 @@ def test_check_takes_the_flags_the_workflow_records(small_matrix: Path, tmp_path
 def test_keyless_signing_takes_the_least_permissions_and_signs_what_the_build_wrote(small_matrix: Path) -> None:
     m = matrix.load(small_matrix)
     opts = github.GithubOptions(matrix_file="matrix.yaml", push=True, sign="keyless", release="v1.2")
-    flow = yaml.safe_load(github.render(m, m.entries, opts))
+    flow = load_yaml(github.render(m, m.entries, opts))
     builds = [job for name, job in flow["jobs"].items() if name.startswith("build-")]
     for job in builds:
         assert job["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
@@ -750,7 +749,7 @@ def test_keyless_signing_takes_the_least_permissions_and_signs_what_the_build_wr
     assert names.index("Sign the wheels, keyless") < names.index("Upload dist/ (wheels, manifest.json, simple/ index)")
     assert "dist/*.sigstore.json" in merge["steps"][-1]["run"]
     assert flow["permissions"] == {"contents": "read"}  # the workflow's default stays read-only
-    unsigned = yaml.safe_load(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", push=True)))
+    unsigned = load_yaml(github.render(m, m.entries, github.GithubOptions(matrix_file="matrix.yaml", push=True)))
     assert not [j for j in unsigned["jobs"].values() if "id-token" in j.get("permissions", {})]
     from fa_images.errors import UsageError
 
