@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..builder import contract, gpuarch
@@ -47,13 +48,16 @@ def sections() -> tuple[str, ...]:
     )
 
 
+# torch's CUDA libraries at its pins: a tuple of pins per layer of the torch stage, in install order.
+Layers = tuple[tuple[str, ...], ...]
+
+
 @dataclass(frozen=True, kw_only=True)
 class CudaVariant:
     cuda: str
     cxx11_abi: bool
-    # torch's CUDA libraries at its pins, a tuple per layer of the torch stage, in install order
     # (compatgen.library_layers); empty where the table does not know them: one layer, torch's.
-    libraries: tuple[tuple[str, ...], ...] = ()
+    libraries: Layers = ()
 
     @property
     def tag(self) -> str:
@@ -243,7 +247,8 @@ def merged_pins(defaults: tuple[str, ...], own_pins: tuple[str, ...]) -> tuple[s
 
 
 def _pin_name(pin: str) -> str:
-    return pin.partition("==")[0].lower().replace("_", "-")
+    """The project a pin names, as pip compares them: ``nvidia_cudnn.cu12[x]==1`` is ``nvidia-cudnn-cu12``."""
+    return canonicalize_name(pin.partition("==")[0].partition("[")[0])
 
 
 def gpu_key(name: str) -> str:
@@ -320,7 +325,7 @@ def _torch(c: tablecheck.Checker, data: dict, cuda: dict[str, CudaRelease]) -> d
     return torch
 
 
-def _library_layers(c: tablecheck.Checker, path: tuple, value: Any) -> tuple[tuple[str, ...], ...]:
+def _library_layers(c: tablecheck.Checker, path: tuple, value: Any) -> Layers:
     """A list of layers, each a list of pins; a library is pinned once, in one layer."""
     where = ".".join(map(str, path))
     if not isinstance(value, list) or not all(isinstance(layer, list) and layer for layer in value):
@@ -330,7 +335,7 @@ def _library_layers(c: tablecheck.Checker, path: tuple, value: Any) -> tuple[tup
         tuple(p for j, p in enumerate(layer) if c.version((*path, i, j), p, grammar.library_pin))
         for i, layer in enumerate(value)
     )
-    names = [_pin_name(p.partition("[")[0]) for layer in layers for p in layer]
+    names = [_pin_name(p) for layer in layers for p in layer]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         c.fail(path, f"{where} pins {', '.join(twice)} more than once")

@@ -89,7 +89,7 @@ class TorchFacts:
     default_cuda: str | None
     variants: dict[str, bool] = field(default_factory=dict)  # CUDA -> cxx11_abi
     unread: str | None = None  # why the default CUDA could not be read, where it could not
-    libraries: dict[str, Layers] = field(default_factory=dict)  # CUDA -> its library layers, where known
+    libraries: dict[str, compat_mod.Layers] = field(default_factory=dict)  # CUDA -> its library layers, where known
 
 
 def _final(version: str) -> Version | None:
@@ -110,10 +110,7 @@ def default_cuda_of(metadata: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-Layers = tuple[tuple[str, ...], ...]
-
-
-def library_layers(metadata: str, python: str, apart: tuple[str, ...]) -> Layers:
+def library_layers(metadata: str, python: str, apart: tuple[str, ...]) -> compat_mod.Layers:
     """torch's CUDA libraries, from its METADATA: the ``==`` pins of ``nvidia-*`` and
     ``cuda-toolkit`` that a Linux x86_64 ``python`` installs, as layers. The toolkit's own
     libraries come first, in one layer: they move only with the CUDA release. Then each library
