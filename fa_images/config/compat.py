@@ -56,7 +56,8 @@ Layers = tuple[tuple[str, ...], ...]
 class CudaVariant:
     cuda: str
     cxx11_abi: bool
-    # (compatgen.library_layers); empty where the table does not know them: one layer, torch's.
+    # its library layers, as compatgen.library_layers reads them; empty where the table does not
+    # know them: one layer, torch's.
     libraries: Layers = ()
 
     @property

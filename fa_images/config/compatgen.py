@@ -121,9 +121,11 @@ def library_layers(metadata: str, python: str, apart: tuple[str, ...]) -> compat
         "platform_machine": "x86_64",
         "sys_platform": "linux",
         "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "python_version": python,
+        "python_full_version": f"{python}.0",
     }
-    environment |= {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
-    environment |= {"python_version": python, "python_full_version": f"{python}.0"}
     layers: dict[str, list[str]] = {"": [], **{a: [] for a in apart}}
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):

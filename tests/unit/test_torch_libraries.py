@@ -96,7 +96,7 @@ def test_the_shipped_table_has_the_libraries_of_every_default_variant() -> None:
             "pins nvidia-nccl-cu12 more than once",
             id="twice",
         ),
-        pytest.param(  # pip reads "." as "-" in a project's name, and an extra names the same project
+        pytest.param(  # pip reads "." as "-" in a project's name; a pin's extras name no other project
             '[["cuda-toolkit[nccl]==12.4.1", "nvidia.nccl-cu12==2.21.5"], ["nvidia-nccl-cu12[x]==2.21.5"]]',
             "pins nvidia-nccl-cu12 more than once",
             id="twice, as pip spells names",
