@@ -1,0 +1,61 @@
+"""Where each worker of a suite's run spent its time, test module by test module.
+
+As a pytest plugin, it records every test phase the run reports (its worker, start and stop):
+
+    FA_IMAGES_TIMELINE=timeline.jsonl python -m pytest -p bench.suite_timeline
+
+As a script, it reads that record back: each worker's modules in the order they ran, when each
+began and ended (seconds from the run's first test), the seconds its phases took, and the time the
+worker stood idle at the end while the other still ran:
+
+    python bench/suite_timeline.py timeline.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+VARIABLE = "FA_IMAGES_TIMELINE"
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    path = os.environ.get(VARIABLE)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller writes, as reports reach it
+        return
+    node = getattr(report, "node", None)  # pytest-xdist's worker the report came from
+    worker = node.gateway.id if node is not None else "main"
+    record = {"worker": worker, "id": report.nodeid, "when": report.when, "start": report.start, "stop": report.stop}
+    with open(path, "a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def summary(lines: list[dict[str, Any]]) -> str:
+    zero = min(r["start"] for r in lines)
+    end = max(r["stop"] for r in lines)
+    modules: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in lines:
+        span = modules[r["worker"]].setdefault(r["id"].split("::")[0], [r["start"], r["stop"], 0.0])
+        span[0], span[1] = min(span[0], r["start"]), max(span[1], r["stop"])
+        span[2] += r["stop"] - r["start"]
+    out = [f"run: {end - zero:.0f} s from the first test to the last"]
+    for worker in sorted(modules):
+        spans = sorted(modules[worker].items(), key=lambda item: item[1][0])
+        last = max(stop for _, (_, stop, _) in spans)
+        out.append(f"\n{worker}: busy until {last - zero:.0f} s, idle for the last {end - last:.0f} s")
+        out.extend(
+            f"  {start - zero:6.0f} {stop - zero:6.0f} {busy:7.1f}  {module}"
+            for module, (start, stop, busy) in spans
+            if busy >= 1
+        )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    print(summary([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]))
