@@ -17,7 +17,9 @@ from fa_images.run.engine import DockerEngine
 pytestmark = pytest.mark.engine
 
 
-@pytest.fixture(scope="module", params=["docker", "podman"])
+# Podman's half runs where Podman's module does (its group, the other pytest-xdist worker): that
+# worker's queue is the shorter, and the two take Podman's service in turn anyway (one lock).
+@pytest.fixture(scope="module", params=["docker", pytest.param("podman", marks=pytest.mark.xdist_group("podman"))])
 def engine_and_registry(request: pytest.FixtureRequest) -> Iterator[tuple[engine_env.EngineHandle, str, str]]:
     started = engine_env.docker_engine() if request.param == "docker" else engine_env.podman_engine()
     with started as engine, engine_env.local_registry() as registry:
