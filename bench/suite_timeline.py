@@ -55,7 +55,34 @@ def summary(lines: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        lines = [_record(json.loads(line)) for line in Path(argv[0]).read_text().splitlines() if line.strip()]
+        if not lines:
+            raise ValueError("no test phase in it")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # json's errors are ValueErrors
+        print(f"error: {argv[0]}: not a timeline this plugin wrote ({exc})", file=sys.stderr)
+        return 2
+    print(summary(lines))
+    return 0
+
+
+def _record(value: Any) -> dict[str, Any]:
+    """One line as the plugin writes it, or a ValueError that says what is wrong with it."""
+    fields: dict[str, type | tuple[type, ...]] = {
+        "worker": str,
+        "id": str,
+        "when": str,
+        "start": (int, float),
+        "stop": (int, float),
+    }
+    if not isinstance(value, dict) or any(not isinstance(value.get(k), t) for k, t in fields.items()):
+        raise ValueError(f"a line is not a record of {', '.join(fields)}: {str(value)[:80]}")
+    return value
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    print(summary([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]))
+    sys.exit(main(sys.argv[1:]))

@@ -65,3 +65,28 @@ def test_without_the_variable_nothing_is_written(tmp_path: Path, monkeypatch: py
     monkeypatch.chdir(tmp_path)
     suite_timeline.pytest_runtest_logreport(_report(1.0))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json\n",
+        '{"worker": "gw0"}\n',
+        "[1, 2]\n",
+        '{"worker": "gw0", "id": 1, "when": "call", "start": 0, "stop": 2}\n',
+    ],
+)
+def test_a_file_that_is_not_a_timeline_is_one_error_line(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "timeline.jsonl"
+    path.write_text(text)
+    assert suite_timeline.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: not a timeline") and err.count("\n") == 1, err
+
+
+def test_a_missing_file_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite_timeline.main([str(tmp_path / "gone.jsonl")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
