@@ -4,11 +4,11 @@ reads a recorded run back (run 48's, a few of its lines)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from _pytest.reports import TestReport
 
 from bench import suite_timeline
 
@@ -36,8 +36,8 @@ def test_the_summary_gives_each_workers_modules_in_order_and_its_idle_end() -> N
     ]
 
 
-def _report(start: float) -> TestReport:
-    return TestReport("tests/unit/test_x.py::test_y", ("tests/unit/test_x.py", 1, "test_y"), {}, "passed", None,
+def _report(start: float) -> pytest.TestReport:
+    return pytest.TestReport("tests/unit/test_x.py::test_y", ("tests/unit/test_x.py", 1, "test_y"), {}, "passed", None,
                       "call", start=start, stop=start + 2.5)  # fmt: skip
 
 
@@ -87,6 +87,19 @@ def test_a_file_that_is_not_a_timeline_is_one_error_line(
     assert err.startswith(f"error: {path}: not a timeline") and err.count("\n") == 1, err
 
 
-def test_a_missing_file_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert suite_timeline.main([str(tmp_path / "gone.jsonl")]) == 2
-    assert capsys.readouterr().err.startswith("error: ")
+@pytest.mark.parametrize("name", ["gone.jsonl", "fifo", "directory"])
+def test_what_is_not_a_regular_file_is_one_error_line(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if name == "fifo":
+        os.mkfifo(tmp_path / name)  # read, it would wait for a writer forever
+    elif name == "directory":
+        (tmp_path / name).mkdir()
+    assert suite_timeline.main([str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_an_endless_file_is_refused_before_it_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite_timeline.main(["/dev/zero"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
