@@ -361,6 +361,7 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
         started = time.monotonic()
         env = chroot_env()
         venv_site = next((toolchain.torch_venv() / "lib").glob("python3.*/site-packages"))
+        stage_site = root / "opt" / "venv" / "lib" / f"python{PYTHON}" / "site-packages"
         shared = 0
         for keyword, args in setup:
             if keyword == "ENV":
@@ -368,7 +369,7 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
             else:
                 chroot.check(args, env, timeout=1500)
                 # After each RUN: the stage's disk is never more than one RUN above what it adds.
-                shared += share_files_with(root / "opt" / "venv" / "lib" / f"python{PYTHON}" / "site-packages", venv_site)
+                shared += share_files_with(stage_site, venv_site)
         seconds["stage RUNs"] = time.monotonic() - started
         print(f"python 3.9 builder stage: {shared / 1e9:.1f} GB of its files shared with the torch venv")
         yield result
