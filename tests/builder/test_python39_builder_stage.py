@@ -206,6 +206,12 @@ def cp39_wheelhouse(root: Path, torch: str, shared: Path) -> Path:
         if toolchain._is_ready(dest, spec):
             return dest
         dest.mkdir(parents=True, exist_ok=True)
+        # pip download copies a wheel it takes from --find-links into --dest, unless --dest holds
+        # one of that name already: linked there first, the shared 3.5 GB are neither copied nor
+        # written again, only unlinked after.
+        for wheel in shared.glob("*.whl"):
+            if not (dest / wheel.name).exists():
+                os.link(wheel, dest / wheel.name)
         chroot = Chroot(root, ((dest, WHEELS_CP39, False), (shared, WHEELS_SHARED, True)))
         chroot.check(
             f"python3.9 -m venv /var/tmp/download && /var/tmp/download/bin/pip download --only-binary=:all: "
@@ -213,7 +219,7 @@ def cp39_wheelhouse(root: Path, torch: str, shared: Path) -> Path:
             {**chroot_env(), "PIP_NO_CACHE_DIR": "1"},
             timeout=3000,
         )
-        # pip download copies what it took from the shared wheelhouse; keep only what that lacks.
+        # Keep only what the shared wheelhouse lacks.
         for wheel in dest.glob("*.whl"):
             if (shared / wheel.name).is_file():
                 wheel.unlink()
