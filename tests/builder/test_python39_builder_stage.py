@@ -368,16 +368,16 @@ def stage(sdist_cache: Path) -> Iterator[Stage]:
         env = chroot_env()
         venv_site = next((toolchain.torch_venv() / "lib").glob("python3.*/site-packages"))
         stage_site = root / "opt" / "venv" / "lib" / f"python{PYTHON}" / "site-packages"
-        shared = 0
+        linked = 0
         for keyword, args in setup:
             if keyword == "ENV":
                 apply_env(args, env)
             else:
                 chroot.check(args, env, timeout=1500)
                 # After each RUN: the stage's disk is never more than one RUN above what it adds.
-                shared += share_files_with(stage_site, venv_site)
+                linked += share_files_with(stage_site, venv_site)
         seconds["stage RUNs"] = time.monotonic() - started
-        print(f"python 3.9 builder stage: {shared / 1e9:.1f} GB of its files shared with the torch venv")
+        print(f"python 3.9 builder stage: {linked / 1e9:.1f} GB of its files shared with the torch venv")
         yield result
     finally:
         started = time.monotonic()
