@@ -4,12 +4,16 @@
 
 Every SECONDS (default 15) it appends one line to LOG: the size of the test cache's engine
 data, of the rest of the test cache, and of the temp dir (registries, build contexts, pytest's
-directories), read with `du`. Stop it with Ctrl-C; it then prints the largest sample.
+directories), read with `du`. Stop it with Ctrl-C or SIGTERM (`pkill -f disk_sampler`); it then
+prints the largest sample. Started in the background of a script, where SIGINT is ignored, it
+still stops on either: a sampler left running is a `du` of the whole tree every few seconds
+beside the run it measures.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,8 +36,14 @@ def megabytes(groups: dict[str, list[Path]]) -> dict[str, int]:
     return sizes
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     log, every = Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 15.0
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a background job starts with SIGINT ignored
+        signal.signal(signum, _stop)
     peak = (0, "")
     try:
         while True:
