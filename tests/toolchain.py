@@ -254,14 +254,20 @@ def _pip_download(python_version: str, dest: Path, requirements: Sequence[str], 
 
 
 def _seed_pure_wheels(dest: Path) -> None:
-    """Hard-links the wheels that fit every CPython (``py3-none``: the CUDA libraries, most of
-    the 3.5 GB) from the wheelhouses of the same torch for other Pythons; pip skips them."""
+    """The pure wheels of the wheelhouses of the same torch for other Pythons, linked into
+    ``dest`` (``link_pure_wheels``)."""
     for other in cache_dir().glob(f"wheelhouse-torch{TORCH_VERSION}-cp*"):
-        if other == dest or not (other / MARKER).is_file():  # a complete download
-            continue
-        for wheel in other.glob("*-py3-none-*.whl"):
-            if not (dest / wheel.name).exists():
-                os.link(wheel, dest / wheel.name)
+        if other != dest and (other / MARKER).is_file():  # a complete download
+            link_pure_wheels(other, dest)
+
+
+def link_pure_wheels(source: Path, dest: Path) -> None:
+    """Hard-links the wheels of ``source`` that fit every CPython (``py3-none``: the CUDA
+    libraries, most of torch's 3.5 GB) into ``dest`` where it has none of that name: `pip
+    download --dest` takes them as downloaded, and copies nothing."""
+    for wheel in source.glob("*-py3-none-*.whl"):
+        if not (dest / wheel.name).exists():
+            os.link(wheel, dest / wheel.name)
 
 
 def torch_venv(python: str = sys.executable) -> Path:

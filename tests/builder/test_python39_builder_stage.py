@@ -18,8 +18,8 @@ the shim, in the environment ``compile_wheel`` gives it, with ``--version`` wher
 Kept in the test cache: the cp39 wheels that the torch 2.9.1 wheelhouse lacks (1.4 GB) and the
 bullseye rootfs (about 100 MB gzipped). The installed stage (6.4 GB, mostly torch's CUDA
 libraries) lives in a scratch directory that is removed when the module ends; the CUDA libraries
-it shares with the tests' torch venv are hard links to the venv's files, so it adds about 2 GB
-to the disk. Needs root (a mount namespace and chroot), debootstrap and PyPI.
+it shares with the tests' torch venv are hard links to the venv's files, so it adds about 2.5
+GB to the disk. Needs root (a mount namespace and chroot), debootstrap and PyPI.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def share_files_with(stage_site: Path, other_site: Path, min_size: int = 1 << 20
     """Hard-link each file of at least ``min_size`` that the stage installed from a wheel which
     ``other_site`` holds too, where both RECORDs give the same path, sha256 and size, to the
     other's copy; return the bytes shared. torch 2.8.0 and the tests' torch 2.9.1 pin the same
-    wheels of most CUDA libraries (13 of 14), 4 of the stage's 6.4 GB: the stage then holds them
+    wheels of most CUDA libraries (13 of 14), 3.9 of the stage's 6.4 GB: the stage then holds them
     once on disk, beside the engine tier's 7 GB stages. Only the stage's names are replaced; the
     other's files are read by the stage, never written."""
     shared = 0
@@ -206,12 +206,9 @@ def cp39_wheelhouse(root: Path, torch: str, shared: Path) -> Path:
         if toolchain._is_ready(dest, spec):
             return dest
         dest.mkdir(parents=True, exist_ok=True)
-        # pip download copies a wheel it takes from --find-links into --dest, unless --dest holds
-        # one of that name already: linked there first, the shared 3.5 GB are neither copied nor
-        # written again, only unlinked after.
-        for wheel in shared.glob("*.whl"):
-            if not (dest / wheel.name).exists():
-                os.link(wheel, dest / wheel.name)
+        # pip download would copy the shared wheels it takes from --find-links into --dest:
+        # linked there first, they are neither copied nor written again, only unlinked after.
+        toolchain.link_pure_wheels(shared, dest)
         chroot = Chroot(root, ((dest, WHEELS_CP39, False), (shared, WHEELS_SHARED, True)))
         chroot.check(
             f"python3.9 -m venv /var/tmp/download && /var/tmp/download/bin/pip download --only-binary=:all: "
