@@ -222,11 +222,15 @@ def docker_engine() -> Iterator[EngineHandle]:
 
 # Podman's settings for the tests (the machine's own /etc/containers is left alone): runc and
 # cgroupfs, open-file and process limits it may set in a container here, host networking.
+# Its scratch files in its own root, which the tests empty: a commit's copy of each new layer
+# (image_copy_tmp_dir, /var/tmp by default) is 7 GB for the torch stage, and the API's loads leave
+# their uploads behind (TMPDIR; Podman 4.3 never removes them).
 _PODMAN_CONF = """\
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+image_copy_tmp_dir = "{scratch}"
 
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
@@ -251,7 +255,8 @@ def podman_engine() -> Iterator[EngineHandle]:
         "CONTAINERS_STORAGE_CONF": root / "storage.conf",
         "CONTAINERS_REGISTRIES_CONF": root / "registries.conf",
     }
-    env = child_env(**{k: str(v) for k, v in config.items()})
+    scratch = root / "tmp"
+    env = child_env(TMPDIR=str(scratch), **{k: str(v) for k, v in config.items()})
 
     def reset() -> None:
         if config["CONTAINERS_STORAGE_CONF"].exists():
@@ -261,8 +266,8 @@ def podman_engine() -> Iterator[EngineHandle]:
 
     with _file_lock(cache_dir() / "podman.lock"):
         reset()
-        root.mkdir(parents=True)
-        config["CONTAINERS_CONF"].write_text(_PODMAN_CONF)
+        scratch.mkdir(parents=True)
+        config["CONTAINERS_CONF"].write_text(_PODMAN_CONF.format(scratch=scratch))
         config["CONTAINERS_STORAGE_CONF"].write_text(
             f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\nrunroot = "{RUN_DIR}/podman-run"\n'
         )
