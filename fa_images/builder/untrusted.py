@@ -447,6 +447,28 @@ def shown(text: str, *, keep_newlines: bool = False) -> str:
     return "".join(out)
 
 
+# A value printed whole inside an error: Podman's "committing container for step {Env:[...] ...}".
+_PRINTED_VALUE = re.compile(r"\{[^{}]{80,}\}|\[[^\[\]]{80,}\]")
+
+
+def error_line(text: str, limit: int = 300) -> str:
+    """An engine's or a library's error as one shown line of at most about ``limit`` characters
+    that keeps its cause. Go wraps an error as "doing: doing: cause", so what went wrong is at the
+    end: values printed whole inside it are elided first ({…}), then, if it is still too long,
+    its middle."""
+    if len(text) > 16 * limit:  # bounded work for an answer of any size
+        text = text[: 8 * limit] + " … " + text[-8 * limit :]
+    line = shown(" ".join(text.split()))
+    for _ in range(3):  # a value printed inside another goes first, then the one around it
+        line, elided = _PRINTED_VALUE.subn(lambda m: m[0][0] + "…" + m[0][-1], line)
+        if not elided:
+            break
+    if len(line) <= limit:
+        return line
+    head = limit // 3
+    return f"{line[:head]} … {line[-(limit - head - 3) :]}"
+
+
 def _clip(text: str, length: int = 120) -> str:
     text = shown(text)
     return text if len(text) <= length else text[:length] + "…"

@@ -262,9 +262,9 @@ def _read(line: str, stream: _Stream, on_line: OnLine, on_progress: Callable[[Bu
 def _failure(stream: _Stream, code: int) -> StepFailed:
     """One line, as the legacy builder's: the step, its exit code, the builder's last error line."""
     if stream.failed is None:
-        said = [line for line in stream.tail if "error" in line.lower()]
+        said = [line for line in stream.tail if "error" in line.lower()] or stream.tail or ["?"]
         return StepFailed(
-            f"the build failed (the CLI exited with {code}): {(said or stream.tail or ['?'])[-1][:300]}",
+            f"the build failed (the CLI exited with {code}): {untrusted.error_line(said[-1])}",
             lines=stream.tail[-12:],
         )
     number, message = stream.failed

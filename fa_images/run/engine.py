@@ -20,6 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
+from ..builder import untrusted
 from ..builder.dist import IMAGE_DIGEST
 from ..errors import EngineUnavailable, StepFailed
 from . import gpus
@@ -200,9 +201,10 @@ def engine_call(what: str) -> Callable[[_Call], _Call]:
             try:
                 return method(self, *args, **kwargs)
             except docker.errors.APIError as exc:
-                raise StepFailed(f"{doing}: the engine refused: {exc.explanation or exc}") from None
+                said = untrusted.error_line(str(exc.explanation or exc))
+                raise StepFailed(f"{doing}: the engine refused: {said}") from None
             except (docker.errors.DockerException, requests.RequestException) as exc:
-                raise StepFailed(f"{doing}: lost the engine at {_where()}: {exc}") from None
+                raise StepFailed(f"{doing}: lost the engine at {_where()}: {untrusted.error_line(str(exc))}") from None
 
         return cast(_Call, wrapper)
 

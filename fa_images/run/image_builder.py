@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..builder import untrusted
 from ..config.grammar import BuilderForm
 from ..errors import StepFailed
 from .engine import short
@@ -98,11 +99,11 @@ def step_failure(
 ) -> StepFailed:
     """A failed build as one line, whichever builder: the stage and step, its exit code (or the
     builder's message), and the step's last error line, which names the cause."""
-    what = f"exited with {code}" if code else f"failed: {message.strip()[:300]}"
+    what = f"exited with {code}" if code else f"failed: {untrusted.error_line(message)}"
     where = "the build"
     if step is not None:
         where = f"{step.stage + ' ' if step.stage else ''}step {step.step}/{step.total} ({short(step.instruction)})"
-    cause = f": {errors[-1].strip().removeprefix('error: ')[:300]}" if errors else ""
+    cause = f": {untrusted.error_line(errors[-1].strip().removeprefix('error: '))}" if errors else ""
     return StepFailed(
         f"{where} {what}{cause}",
         step=step.instruction if step else None,

@@ -29,9 +29,13 @@ from .image_builder import (
     step_failure,
 )
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+# A step's first line: Docker's "Step 2/9 : RUN ...", Podman's "[2/7] STEP 1/4: RUN ..." (the
+# stage's number first, the step's within its stage).
+_STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:Step|STEP) (\d+)/(\d+) ?: (.*)")
 # The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
 _STEP_IMAGE = re.compile(r"^ ?--?-> ([0-9a-f]{12,64})$")
+# A RUN's exit code, as Docker says it and as Podman does ("while running runtime: exit status 3").
+_EXIT_CODE = re.compile(r"returned a non-zero code: (\d+)|exit status (\d+)\s*$")
 _ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # What an engine adds to a container of a FROM-scratch image: not the stage's files.
@@ -169,8 +173,8 @@ class _Stream:
     def chunk(self, chunk: dict[str, Any]) -> None:
         if "error" in chunk or "errorDetail" in chunk:
             message = str(chunk.get("error") or chunk["errorDetail"].get("message", "build failed"))
-            code = re.search(r"returned a non-zero code: (\d+)", message)
-            raise step_failure(self.step, code.group(1) if code else None, message, self.errors, self.tail)
+            code = _EXIT_CODE.search(message)
+            raise step_failure(self.step, code and (code[1] or code[2]), message, self.errors, self.tail)
         if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
             self.image_id = chunk["aux"]["ID"]
         for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
