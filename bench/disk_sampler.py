@@ -4,10 +4,12 @@
 
 Every SECONDS (default 15) it appends one line to LOG: the size of the test cache's engine
 data, of the rest of the test cache, and of the temp dir (registries, build contexts, pytest's
-directories), read with `du`. Stop it with Ctrl-C or SIGTERM (`pkill -f disk_sampler`); it then
-prints the largest sample. Started in the background of a script, where SIGINT is ignored, it
-still stops on either: a sampler left running is a `du` of the whole tree every few seconds
-beside the run it measures.
+directories), read with `du`; and `fs`, what the whole filesystem under the test cache has lost
+since the sampler began (statvfs), which also counts what no named tree holds: an engine's
+scratch files in /var/tmp, packages installed beside the run. The peak is the largest `fs`.
+Stop it with Ctrl-C or SIGTERM (`pkill -f disk_sampler`); it then prints the largest sample.
+Started in the background of a script, where SIGINT is ignored, it still stops on either: a
+sampler left running is a `du` of the whole tree every few seconds beside the run it measures.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def megabytes(groups: dict[str, list[Path]]) -> dict[str, int]:
     return sizes
 
 
+def used_megabytes(path: Path) -> int:
+    """What the filesystem holding ``path`` has in use, as `df` counts it."""
+    stat = os.statvfs(path)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize // (1 << 20)
+
+
 def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -45,16 +53,20 @@ def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # a background job starts with SIGINT ignored
         signal.signal(signum, _stop)
     peak = (0, "")
+    anchor = next(p for p in (CACHE, *CACHE.parents) if p.exists())
+    start = used_megabytes(anchor)
     try:
         while True:
             engines = [CACHE / "docker", CACHE / "podman"]
             rest = [p for p in (CACHE.iterdir() if CACHE.is_dir() else []) if p not in engines]
             sizes = megabytes({"engines": engines, "cache": rest, "tmp": [Path(tempfile.gettempdir())]})
-            total = sum(sizes.values())
-            line = " ".join([time.strftime("%T"), *(f"{k}={v}M" for k, v in sizes.items()), f"total={total}M"])
+            total, fs = sum(sizes.values()), used_megabytes(anchor) - start
+            line = " ".join(
+                [time.strftime("%T"), *(f"{k}={v}M" for k, v in sizes.items()), f"total={total}M", f"fs={fs}M"]
+            )
             with log.open("a") as out:
                 out.write(line + "\n")
-            peak = max(peak, (total, line))
+            peak = max(peak, (fs, line))
             time.sleep(every)
     except KeyboardInterrupt:
         print(f"peak: {peak[1]}")

@@ -61,4 +61,4 @@ def test_a_sampler_started_with_sigint_ignored_stops_on_the_signal_and_prints_it
         out, _ = sampler.communicate(timeout=30)
     finally:
         sampler.kill()
-    assert sampler.returncode == 0 and out.startswith("peak: ") and "total=" in out, out
+    assert sampler.returncode == 0 and out.startswith("peak: ") and "total=" in out and " fs=" in out, out
