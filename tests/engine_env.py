@@ -1769,12 +1769,47 @@ def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> 
             try:
                 if wait_for_own_server(f"http://127.0.0.1:{port}/v2/", proc, identity, timeout=30):
                     log.info("registry on 127.0.0.1:%d up in %.1f s", port, time.monotonic() - started)
-                    yield f"127.0.0.1:{port}"
+                    _REGISTRY_CONFIGS[f"127.0.0.1:{port}"] = config_path
+                    try:
+                        yield f"127.0.0.1:{port}"
+                    finally:
+                        _REGISTRY_CONFIGS.pop(f"127.0.0.1:{port}", None)
                     return
                 log.warning("registry on port %d did not come up:\n%s", port, _tail(log_path, lines=5))
             finally:
                 _terminate(proc.pid, grace=10)
         raise RuntimeError(f"docker-registry did not answer; log tail:\n{_tail(log_path)}")
+
+
+# The config file of each running local_registry, by address: its garbage collection reads it.
+_REGISTRY_CONFIGS: dict[str, Path] = {}
+
+
+def keep_only(address: str, refs: Iterable[str]) -> int:
+    """Drops every tag of the local registry at ``address`` but ``refs`` (``address/repo:tag``),
+    then runs the registry's own garbage collection, which deletes each manifest no tag names and
+    each blob no manifest names. What a finished story pushed stops holding the disk (the first
+    build's image is 4.4 GB compressed). Returns the bytes it freed."""
+    config = _REGISTRY_CONFIGS[address]
+    kept = {ref.removeprefix(f"{address}/").rpartition(":")[::2] for ref in refs}
+    repositories = config.parent / "data" / "docker" / "registry" / "v2" / "repositories"
+    for tags in repositories.glob("**/_manifests/tags"):
+        repository = tags.parent.parent.relative_to(repositories).as_posix()
+        for tag in tags.iterdir():
+            if (repository, tag.name) not in kept:
+                shutil.rmtree(tag)
+    binary = shutil.which("docker-registry") or shutil.which("registry") or "docker-registry"
+    before = _tree_bytes(config.parent / "data")
+    env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
+    # Safe on a running registry while nothing pushes to it; the call waits for nothing else.
+    subprocess.run(
+        [binary, "garbage-collect", "--delete-untagged", str(config)], env=env, capture_output=True, check=True
+    )
+    return before - _tree_bytes(config.parent / "data")
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
 
 
 # bcrypt's lowest cost (4): about 1 ms a check where the default (12) takes about 250 ms.

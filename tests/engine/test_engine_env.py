@@ -17,6 +17,7 @@ from engine_env import (
     base_images,
     cuda_devel_standin,
     docker_engine,
+    keep_only,
     local_registry,
     run_build,
     serve_directory,
@@ -138,6 +139,36 @@ def test_pip_from_served_wheel_then_push_and_pull(engine: EngineHandle, bases: B
             assert client.images.get(f"{remote}:1").id == image_id
         finally:
             for ref in (f"{remote}:1", local_tag):
+                try:
+                    client.images.remove(ref)
+                except docker.errors.ImageNotFound:
+                    pass
+
+
+def test_keep_only_collects_every_other_tag_and_the_layers_only_it_named(
+    engine: EngineHandle, bases: BaseImages, tmp_path: Path
+) -> None:
+    """What a finished story pushed leaves the registry; what is kept still pulls, its base layers
+    (shared with the dropped image) included."""
+    client = engine.client
+    (tmp_path / "Dockerfile").write_text(f"FROM {bases.runtime}\nRUN head -c 4000000 /dev/urandom > /noise\n")
+    local_tag = "fa-images-test/noise:latest"
+    run_build(client, path=str(tmp_path), tag=local_tag, network_mode="none")
+    with local_registry() as registry:
+        dropped, kept = f"{registry}/fa-images-test/noise:1", f"{registry}/fa-images-test/base:1"
+        try:
+            for source, ref in ((local_tag, dropped), (bases.runtime, kept)):
+                client.images.get(source).tag(ref)
+                pushed = list(client.api.push(ref, stream=True, decode=True))
+                assert not [p for p in pushed if "error" in p], pushed
+                client.images.remove(ref)
+            freed = keep_only(registry, [kept])
+            assert freed >= 1_000_000, freed  # the noise layer, compressed: random bytes stay 4 MB
+            assert not [p for p in client.api.pull(kept, stream=True, decode=True) if "error" in p]
+            with pytest.raises(docker.errors.NotFound):
+                client.images.pull(dropped)
+        finally:
+            for ref in (dropped, kept, local_tag):
                 try:
                     client.images.remove(ref)
                 except docker.errors.ImageNotFound:
