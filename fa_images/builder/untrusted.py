@@ -457,7 +457,11 @@ def error_line(text: str, limit: int = 300) -> str:
     end: values printed whole inside it are elided first ({…}), then, if it is still too long,
     its middle."""
     if len(text) > 16 * limit:  # bounded work for an answer of any size
-        text = text[: 8 * limit] + " … " + text[-8 * limit :]
+        head, tail = text[: 8 * limit], text[-8 * limit :]
+        # Less the word cut at each edge: a URL cut before its '@' or its '?token=' would pass
+        # `masked` with a part of its secret in clear, and elisions can bring the cut into view.
+        head_cut, tail_cut = re.search(r"\s\S*\Z", head), re.search(r"\s", tail)
+        text = f"{head[: head_cut.start()] if head_cut else ''} … {tail[tail_cut.end() :] if tail_cut else ''}"
     line = shown(" ".join(text.split()))
     for _ in range(3):  # a value printed inside another goes first, then the one around it
         line, elided = _PRINTED_VALUE.subn(lambda m: m[0][0] + "…" + m[0][-1], line)
@@ -465,8 +469,9 @@ def error_line(text: str, limit: int = 300) -> str:
             break
     if len(line) <= limit:
         return line
-    head = limit // 3
-    return f"{line[:head]} … {line[-(limit - head - 3) :]}"
+    kept_head = limit // 3
+    kept_tail = max(limit - kept_head - 3, 0)
+    return f"{line[:kept_head]} … {line[len(line) - kept_tail :]}"
 
 
 def _clip(text: str, length: int = 120) -> str:

@@ -29,13 +29,14 @@ from .image_builder import (
     step_failure,
 )
 
-# A step's first line: Docker's "Step 2/9 : RUN ...", Podman's "[2/7] STEP 1/4: RUN ..." (the
-# stage's number first, the step's within its stage).
-_STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:Step|STEP) (\d+)/(\d+) ?: (.*)")
+# A step's first line, exactly as each engine writes it: Docker's "Step 2/9 : RUN ...", Podman's
+# "[2/7] STEP 1/4: RUN ..." (the stage's number first, the step's within its stage). A RUN's own
+# output ("Step 2/5: building wheels") is not one.
+_STEP = re.compile(r"^(?:Step (\d+)/(\d+) : |(?:\[\d+/\d+\] )?STEP (\d+)/(\d+): )([A-Z]+\b.*)")
 # The legacy builder's line after each step: the image that step left (Podman's prints "--> ").
 _STEP_IMAGE = re.compile(r"^ ?--?-> ([0-9a-f]{12,64})$")
 # A RUN's exit code, as Docker says it and as Podman does ("while running runtime: exit status 3").
-_EXIT_CODE = re.compile(r"returned a non-zero code: (\d+)|exit status (\d+)\s*$")
+_EXIT_CODE = re.compile(r"returned a non-zero code: (\d+)|while running runtime: exit status (\d+)\s*$")
 _ERROR = re.compile(r"\berror\b|FAILED:|Killed", re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # What an engine adds to a container of a FROM-scratch image: not the stage's files.
@@ -183,10 +184,11 @@ class _Stream:
 
     def line(self, line: str) -> None:
         if match := _STEP.match(line):
-            instruction = match.group(3)
+            number, total = (match[1], match[2]) if match[1] else (match[3], match[4])
+            instruction = match[5]
             from_as = re.match(r"FROM \S+ AS (\S+)", instruction, re.IGNORECASE)
             self.stage = from_as.group(1) if from_as else self.stage
-            self.step = BuildProgress(int(match.group(1)), int(match.group(2)), instruction, self.stage)
+            self.step = BuildProgress(int(number), int(total), instruction, self.stage)
             self.errors = []
             self.on_progress(self.step)
         if (made := _STEP_IMAGE.match(line)) and self.stage is not None:

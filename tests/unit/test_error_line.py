@@ -52,3 +52,21 @@ def test_control_characters_are_escaped_and_logins_masked() -> None:
 def test_an_error_of_any_size_is_one_bounded_line(body: str) -> None:
     line = untrusted.error_line(body + ": the cause")
     assert len(line) <= 300 and line.endswith("the cause"), line[-80:]
+
+
+def test_a_secret_at_the_cut_of_a_huge_error_is_not_shown() -> None:
+    """The cut of a huge error can fall inside a URL, before its '@' or its '?token='; elided
+    values around it then bring the cut into the line. The cut word is left out."""
+    for secret, url in (
+        ("SUPERSECRETTOKEN1234", "https://bob:SUPERSECRETTOKEN1234@reg.example/v2/"),
+        ("SIGNATUREVALUE9876", "https://reg.example/blob?X-Amz-Signature=SIGNATUREVALUE9876"),
+    ):
+        said = "{" + "a" * 2370 + "} GET " + url + " [" + "b" * 6000 + "] [" + "c" * 2380 + "] no such host"
+        line = untrusted.error_line(said)
+        assert not any(secret[:n] in line for n in range(4, len(secret) + 1)), line
+        assert line.startswith("{…} GET") and line.endswith("no such host"), line
+
+
+@pytest.mark.parametrize("limit", [0, 1, 4, 10, 300])
+def test_the_line_is_never_longer_than_its_limit_and_a_little(limit: int) -> None:
+    assert len(untrusted.error_line("doing: " * 100 + "the cause", limit=limit)) <= max(limit, 3)

@@ -33,3 +33,14 @@ def test_podmans_steps_and_failure_read_as_dockers() -> None:
     assert str(failed.value).startswith("torch step 2/2 (RUN echo building torch")
     assert str(failed.value).endswith("exited with 3: no torch here"), failed.value
     assert "one" in lines and "building torch" in lines
+
+
+def test_a_runs_own_output_is_not_a_step_and_an_engines_own_exit_status_is_not_the_runs() -> None:
+    steps: list[BuildProgress] = []
+    stream = sdk_builder._Stream(lambda line: None, steps.append)
+    for line in ("Step 1/2 : FROM base AS torch", "Step 2/2 : RUN pip wheel .", "Step 2/5: Building wheels"):
+        stream.chunk({"stream": line + "\n"})
+    assert [s.instruction for s in steps] == ["FROM base AS torch", "RUN pip wheel ."]
+    with pytest.raises(StepFailed) as failed:
+        stream.chunk({"error": "failed to register layer: exit status 1"})
+    assert "exited with" not in str(failed.value) and "register layer: exit status 1" in str(failed.value)
