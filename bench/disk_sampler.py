@@ -52,7 +52,7 @@ def main() -> None:
     log, every = Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 15.0
     for signum in (signal.SIGINT, signal.SIGTERM):  # a background job starts with SIGINT ignored
         signal.signal(signum, _stop)
-    peak = (0, "")
+    peak: tuple[int, str] | None = None  # fs is below zero where the run freed what was there before
     anchor = next(p for p in (CACHE, *CACHE.parents) if p.exists())
     start = used_megabytes(anchor)
     try:
@@ -66,10 +66,10 @@ def main() -> None:
             )
             with log.open("a") as out:
                 out.write(line + "\n")
-            peak = max(peak, (fs, line))
+            peak = max(peak or (fs, line), (fs, line))
             time.sleep(every)
     except KeyboardInterrupt:
-        print(f"peak: {peak[1]}")
+        print(f"peak: {peak[1] if peak else 'no sample taken'}")
 
 
 if __name__ == "__main__":
