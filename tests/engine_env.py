@@ -1789,9 +1789,17 @@ def keep_only(address: str, refs: Iterable[str]) -> int:
     """Drops every tag of the local registry at ``address`` but ``refs`` (``address/repo:tag``),
     then runs the registry's own garbage collection, which deletes each manifest no tag names and
     each blob no manifest names. What a finished story pushed stops holding the disk (the first
-    build's image is 4.4 GB compressed). Returns the bytes it freed."""
+    build's image is 4.4 GB compressed). Returns the bytes it freed.
+
+    For images of one manifest, as the engines push them here: the registry's 2.8 collection,
+    with --delete-untagged, also deletes what a kept manifest list names (distribution#3178)."""
     config = _REGISTRY_CONFIGS[address]
-    kept = {ref.removeprefix(f"{address}/").rpartition(":")[::2] for ref in refs}
+    kept = set()
+    for ref in refs:  # a ref of another spelling would keep nothing, silently
+        repository, colon, name = ref.removeprefix(f"{address}/").rpartition(":")
+        if not ref.startswith(f"{address}/") or not colon or "/" in name:
+            raise ValueError(f"keep_only: {ref!r} is not {address}/REPOSITORY:TAG")
+        kept.add((repository, name))
     repositories = config.parent / "data" / "docker" / "registry" / "v2" / "repositories"
     for tags in repositories.glob("**/_manifests/tags"):
         repository = tags.parent.parent.relative_to(repositories).as_posix()

@@ -162,6 +162,9 @@ def test_keep_only_collects_every_other_tag_and_the_layers_only_it_named(
                 pushed = list(client.api.push(ref, stream=True, decode=True))
                 assert not [p for p in pushed if "error" in p], pushed
                 client.images.remove(ref)
+            for other_spelling in (f"localhost:{registry.partition(':')[2]}/fa-images-test/base:1", kept[: -len(":1")]):
+                with pytest.raises(ValueError, match=r"is not 127\.0\.0\.1"):  # it would keep nothing
+                    keep_only(registry, [other_spelling])
             freed = keep_only(registry, [kept])
             assert freed >= 1_000_000, freed  # the noise layer, compressed: random bytes stay 4 MB
             assert not [p for p in client.api.pull(kept, stream=True, decode=True) if "error" in p]
