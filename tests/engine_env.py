@@ -1717,11 +1717,7 @@ def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> 
     Engines treat 127.0.0.0/8 registries as insecure by default, so plain
     HTTP works without daemon configuration.
     """
-    binary = shutil.which("docker-registry") or shutil.which("registry")
-    if binary is None:
-        raise RuntimeError("docker-registry not found; install it with: apt-get install -y docker-registry")
-    # The registry reads REGISTRY_* variables as config overrides.
-    env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
+    binary, env = _registry_command()
     with tempfile.TemporaryDirectory(prefix=run_prefix(REGISTRY_DIR_PREFIX)) as tmp:
         log_path = Path(tmp) / "registry.log"
         auth = {}
@@ -1769,16 +1765,26 @@ def local_registry(port: int = 0, *, users: Mapping[str, str] | None = None) -> 
             try:
                 if wait_for_own_server(f"http://127.0.0.1:{port}/v2/", proc, identity, timeout=30):
                     log.info("registry on 127.0.0.1:%d up in %.1f s", port, time.monotonic() - started)
-                    _REGISTRY_CONFIGS[f"127.0.0.1:{port}"] = config_path
+                    address = f"127.0.0.1:{port}"
+                    _REGISTRY_CONFIGS[address] = config_path
                     try:
-                        yield f"127.0.0.1:{port}"
+                        yield address
                     finally:
-                        _REGISTRY_CONFIGS.pop(f"127.0.0.1:{port}", None)
+                        _REGISTRY_CONFIGS.pop(address, None)
                     return
                 log.warning("registry on port %d did not come up:\n%s", port, _tail(log_path, lines=5))
             finally:
                 _terminate(proc.pid, grace=10)
         raise RuntimeError(f"docker-registry did not answer; log tail:\n{_tail(log_path)}")
+
+
+def _registry_command() -> tuple[str, dict[str, str]]:
+    """Debian's registry binary, and the environment it runs in: the registry reads REGISTRY_*
+    variables as config overrides, so none of the caller's reaches it."""
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    if binary is None:
+        raise RuntimeError("docker-registry not found; install it with: apt-get install -y docker-registry")
+    return binary, {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
 
 
 # The config file of each running local_registry, by address: its garbage collection reads it.
@@ -1806,9 +1812,8 @@ def keep_only(address: str, refs: Iterable[str]) -> int:
         for tag in tags.iterdir():
             if (repository, tag.name) not in kept:
                 shutil.rmtree(tag)
-    binary = shutil.which("docker-registry") or shutil.which("registry") or "docker-registry"
+    binary, env = _registry_command()
     before = _tree_bytes(config.parent / "data")
-    env = {k: v for k, v in child_env().items() if not k.startswith("REGISTRY_")}
     # Safe on a running registry while nothing pushes to it; the call waits for nothing else.
     subprocess.run(
         [binary, "garbage-collect", "--delete-untagged", str(config)], env=env, capture_output=True, check=True
