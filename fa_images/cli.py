@@ -8,26 +8,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import import_module
 
 from . import __version__
 from .builder import cli as builder_cli
-from .commands import (
-    build,
-    check,
-    compat,
-    dist,
-    doctor,
-    export,
-    gpus,
-    init,
-    inspect,
-    keys,
-    pick,
-    plan,
-    render,
-    schema,
-    source,
-)
+
+# The host's commands in the order --help lists them, each added by its module of fa_images.commands;
+# BUILDER stands for the builder's own (wheel, and those its generations add). A command line that
+# starts with one of these names builds that command's parser alone: it imports what that command
+# needs, not what every command needs (a tenth of a second or more of imports per command run).
+BUILDER = ""
+COMMANDS = (
+    "plan", "gpus", "render", "build", "dist", "export", "doctor", "init", "compat", "source", "pick", "schema",
+    "keys", BUILDER, "inspect", "check",
+)  # fmt: skip
 
 DESCRIPTION = """\
 Build flash-attn wheels and images that are right for one exact Python, torch and CUDA.
@@ -46,22 +40,25 @@ Build flash-attn wheels and images that are right for one exact Python, torch an
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; or, for ``command`` (one of COMMANDS), a parser that knows that command
+    alone and parses its command lines as the whole one does."""
     parser = argparse.ArgumentParser(
         prog="fa-images", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"fa-images {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (plan, gpus, render, build, dist, export, doctor, init, compat, source, pick, schema, keys):
-        command.add(sub)
-    builder_cli.add_commands(sub, host=True)  # the builder's own, and those its generations add
-    inspect.add(sub)
-    check.add(sub)
+    for name in (command,) if command in COMMANDS and command != BUILDER else COMMANDS:
+        if name == BUILDER:
+            builder_cli.add_commands(sub, host=True)
+        else:
+            import_module(f"{__package__}.commands.{name}").add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     return builder_cli.run_command(args)
 
 

@@ -15,16 +15,19 @@ import sys
 import threading
 import traceback
 
-from . import generations
-from .commands import check as check_command
-from .commands import inspect, inventory, wheel
 from .errors import EnvironmentProblem, FatalError, UsageError
 from .untrusted import shown
 
 
 def add_commands(sub: argparse._SubParsersAction, *, host: bool = False) -> None:
     """The builder's commands, and those its generations add; ``host``: the host mounts its own
-    ``check`` (images on a node, or this machine's check) and ``inspect`` (with ``--verify``)."""
+    ``check`` (images on a node, or this machine's check) and ``inspect`` (with ``--verify``).
+    Their modules are imported here, not above: ``fa-images`` runs commands through this module
+    and imports a command's callers only when it runs that command."""
+    from . import generations
+    from .commands import check as check_command
+    from .commands import inspect, inventory, wheel
+
     wheel.add(sub)
     for gen in generations.GENERATIONS:  # the commands a generation adds (compiling ahead)
         gen.steps().add_commands(sub)
