@@ -76,9 +76,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         _fail_the_skip(outcome.get_result())
 
 
-# The unit tier's longest modules (mypy over the package; actionlint and shellcheck over every
-# workflow the export writes), first: a worker that takes one last would run alone at the end.
-LONGEST_FIRST = ("test_project.py", "test_exports.py")
+# The modules each tier starts with.
+# - The unit tier's longest (mypy over the package; actionlint and shellcheck over every workflow
+#   the export writes): a worker that takes one last would run alone at the end.
+# - The builder tier's Python 3.9 stage, which holds about 4 GB for its four minutes: right after
+#   the unit tier it meets the engine story's small modules, not the torch release loop's push
+#   (37 GB of the disk then without it).
+FIRST_IN_TIER = {"unit": ("test_project.py", "test_exports.py"), "builder": ("test_python39_builder_stage.py",)}
 
 
 # The engine groups beside the shared engine's story, in this order. Podman's commit of its torch
@@ -92,9 +96,9 @@ def _rank(item: pytest.Item) -> tuple[int, int, int, int]:
     group = item.get_closest_marker("xdist_group")
     name = group.args[0] if group is not None else None
     own = OWN_ENGINES_FIRST.index(name) if name in OWN_ENGINES_FIRST else len(OWN_ENGINES_FIRST)
-    long = item.path.name in LONGEST_FIRST and tier == "unit"
+    first = item.path.name in FIRST_IN_TIER.get(tier, ())
     tier_rank = TIERS.index(tier) if tier in TIERS else len(TIERS)
-    return (tier_rank, 0 if name == ENGINE_TIER else 1, own, 0 if long else 1)
+    return (tier_rank, 0 if name == ENGINE_TIER else 1, own, 0 if first else 1)
 
 
 @pytest.fixture(scope="session")
