@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 import toolchain
+import xdist_schedule
+from xdist.remote import Producer
+from xdist.scheduler import LoadGroupScheduling
 
 from fa_images.config.matrix import Matrix
 from fa_images.config.matrix import load as load_matrix
@@ -41,10 +44,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             engine = item.path.parent.name == ENGINE_TIER
-            item.add_marker(pytest.mark.xdist_group(ENGINE_TIER if engine else item.nodeid.split("::")[0]))
+            item.add_marker(
+                pytest.mark.xdist_group(xdist_schedule.ENGINE_GROUP if engine else item.nodeid.split("::")[0])
+            )
     # The groups in this order (`--no-loadscope-reorder`): the engine tier first on one worker,
     # then the other engine groups, one after another, on the other. A worker is handed its next
-    # group when two or fewer of its tests are left.
+    # group when two or fewer of its tests are left, the engine group's worker when it has none
+    # (tests/xdist_schedule.py).
     items.sort(key=_rank)
 
 
@@ -91,6 +97,11 @@ FIRST_IN_TIER = {"unit": ("test_project.py", "test_exports.py"), "builder": ("te
 OWN_ENGINES_FIRST = ("podman", "bake")
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGroupScheduling | None:
+    """The suite's scheduler where it runs by group (pytest.ini_options); pytest-xdist's own otherwise."""
+    return xdist_schedule.EngineGroupAlone(config, log) if config.getoption("dist") == "loadgroup" else None
+
+
 def _rank(item: pytest.Item) -> tuple[int, int, int, int]:
     tier = item.path.parent.name
     group = item.get_closest_marker("xdist_group")
@@ -98,7 +109,7 @@ def _rank(item: pytest.Item) -> tuple[int, int, int, int]:
     own = OWN_ENGINES_FIRST.index(name) if name in OWN_ENGINES_FIRST else len(OWN_ENGINES_FIRST)
     first = item.path.name in FIRST_IN_TIER.get(tier, ())
     tier_rank = TIERS.index(tier) if tier in TIERS else len(TIERS)
-    return (tier_rank, 0 if name == ENGINE_TIER else 1, own, 0 if first else 1)
+    return (tier_rank, 0 if name == xdist_schedule.ENGINE_GROUP else 1, own, 0 if first else 1)
 
 
 @pytest.fixture(scope="session")

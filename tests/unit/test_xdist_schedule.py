@@ -1,0 +1,68 @@
+"""The suite's scheduler (tests/xdist_schedule.py) on pytest-xdist's own scheduling by group: the
+engine group's worker is handed no other group until that group is done; every other worker as
+pytest-xdist hands it work."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from xdist.scheduler import LoadGroupScheduling
+from xdist_schedule import ENGINE_GROUP, EngineGroupAlone
+
+# The engine group's four tests on one worker; four groups of one test each, for either worker.
+COLLECTION = [
+    *(f"tests/engine/test_{n}.py::t@{ENGINE_GROUP}" for n in ("a", "b", "loop", "runner")),
+    *(f"tests/unit/test_{n}.py::t" for n in ("w", "x", "y", "z")),
+]
+
+
+class Node:
+    """What a scheduler asks of a worker (xdist.workermanage.WorkerController): its name, its tests
+    by their index in the collection, and a shutdown when there is nothing left."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.sent: list[str] = []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(COLLECTION[i] for i in indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def _scheduler(kind: type[LoadGroupScheduling]) -> tuple[LoadGroupScheduling, Node, Node]:
+    options = {"tx": ["2*popen"]}  # two workers, as pytest.ini_options has it
+    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=False), getvalue=options.__getitem__)
+    sched = kind(config)
+    story, other = Node("gw0"), Node("gw1")
+    for node in (story, other):
+        sched.add_node(node)
+        sched.add_node_collection(node, COLLECTION)
+    sched.schedule()
+    return sched, story, other
+
+
+def _finish(sched: LoadGroupScheduling, node: Node, nodeid: str) -> None:
+    sched.mark_test_complete(node, COLLECTION.index(nodeid))
+
+
+def test_the_engine_groups_worker_takes_no_other_group_while_its_tests_are_left() -> None:
+    sched, story, other = _scheduler(EngineGroupAlone)
+    assert story.sent == COLLECTION[:4] and other.sent == COLLECTION[4:6]  # the other starts with two
+    for nodeid in COLLECTION[:3]:  # down to the runner, where pytest-xdist's own hands it a group
+        _finish(sched, story, nodeid)
+    assert story.sent == COLLECTION[:4]
+    _finish(sched, other, COLLECTION[4])
+    assert other.sent == COLLECTION[4:7]  # the other worker takes the groups meanwhile
+    _finish(sched, story, COLLECTION[3])
+    assert story.sent == [*COLLECTION[:4], COLLECTION[7]]  # the engine group done: the next group
+
+
+def test_pytest_xdists_own_scheduling_queues_a_group_behind_the_loop() -> None:
+    """What the suite's scheduler changes: the same steps on pytest-xdist's own."""
+    sched, story, _ = _scheduler(LoadGroupScheduling)
+    for nodeid in COLLECTION[:2]:
+        _finish(sched, story, nodeid)
+    assert story.sent == [*COLLECTION[:4], COLLECTION[6]]
