@@ -22,7 +22,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import build_project
@@ -79,36 +78,20 @@ def torch_index(index_dir: Path) -> Iterator[str]:
         yield index
 
 
-@dataclass(frozen=True)
-class StockInputs:
-    cpython: Future[Path]  # the second CPython's prefix
-    downloads: Future[Path]  # the two wheelhouses, then the CUDA toolkit's home
+@pytest.fixture(scope="session")
+def second_cpython() -> Iterator[Future[Path]]:
+    """The second CPython's prefix, compiled on first use (CPU) while the wheelhouses download."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(toolchain.cpython, SECOND_PYTHON)
 
 
 @pytest.fixture(scope="session")
-def stock_inputs() -> Iterator[StockInputs]:
-    """What the stock is made of, from the start of the story's group: its hygiene test waits on
-    engines that start and stop, and a fresh machine's first build waited about 100 s for these
-    (the CPython compile the longest). The compile on one thread, the downloads on the other; the
-    test cache's locks keep any other caller to one making of each."""
-
-    def downloads() -> Path:
-        for python in ("3.11", SECOND_PYTHON):
-            toolchain.torch_wheelhouse(python)
-        return toolchain.cuda_home()
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        yield StockInputs(pool.submit(toolchain.cpython, SECOND_PYTHON), pool.submit(downloads))
-
-
-@pytest.fixture(scope="session")
-def stock(stock_inputs: StockInputs, torch_index: str) -> Iterator[engine_env.Stock]:
-    cuda = stock_inputs.downloads.result()
+def stock(second_cpython: Future[Path], torch_index: str) -> Iterator[engine_env.Stock]:
     with engine_env.docker_engine() as engine:
         client = engine.client
         bases = engine_env.base_images(client)
-        base = engine_env.cuda_devel_standin(client, bases.devel, cuda)
-        prefix = stock_inputs.cpython.result()
+        base = engine_env.cuda_devel_standin(client, bases.devel, toolchain.cuda_home())
+        prefix = second_cpython.result()
         base = engine_env.python_standin(client, base, prefix, SECOND_PYTHON, engine_env.STOCK_PYTHON_TAG)
         runtime = engine_env.python_standin(client, bases.runtime, prefix, SECOND_PYTHON, engine_env.STOCK_RUNTIME_TAG)
         base = engine_env.uid_taken(client, base, engine_env.STOCK_TAG)

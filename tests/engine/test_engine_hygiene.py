@@ -27,11 +27,6 @@ pytestmark = pytest.mark.engine
 TESTS = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stock_inputs_meanwhile(stock_inputs) -> None:
-    """First in the story's group: the stock's downloads and compile start beside these tests."""
-
-
 @pytest.mark.parametrize(
     ("tag", "ours"),
     [
