@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +19,29 @@ from fa_images import cli
 from fa_images.builder import environment
 from fa_images.run import buildkit
 
-_probe_torch_once = functools.cache(environment.probe_torch)
+_PROBE_TORCH = environment.probe_torch  # the real one: the fixture below stands in for it
+
+
+@pytest.fixture(scope="session")
+def _probe_torch_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], environment.TorchInfo]:
+    """The torch probe, once per interpreter; this one's once for all the run's workers (its answer
+    kept in the run's temp dir, under a lock), since each would import torch in a child for it."""
+    run_dir = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+
+    @functools.cache
+    def probe(python: str) -> environment.TorchInfo:
+        if run_dir is None or python != sys.executable:
+            return _PROBE_TORCH(python)
+        answer = run_dir / "torch-probe.json"
+        with open(run_dir / "torch-probe.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if answer.is_file():
+                return environment.TorchInfo(**json.loads(answer.read_text()))
+            info = _PROBE_TORCH(python)
+            answer.write_text(json.dumps(dataclasses.asdict(info)))
+            return info
+
+    return probe
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +51,9 @@ def _own_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 
 @pytest.fixture(autouse=True)
-def _torch_probed_once_per_python(monkeypatch: pytest.MonkeyPatch) -> None:
+def _torch_probed_once_per_python(
+    monkeypatch: pytest.MonkeyPatch, _probe_torch_once: Callable[[str], environment.TorchInfo]
+) -> None:
     """The real torch probe imports torch in a child (~1.5 s); its answer for one interpreter
     cannot change within a run, so the unit tier asks each interpreter once."""
     monkeypatch.setattr(environment, "probe_torch", lambda python=sys.executable: _probe_torch_once(python))

@@ -31,16 +31,15 @@ matrix:
 """
 
 
-def _pick(tmp_path: Path, *args: str, matrix: str = FLEET) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "matrix.yaml").write_text(matrix)
-    return subprocess.run(
-        [sys.executable, "-m", "fa_images", "pick", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},  # this checkout's fa-images, not an installed one
-    )
+@pytest.fixture
+def pick_here(tmp_path: Path, run_fa_images):
+    """`fa-images pick ARGS` in ``tmp_path``, over ``matrix`` (the fleet's by default)."""
+
+    def run(*args: str, matrix: str = FLEET) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "matrix.yaml").write_text(matrix)
+        return run_fa_images(["pick", *args], cwd=tmp_path)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +75,10 @@ def test_a_node_fa_images_cannot_serve_is_bad_input(table, name: str, said: str)
         ("g7e", "fa2.8.3-py3.12-torch2.9.1-cu128-sm120", "sm120/simple"),
     ],
 )
-def test_each_node_takes_its_class_image_and_its_class_index(tmp_path: Path, node: str, entry: str, index: str) -> None:
-    proc = _pick(tmp_path, node, "--json", "--index-url", "https://acme.example/fa")
+def test_each_node_takes_its_class_image_and_its_class_index(
+    pick_here, tmp_path: Path, node: str, entry: str, index: str
+) -> None:
+    proc = pick_here(node, "--json", "--index-url", "https://acme.example/fa")
     assert proc.returncode == 0, proc.stderr
     [found] = json.loads(proc.stdout)
     [offer] = found["offers"]
@@ -92,8 +93,8 @@ def test_each_node_takes_its_class_image_and_its_class_index(tmp_path: Path, nod
     assert offer["pull"] == f"docker pull {offer['image']}"
 
 
-def test_the_lines_are_printed_for_each_node_asked(tmp_path: Path) -> None:
-    proc = _pick(tmp_path, "g5", "p5")
+def test_the_lines_are_printed_for_each_node_asked(pick_here, tmp_path: Path) -> None:
+    proc = pick_here("g5", "p5")
     assert proc.returncode == 0, proc.stderr
     assert "g5: A10G (compute capability 8.6, AWS g5): 1 offer" in proc.stdout
     assert "H100 (compute capability 9.0, AWS p5): 1 offer" in proc.stdout
@@ -105,8 +106,8 @@ def test_the_lines_are_printed_for_each_node_asked(tmp_path: Path) -> None:
     assert f"    pip         {pip}\n" in proc.stdout and f"    uv-variants uv pip install {variants}\n" in proc.stdout
 
 
-def test_a_gpu_nothing_runs_on_is_refused_with_what_it_runs_on(tmp_path: Path) -> None:
-    proc = _pick(tmp_path, "g4dn")
+def test_a_gpu_nothing_runs_on_is_refused_with_what_it_runs_on(pick_here) -> None:
+    proc = pick_here("g4dn")
     assert proc.returncode == 8
     assert proc.stdout == ""
     [line, hint] = proc.stderr.strip().splitlines()
@@ -114,8 +115,8 @@ def test_a_gpu_nothing_runs_on_is_refused_with_what_it_runs_on(tmp_path: Path) -
     assert "g5 (A10G)" in hint and "p5 (H100)" in hint and "g7e (RTXPRO6000)" in hint
 
 
-def test_a_filter_that_leaves_nothing_says_so(tmp_path: Path) -> None:
-    proc = _pick(tmp_path, "p5", "--python", "3.11")
+def test_a_filter_that_leaves_nothing_says_so(pick_here) -> None:
+    proc = pick_here("p5", "--python", "3.11")
     assert proc.returncode == 8
     assert "nothing in matrix.yaml of Python 3.11 runs on" in proc.stderr
 
@@ -130,8 +131,8 @@ def test_a_filter_that_leaves_nothing_says_so(tmp_path: Path) -> None:
         (["g5", "--dist", "nowhere"], "is not a directory"),
     ],
 )
-def test_bad_input_is_one_error_line(tmp_path: Path, args: list[str], said: str) -> None:
-    proc = _pick(tmp_path, *args)
+def test_bad_input_is_one_error_line(pick_here, args: list[str], said: str) -> None:
+    proc = pick_here(*args)
     assert proc.returncode == 2, proc.stderr
     assert said in proc.stderr and "Traceback" not in proc.stderr
     assert "tok" not in proc.stderr

@@ -12,7 +12,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import fakes
@@ -283,9 +282,9 @@ def entries_of(plan_json: list[dict], matrix_entries: list[dict]) -> None:
     ],
     ids=["default", "push", "no-check"],
 )
-def test_dry_run_json_of_the_repository_matrix(flags, steps, checks, pushed) -> None:
+def test_dry_run_json_of_the_repository_matrix(flags, steps, checks, pushed, run_fa_images) -> None:
     def fa_images(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=REPO, capture_output=True, text=True)
+        return run_fa_images(args, cwd=REPO)
 
     dry = fa_images("build", "--dry-run", "--json", *flags)
     assert dry.returncode == 0 and dry.stderr == "", dry.stderr
@@ -343,13 +342,13 @@ def test_json_without_dry_run_is_a_usage_error(tiny_matrix, capsys) -> None:
     assert err.splitlines() == ["error: --json goes with --dry-run"]
 
 
-def test_the_readme_dry_run_is_the_real_output() -> None:
+def test_the_readme_dry_run_is_the_real_output(run_fa_images) -> None:
     """The README shows `build --dry-run` on the repository's matrix: it must be what the command prints."""
     readme = (REPO / "README.md").read_text()
     found = re.search(r"^\$ fa-images (build --dry-run [^#\n]*?)[ \t]*(?:#[^\n]*)?\n(.*?)\n\n", readme, re.M | re.S)
     assert found, "the README shows a dry run"
     args, shown = found.group(1).split(), found.group(2)
-    proc = subprocess.run([sys.executable, "-m", "fa_images", *args], cwd=REPO, capture_output=True, text=True)
+    proc = run_fa_images(args, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip("\n") == shown
 

@@ -11,7 +11,6 @@ on its matrix.yaml and dockerfiles/. Claims in the prose that name the tool's fa
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -85,11 +84,11 @@ def examples_of(page: str, text: str) -> list[Example]:
 EXAMPLES = examples()
 
 
-def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "fa_images", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
+@pytest.fixture
+def run(run_fa_images, monkeypatch: pytest.MonkeyPatch):
+    """`fa-images ARGS` in ``cwd``, with no colour, as the pages show it."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    return lambda args, cwd: run_fa_images(args, cwd=cwd)
 
 
 def test_the_readme_shows_each_kind_of_offline_example() -> None:
@@ -100,7 +99,7 @@ def test_the_readme_shows_each_kind_of_offline_example() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"{e.page}:{e.line}:{' '.join(e.args)[:50]}")
-def test_a_readme_example_prints_what_the_readme_shows(example: Example, tmp_path: Path) -> None:
+def test_a_readme_example_prints_what_the_readme_shows(example: Example, tmp_path: Path, run) -> None:
     cwd = REPO
     args, tail = example.args, None
     if example.matrix is not None:
@@ -128,7 +127,7 @@ def test_a_readme_example_prints_what_the_readme_shows(example: Example, tmp_pat
         assert run(["plan"], cwd).returncode == 0
 
 
-def test_the_dry_run_json_keys_the_readme_names_are_there() -> None:
+def test_the_dry_run_json_keys_the_readme_names_are_there(run) -> None:
     said = re.search(r"`--dry-run --json` gives the same per entry \((.*?)\)\s*beside", EVERY_PAGE, re.S)
     assert said, "the README describes `--dry-run --json`"
     names = set(re.findall(r"`(\w+)`", said.group(1)))

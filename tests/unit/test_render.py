@@ -409,8 +409,8 @@ def test_rendering_does_not_depend_on_the_process(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- dockerfiles/ is up to date
 
 
-def test_committed_dockerfiles_are_up_to_date() -> None:
-    result = run_cli("render", "--check")
+def test_committed_dockerfiles_are_up_to_date(run_fa_images) -> None:
+    result = run_fa_images(["render", "--check"], cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "dockerfiles: 4 Dockerfiles up to date\n"
 
@@ -422,35 +422,35 @@ def repo_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_copy_is_up_to_date(repo_copy: Path) -> None:
-    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+def test_copy_is_up_to_date(repo_copy: Path, run_fa_images) -> None:
+    result = run_fa_images(["render", "--check", "--out", "dockerfiles"], cwd=repo_copy)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_changed_matrix_makes_check_fail_and_name_the_stale_file(repo_copy: Path) -> None:
+def test_changed_matrix_makes_check_fail_and_name_the_stale_file(repo_copy: Path, run_fa_images) -> None:
     path = repo_copy / "matrix.yaml"
     text = path.read_text()
     changed = text.replace("target: [aws, cluster]}", "target: [aws, cluster], ptx: true}")
     assert changed != text
     path.write_text(changed)
     before = {p.name: p.read_bytes() for p in (repo_copy / "dockerfiles").iterdir()}
-    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    result = run_fa_images(["render", "--check", "--out", "dockerfiles"], cwd=repo_copy)
     assert result.returncode == 1
     assert result.stdout == "stale: dockerfiles/fa2.8.3-py3.10-torch2.9.1-cu128.Dockerfile\n"
     assert "dockerfiles is out of date: run `fa-images render --matrix matrix.yaml`" in result.stderr
     assert {p.name: p.read_bytes() for p in (repo_copy / "dockerfiles").iterdir()} == before  # --check writes nothing
     # Rendering fixes it.
-    fixed = run_cli("render", "--out", "dockerfiles", cwd=repo_copy)
+    fixed = run_fa_images(["render", "--out", "dockerfiles"], cwd=repo_copy)
     assert fixed.returncode == 0
     assert "wrote dockerfiles/fa2.8.3-py3.10-torch2.9.1-cu128.Dockerfile" in fixed.stdout
     assert "4 Dockerfiles in dockerfiles (1 changed)" in fixed.stdout
-    assert run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy).returncode == 0
+    assert run_fa_images(["render", "--check", "--out", "dockerfiles"], cwd=repo_copy).returncode == 0
 
 
-def test_new_entry_is_reported_missing(repo_copy: Path) -> None:
+def test_new_entry_is_reported_missing(repo_copy: Path, run_fa_images) -> None:
     path = repo_copy / "matrix.yaml"
     path.write_text(path.read_text().replace('python: ["3.11", "3.12"]', 'python: ["3.11", "3.12", "3.13"]'))
-    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    result = run_fa_images(["render", "--check", "--out", "dockerfiles"], cwd=repo_copy)
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         "stale: dockerfiles/fa2.8.3-py3.13-torch2.6.0-cu124.Dockerfile",
@@ -458,13 +458,13 @@ def test_new_entry_is_reported_missing(repo_copy: Path) -> None:
     ]
 
 
-def test_extra_dockerfiles_are_reported(repo_copy: Path) -> None:
+def test_extra_dockerfiles_are_reported(repo_copy: Path, run_fa_images) -> None:
     (repo_copy / "dockerfiles" / "fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile").write_text("FROM scratch\n")
     (repo_copy / "dockerfiles" / "README.md").write_text("not a Dockerfile\n")
-    result = run_cli("render", "--check", "--out", "dockerfiles", cwd=repo_copy)
+    result = run_fa_images(["render", "--check", "--out", "dockerfiles"], cwd=repo_copy)
     assert result.returncode == 1
     assert result.stdout == "not in the matrix: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile\n"
-    written = run_cli("render", "--out", "dockerfiles", cwd=repo_copy)
+    written = run_fa_images(["render", "--out", "dockerfiles"], cwd=repo_copy)
     assert written.returncode == 0
     assert (
         "note: dockerfiles/fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile is not rendered by this matrix; "
@@ -473,8 +473,8 @@ def test_extra_dockerfiles_are_reported(repo_copy: Path) -> None:
     assert (repo_copy / "dockerfiles" / "fa2.5.9-py3.9-torch2.5.1-cu124.Dockerfile").exists()  # never deleted
 
 
-def test_check_of_a_missing_directory(repo_copy: Path) -> None:
-    result = run_cli("render", "--check", "--out", "nowhere", cwd=repo_copy)
+def test_check_of_a_missing_directory(repo_copy: Path, run_fa_images) -> None:
+    result = run_fa_images(["render", "--check", "--out", "nowhere"], cwd=repo_copy)
     assert result.returncode == 1
     assert len(result.stdout.splitlines()) == 4
     assert not (repo_copy / "nowhere").exists()
