@@ -86,8 +86,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 # - The unit tier's longest (mypy over the package; actionlint and shellcheck over every workflow
 #   the export writes): a worker that takes one last would run alone at the end.
 # - The builder tier's Python 3.9 stage, which holds about 4 GB for its four minutes: right after
-#   the unit tier it meets the engine story's small modules, not the torch release loop's push
-#   (37 GB of the disk then without it).
+#   the unit tier it meets the second Python's torch stage (37-39 GB of the disk with it, runs 56-58
+#   of bench/test_suite.md), not the torch release loop's push (39.3 GB, run 55).
 FIRST_IN_TIER = {"unit": ("test_project.py", "test_exports.py"), "builder": ("test_python39_builder_stage.py",)}
 
 
