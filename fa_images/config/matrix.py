@@ -206,6 +206,9 @@ def _compat_file(doc: yamlfile.YamlDoc, path: Path, problems: list[Problem]) -> 
     if compat_file is not None and not (isinstance(compat_file, str) and compat_file):
         problems.append(doc.problem(("compat",), f"compat must be a file path, not {kind(compat_file)}"))
         return None
+    if compat_file and not grammar.printable(compat_file):  # a NUL is no path the system can open
+        problems.append(doc.problem(("compat",), f"compat {compat_file!r} holds a control character"))
+        return None
     return (path.parent / compat_file).resolve() if compat_file else None
 
 

@@ -40,6 +40,9 @@ class YamlDoc:
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
 MAX_DEPTH = 64
+# libyaml's scanner has a depth limit of its own (PyYAML 6.0.4 on): a deeper file fails there,
+# before MAX_DEPTH's check of the composed tree. Its words, as the scanner says them:
+LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 
 
 def _event_parser(stream: str) -> Any:
@@ -244,6 +247,8 @@ def _parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
             ]
         ) from None
     except yaml.MarkedYAMLError as exc:
+        if exc.problem == LIBYAML_TOO_DEEP:
+            raise ConfigError([Problem(f"{what} is refused: it nests too deeply", file=shown)]) from None
         mark = exc.problem_mark
         raise ConfigError(
             [
