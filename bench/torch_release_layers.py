@@ -1,15 +1,17 @@
 """A torch release on the builder and on a node: what the torch stage's CUDA-library layers save.
 
 Two entries that differ only in torch (2.9.1, then 2.10.0, both CUDA 12.8, Python 3.11), built
-one after the other by `fa-images build --push` on one engine, with the legacy builder (the SDK's),
-as a build farm with its layer cache builds a new torch release. Real parts: the tests' dockerd,
-Debian's registry, the engine tier's torch index (torch 2.9.1's wheelhouse and the wheels that
-2.10.0 adds), its CUDA stand-in base and its tiny flash-attn-shaped sdist.
+one after the other by `fa-images build --push` on one engine, with the legacy builder (the SDK's)
+or BuildKit (Debian's 20.10 docker CLI), as a build farm with its layer cache builds a new torch
+release. Real parts: the tests' dockerd, Debian's registry, the engine tier's torch index (torch
+2.9.1's wheelhouse and the wheels that 2.10.0 adds), its CUDA stand-in base and its tiny
+flash-attn-shaped sdist.
 
-    PYTHONPATH=tests:. python bench/torch_release_layers.py WORK_DIR [--one-layer]
+    PYTHONPATH=tests:tests/engine:. python bench/torch_release_layers.py WORK_DIR [--one-layer] [--builder buildkit]
 
 --one-layer: the same with torch and its libraries in one layer, as before the table held their
 pins (a compat override with `libraries: []` for both torches), for the side-by-side figure.
+--builder buildkit: both builds through BuildKit instead of the legacy builder.
 
 Prints, for each build, its time and the torch stage's steps (cached or run), and then, from the
 registry's manifests, what a node that holds the 2.9.1 image pulls for the 2.10.0 one: the layers
@@ -18,6 +20,7 @@ and compressed bytes it lacks, against the whole image.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -30,6 +33,7 @@ from pathlib import Path
 import engine_env
 import toolchain
 import yaml
+from build_project import BUILDKIT_CLI
 from fixtures.tiny import make_tiny_sdist
 
 from fa_images.builder.source import sha256_of
@@ -52,15 +56,26 @@ def build(work: Path, env: dict[str, str], torch: str) -> None:
     )
     seconds = time.monotonic() - started
     (entry,) = json.loads((work / f"{torch}.json").read_text())["entries"]
-    log = Path(entry["log"]).read_text()
-    # The legacy builder's steps: "Step 7/31 : RUN pip install ..." then " ---> Using cache" or a run.
-    steps = re.findall(r"^Step \d+/\d+ : (RUN pip install .*?)\n( ---> Using cache)?", log, flags=re.M)
+    steps = pip_steps(Path(entry["log"]).read_text())
     print(f"RESULT torch {torch}: exit {proc.returncode}, {seconds:.0f} s, status {entry['status']}")
     for command, cached in steps:
         if "nvidia-" in command or "torch==" in command:
             print(f"  {'cached' if cached else 'ran   '}  {command.split()[-1]}")
     if proc.returncode != 0:
         print(proc.stderr[-3000:])
+
+
+def pip_steps(log: str) -> list[tuple[str, bool]]:
+    """The log's `RUN pip install` steps, each with whether the layer cache answered it."""
+    # The legacy builder's: "Step 7/31 : RUN pip install ..." then " ---> Using cache" or a run.
+    legacy = re.findall(r"^Step \d+/\d+ : (RUN pip install .*?)\n( ---> Using cache)?", log, flags=re.M)
+    if legacy:
+        return [(command, bool(cached)) for command, cached in legacy]
+    # BuildKit's, as the build's log keeps them: "#12 [torch 3/6] RUN pip install ..." and, where
+    # the step ran, "[torch 3/6] done in 4.3 s"; a step the cache answered has no such line.
+    ran = set(re.findall(r"^(\[[^]]+\]) done in ", log, flags=re.M))
+    steps = re.findall(r"^#\d+ (\[[^]]+\]) (RUN pip install .*)$", log, flags=re.M)
+    return [(command, step not in ran) for step, command in steps]
 
 
 def manifest_layers(registry: str, torch: str) -> list[dict]:
@@ -73,7 +88,12 @@ def manifest_layers(registry: str, torch: str) -> list[dict]:
 
 
 def main() -> None:
-    work, one_layer = Path(sys.argv[1]).resolve(), sys.argv[2:] == ["--one-layer"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("--one-layer", action="store_true")
+    parser.add_argument("--builder", choices=("sdk", "buildkit"), default="sdk")
+    args = parser.parse_args()
+    work, one_layer = args.work.resolve(), args.one_layer
     shutil.rmtree(work, ignore_errors=True)
     (work / "sdists").mkdir(parents=True)
     sha = sha256_of(make_tiny_sdist(work / "sdists", version=VERSION))
@@ -97,12 +117,17 @@ def main() -> None:
             "image": f"{registry}/{REPOSITORY}",
             "bases": {"devel": base, "runtime": base, "python": "system"},
             "packages": engine_env.index_packages(index),
-            "build": {"network": "host", "builder": "sdk"},
+            "build": {"network": "host", "builder": args.builder},
             "compat": "compat.yaml",
             "entries": entries,
         }
         (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
         env = engine.env(PYTHONPATH=str(Path.cwd()), XDG_CACHE_HOME=str(work / "cache"))
+        if args.builder == "buildkit":  # Debian's 20.10 CLI first on PATH: BuildKit built in
+            cli = work / "buildkit-cli"
+            cli.mkdir()
+            (cli / "docker").symlink_to(BUILDKIT_CLI)
+            env["PATH"] = f"{cli}:{env['PATH']}"
         try:
             for torch in TORCHES:
                 build(work, env, torch)
@@ -118,6 +143,7 @@ def main() -> None:
         finally:
             engine_env.remove_images(client, f"{registry}/{REPOSITORY}")
             client.images.prune(filters={"dangling": True})
+            client.api.prune_builds()
 
 
 if __name__ == "__main__":
