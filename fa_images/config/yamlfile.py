@@ -216,6 +216,11 @@ def _parsed(raw: bytes, shown: str, what: str) -> bytes:
     return pickle.dumps(_parse(raw, shown=shown, what=what))
 
 
+def _too_deep(what: str, shown: str) -> ConfigError:
+    """A file deeper than a parser's stack or limit: libyaml's scanner, or PyYAML's composer."""
+    return ConfigError([Problem(f"{what} is refused: it nests too deeply", file=shown)])
+
+
 def _parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
     if len(raw) > MAX_BYTES:
         raise ConfigError([Problem(f"{what} is larger than {MAX_BYTES >> 10} KiB", file=shown)])
@@ -248,7 +253,7 @@ def _parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
         ) from None
     except yaml.MarkedYAMLError as exc:
         if exc.problem == LIBYAML_TOO_DEEP:
-            raise ConfigError([Problem(f"{what} is refused: it nests too deeply", file=shown)]) from None
+            raise _too_deep(what, shown) from None
         mark = exc.problem_mark
         raise ConfigError(
             [
@@ -261,7 +266,7 @@ def _parse(raw: bytes, *, shown: str, what: str) -> YamlDoc:
             ]
         ) from None
     except RecursionError:
-        raise ConfigError([Problem(f"{what} is refused: it nests too deeply", file=shown)]) from None
+        raise _too_deep(what, shown) from None
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(f"invalid YAML: {exc or type(exc).__name__}", file=shown)]) from None
     finally:
