@@ -33,7 +33,7 @@ from pathlib import Path
 import engine_env
 import toolchain
 import yaml
-from build_project import BUILDKIT_CLI
+from build_project import with_buildkit_cli
 from fixtures.tiny import make_tiny_sdist
 
 from fa_images.builder.source import sha256_of
@@ -123,11 +123,8 @@ def main() -> None:
         }
         (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
         env = engine.env(PYTHONPATH=str(Path.cwd()), XDG_CACHE_HOME=str(work / "cache"))
-        if args.builder == "buildkit":  # Debian's 20.10 CLI first on PATH: BuildKit built in
-            cli = work / "buildkit-cli"
-            cli.mkdir()
-            (cli / "docker").symlink_to(BUILDKIT_CLI)
-            env["PATH"] = f"{cli}:{env['PATH']}"
+        if args.builder == "buildkit":
+            env = with_buildkit_cli(env, work)
         try:
             for torch in TORCHES:
                 build(work, env, torch)

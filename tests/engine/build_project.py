@@ -31,6 +31,17 @@ REGISTRY_USER = engine_env.PUSH_USER
 BUILDKIT_CLI = Path("/usr/bin/docker")  # Debian's docker.io 20.10: `DOCKER_BUILDKIT=1 docker build`
 
 
+def with_buildkit_cli(env: dict[str, str], where: Path) -> dict[str, str]:
+    """``env`` with Debian's 20.10 CLI first on PATH, through a link in ``where`` (another docker
+    CLI may come first here, one without BuildKit)."""
+    assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
+    cli = where / "buildkit-cli"
+    cli.mkdir(exist_ok=True)
+    if not (cli / "docker").is_symlink():
+        (cli / "docker").symlink_to(BUILDKIT_CLI)
+    return {**env, "PATH": f"{cli}:{env['PATH']}"}
+
+
 @dataclass
 class Project:
     dir: Path
@@ -67,14 +78,8 @@ class Project:
         return path
 
     def buildkit_env(self, **extra: str) -> dict[str, str]:
-        """The project's environment with Debian's 20.10 CLI first on PATH (another docker CLI may
-        come first here, one without BuildKit)."""
-        assert BUILDKIT_CLI.is_file(), f"{BUILDKIT_CLI} (Debian's docker.io, which .ci/setup installs) is missing"
-        cli = self.dir / "buildkit-cli"
-        cli.mkdir(exist_ok=True)
-        if not (cli / "docker").is_symlink():
-            (cli / "docker").symlink_to(BUILDKIT_CLI)
-        return {**self.env, "PATH": f"{cli}:{self.env['PATH']}", **extra}
+        """The project's environment with Debian's 20.10 CLI first on PATH."""
+        return {**with_buildkit_cli(self.env, self.dir), **extra}
 
     def run(self, *args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
