@@ -12,13 +12,17 @@ ENGINE_GROUP = "engine"
 
 class EngineGroupAlone(LoadGroupScheduling):
     """pytest-xdist's scheduling by group, except that a worker running the engine group gets no
-    other group while any of that group's tests is left. pytest-xdist hands a worker its next group
-    when two or fewer of its tests are left; the engine group's last two are the torch release loop
-    and the new runner, about ten minutes, and a group handed to that worker then waited behind
-    them while the other worker ran out of work."""
+    other group while two or more of that group's tests are left.
+
+    pytest-xdist hands a worker its next group when two or fewer of its tests are left; the engine
+    group's last two are the torch release loop and the new runner, about ten minutes, and a group
+    handed to that worker then waited behind them while the other worker ran out of work. With one
+    test left the worker must be handed something: it runs a test only once it holds the next one
+    (or is told to stop), so the new runner would wait, idle, until the whole run's queue was
+    empty, and then run alone at the end."""
 
     def _reschedule(self, node: Any) -> None:
         engine = self.assigned_work.get(node, {}).get(ENGINE_GROUP, {})
-        if self.workqueue and not all(engine.values()):
+        if self.workqueue and sum(not done for done in engine.values()) > 1:
             return
         super()._reschedule(node)

@@ -1,6 +1,6 @@
 """The suite's scheduler (tests/xdist_schedule.py) on pytest-xdist's own scheduling by group: the
-engine group's worker is handed no other group until that group is done; every other worker as
-pytest-xdist hands it work."""
+engine group's worker is handed no other group while two of that group's tests are left; every
+other worker as pytest-xdist hands it work."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ COLLECTION = [
 
 class Node:
     """What a scheduler asks of a worker (xdist.workermanage.WorkerController): its name, its tests
-    by their index in the collection, and a shutdown when there is nothing left."""
+    by their index in the collection, and a shutdown when there is nothing left. Its tests finish as
+    the real worker's do (xdist.remote.WorkerInteractor.run_one_test): a test runs only once the
+    worker holds the next one, or has been told to shut down."""
 
     def __init__(self, name: str) -> None:
         self.gateway = SimpleNamespace(id=name)
@@ -45,19 +47,33 @@ def _scheduler(kind: type[LoadGroupScheduling]) -> tuple[LoadGroupScheduling, No
 
 
 def _finish(sched: LoadGroupScheduling, node: Node, nodeid: str) -> None:
+    held = node.sent[node.sent.index(nodeid) + 1 :]
+    assert held or node.shutting_down, f"{node.gateway.id} waits for a test to follow {nodeid}"
     sched.mark_test_complete(node, COLLECTION.index(nodeid))
 
 
-def test_the_engine_groups_worker_takes_no_other_group_while_its_tests_are_left() -> None:
+def test_the_engine_groups_worker_takes_no_other_group_while_two_of_its_tests_are_left() -> None:
     sched, story, other = _scheduler(EngineGroupAlone)
     assert story.sent == COLLECTION[:4] and other.sent == COLLECTION[4:6]  # the other starts with two
-    for nodeid in COLLECTION[:3]:  # down to the runner, where pytest-xdist's own hands it a group
+    for nodeid in COLLECTION[:2]:  # down to the loop and the runner, where pytest-xdist's own hands it a group
         _finish(sched, story, nodeid)
     assert story.sent == COLLECTION[:4]
     _finish(sched, other, COLLECTION[4])
     assert other.sent == COLLECTION[4:7]  # the other worker takes the groups meanwhile
-    _finish(sched, story, COLLECTION[3])
-    assert story.sent == [*COLLECTION[:4], COLLECTION[7]]  # the engine group done: the next group
+    _finish(sched, story, COLLECTION[2])
+    assert story.sent == [*COLLECTION[:4], COLLECTION[7]]  # the runner alone left: the next group follows it
+    _finish(sched, story, COLLECTION[3])  # which lets the runner run now, not at the run's end
+
+
+def test_with_the_queue_empty_the_engine_groups_worker_is_told_to_stop() -> None:
+    """Its last test then runs: nothing else would ever follow it."""
+    sched, story, other = _scheduler(EngineGroupAlone)
+    for nodeid in COLLECTION[4:6]:
+        _finish(sched, other, nodeid)
+    assert other.sent == COLLECTION[4:8] and not sched.workqueue
+    for nodeid in COLLECTION[:4]:
+        _finish(sched, story, nodeid)
+    assert story.shutting_down and story.sent == COLLECTION[:4]
 
 
 def test_pytest_xdists_own_scheduling_queues_a_group_behind_the_loop() -> None:
