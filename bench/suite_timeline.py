@@ -69,18 +69,23 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    path = Path(argv[0])
     try:
-        if not path.is_file() or path.stat().st_size > MAX_BYTES:  # not a FIFO, a device or a directory
-            raise ValueError(f"not a regular file of at most {MAX_BYTES >> 20} MiB")
-        lines = [_record(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-        if not lines:
-            raise ValueError("no test phase in it")
+        lines = read(Path(argv[0]))
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # json's errors are ValueErrors
         print(f"error: {argv[0]}: not a timeline this plugin wrote ({exc})", file=sys.stderr)
         return 2
     print(summary(lines))
     return 0
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """Every record of a timeline the plugin wrote; a ValueError or OSError where it is not one."""
+    if not path.is_file() or path.stat().st_size > MAX_BYTES:  # not a FIFO, a device or a directory
+        raise ValueError(f"not a regular file of at most {MAX_BYTES >> 20} MiB")
+    lines = [_record(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("no test phase in it")
+    return lines
 
 
 def _record(value: Any) -> dict[str, Any]:
