@@ -74,6 +74,8 @@ class Daemon:
 
 
 def report(log: Path, timeline: Path, worker: str, least: float) -> str:
+    if not log.is_file() or log.stat().st_size > suite_timeline.MAX_BYTES:  # not a FIFO, a device or a directory
+        raise ValueError(f"{log}: not a regular file of at most {suite_timeline.MAX_BYTES >> 20} MiB")
     samples = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     names = {pid: name for s in samples for pid, (name, _) in s["p"].items()}
     daemons = sorted((Daemon(pid, name, samples) for pid, name in names.items()), key=lambda d: d.first)
@@ -92,13 +94,17 @@ def report(log: Path, timeline: Path, worker: str, least: float) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) in (2, 3) and argv[0] == "sample":
-        sample(Path(argv[1]), float(argv[2]) if len(argv) == 3 else 5.0)
-        return 0
-    if 3 <= len(argv) <= 5 and argv[0] == "report":
-        worker = argv[3] if len(argv) > 3 else "gw0"
-        print(report(Path(argv[1]), Path(argv[2]), worker, float(argv[4]) if len(argv) > 4 else 4.0))
-        return 0
+    try:
+        if len(argv) in (2, 3) and argv[0] == "sample":
+            sample(Path(argv[1]), float(argv[2]) if len(argv) == 3 else 5.0)
+            return 0
+        if 3 <= len(argv) <= 5 and argv[0] == "report":
+            worker = argv[3] if len(argv) > 3 else "gw0"
+            print(report(Path(argv[1]), Path(argv[2]), worker, float(argv[4]) if len(argv) > 4 else 4.0))
+            return 0
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:  # json's errors are ValueErrors
+        print(f"error: {' '.join(argv[:3])}: {exc!r}", file=sys.stderr)
+        return 2
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
-CONFTEST = f"""
+CONFTEST = """
 import sys
 import pytest
-sys.path.insert(0, {str(TESTS)!r})
+sys.path.insert(0, {tests!r})
 import xdist_schedule
 from xdist.scheduler import LoadGroupScheduling
 
@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.path.parent.name != "engine")
 
 def pytest_xdist_make_scheduler(config, log):
-    suite = {{SCHEDULER!r}} == "suite"
+    suite = {scheduler!r} == "suite"
     return xdist_schedule.EngineGroupAlone(config, log) if suite else LoadGroupScheduling(config, log)
 """
 
@@ -71,7 +71,7 @@ def main() -> int:
         root = Path(tmp)
         (root / "tests" / "engine").mkdir(parents=True)
         (root / "tests" / "other").mkdir()
-        (root / "tests" / "conftest.py").write_text(CONFTEST.replace("{SCHEDULER!r}", repr(args.scheduler)))
+        (root / "tests" / "conftest.py").write_text(CONFTEST.format(tests=str(TESTS), scheduler=args.scheduler))
         (root / "marks.py").write_text(MARK)
         (root / "tests" / "engine" / "test_story.py").write_text(STORY)
         for n in range(1, 7):

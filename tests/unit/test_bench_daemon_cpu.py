@@ -43,3 +43,14 @@ def test_each_daemons_total_and_its_cpu_in_each_phase_of_the_worker(tmp_path: Pa
 def test_a_bad_invocation_prints_the_usage(capsys) -> None:
     assert daemon_cpu.main(["report", "only-one"]) == 2
     assert "python -m bench.daemon_cpu sample LOG" in capsys.readouterr().err
+
+
+def test_a_log_that_is_not_the_samplers_is_one_error_line(tmp_path: Path, capsys) -> None:
+    timeline = tmp_path / "timeline.jsonl"
+    timeline.write_text(TIMELINE)
+    for log in (Path("/dev/zero"), tmp_path):  # a device, a directory
+        assert daemon_cpu.main(["report", str(log), str(timeline)]) == 2
+    (tmp_path / "other.jsonl").write_text('{"t": 1}\n')
+    assert daemon_cpu.main(["report", str(tmp_path / "other.jsonl"), str(timeline)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: report ") for line in lines), lines
