@@ -74,9 +74,7 @@ class Daemon:
 
 
 def report(log: Path, timeline: Path, worker: str, least: float) -> str:
-    if not log.is_file() or log.stat().st_size > suite_timeline.MAX_BYTES:  # not a FIFO, a device or a directory
-        raise ValueError(f"{log}: not a regular file of at most {suite_timeline.MAX_BYTES >> 20} MiB")
-    samples = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    samples = [json.loads(line) for line in suite_timeline.bounded_text(log).splitlines() if line.strip()]
     names = {pid: name for s in samples for pid, (name, _) in s["p"].items()}
     daemons = sorted((Daemon(pid, name, samples) for pid, name in names.items()), key=lambda d: d.first)
     daemons = [d for d in daemons if d.cpu[-1] >= least]

@@ -78,11 +78,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def bounded_text(path: Path) -> str:
+    """The text of a record a bench script wrote; a ValueError where it is not a regular file of at
+    most MAX_BYTES (a FIFO, a device or a directory)."""
+    if not path.is_file() or path.stat().st_size > MAX_BYTES:
+        raise ValueError(f"not a regular file of at most {MAX_BYTES >> 20} MiB")
+    return path.read_text()
+
+
 def read(path: Path) -> list[dict[str, Any]]:
     """Every record of a timeline the plugin wrote; a ValueError or OSError where it is not one."""
-    if not path.is_file() or path.stat().st_size > MAX_BYTES:  # not a FIFO, a device or a directory
-        raise ValueError(f"not a regular file of at most {MAX_BYTES >> 20} MiB")
-    lines = [_record(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    lines = [_record(json.loads(line)) for line in bounded_text(path).splitlines() if line.strip()]
     if not lines:
         raise ValueError("no test phase in it")
     return lines
