@@ -1,10 +1,11 @@
 """When the engine group's last test starts, on a real pytest-xdist run of a toy suite.
 
-    python bench/engine_worker_last_test.py [--scheduler suite|xdist]
+    python bench/engine_worker_last_test.py [--scheduler suite|xdist] [--no-check]
 
-The toy suite has the shape of the real one: an engine group of three tests on one worker (the
-last two stand for the torch release loop and the new runner) and six groups of one test each,
-which take longer than the loop. It runs with two workers, as `.ci/run` does, under the suite's
+The toy suite has the shape of the real one: an engine group of four tests on one worker (the
+second and third stand for the torch release loop and the new runner, the last for the check of
+what the tier left, tests/engine/test_engine_left_clean.py; `--no-check` leaves it out) and six
+groups of one test each, which take longer than the loop. It runs with two workers, as `.ci/run` does, under the suite's
 scheduler (tests/xdist_schedule.py) or pytest-xdist's own, and prints when each test began, in
 seconds from the first. A pytest-xdist worker runs a test only once it holds the next one (or is
 told to stop), so a scheduler that hands the engine group's worker nothing after the loop leaves
@@ -52,8 +53,12 @@ STORY = """
 import time
 from marks import mark
 def test_a(): mark("a"); time.sleep(0.2)
-def test_loop(): mark("loop"); time.sleep(1)
+def test_loop(): mark("loop"); time.sleep({loop})
 def test_runner(): mark("runner"); time.sleep(1)
+"""
+
+CHECK = """
+def test_clean(): mark("check")
 """
 
 OTHER = """
@@ -66,6 +71,8 @@ def test_x(): mark("other{n}"); time.sleep(1.5)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scheduler", choices=("suite", "xdist"), default="suite")
+    parser.add_argument("--no-check", action="store_true", help="end the engine group on the runner")
+    parser.add_argument("--loop", type=float, default=1.0, help="seconds of the loop (default 1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -73,7 +80,8 @@ def main() -> int:
         (root / "tests" / "other").mkdir()
         (root / "tests" / "conftest.py").write_text(CONFTEST.format(tests=str(TESTS), scheduler=args.scheduler))
         (root / "marks.py").write_text(MARK)
-        (root / "tests" / "engine" / "test_story.py").write_text(STORY)
+        story = STORY.format(loop=args.loop) + ("" if args.no_check else CHECK)
+        (root / "tests" / "engine" / "test_story.py").write_text(story)
         for n in range(1, 7):
             (root / "tests" / "other" / f"test_other{n}.py").write_text(OTHER.format(n=n))
         marks = root / "marks.log"

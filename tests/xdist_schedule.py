@@ -15,11 +15,12 @@ class EngineGroupAlone(LoadGroupScheduling):
     other group while two or more of that group's tests are left.
 
     pytest-xdist hands a worker its next group when two or fewer of its tests are left; the engine
-    group's last two are the torch release loop and the new runner, about ten minutes, and a group
-    handed to that worker then waited behind them while the other worker ran out of work. With one
-    test left the worker must be handed something: it runs a test only once it holds the next one
-    (or is told to stop), so the new runner would wait, idle, until the whole run's queue was
-    empty, and then run alone at the end."""
+    group's last long ones are the torch release loop and the new runner, about ten minutes, and a
+    group handed to that worker then waited behind them while the other worker ran out of work.
+    With one test left the worker must be handed something: it runs a test only once it holds the
+    next one (or is told to stop). So the group ends on a check of a second
+    (tests/engine/test_engine_left_clean.py): the new runner runs while the worker holds it, and
+    the next group, or the stop, comes when the runner is done."""
 
     def _reschedule(self, node: Any) -> None:
         engine = self.assigned_work.get(node, {}).get(ENGINE_GROUP, {})

@@ -30,20 +30,24 @@ import pytest
 import toolchain
 
 # The hygiene tests watch the engine start and stop with its users: they run before any
-# module takes the shared engine, which holds it to the end of the run.
+# module takes the shared engine, which holds it to the end of the run. The check of what the
+# tier left on it runs after every other module.
 FIRST = "test_engine_hygiene.py"
+LAST = "test_engine_left_clean.py"
 SECOND_PYTHON = toolchain.SECOND_PYTHON
 SECOND_CP = "cp" + SECOND_PYTHON.replace(".", "")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     engine = [item for item in items if item.path.parent.name == "engine"]
-    first = [item for item in engine if item.path.name == FIRST]
-    if not first or engine[0] in first:
+    if not engine:
         return
+    first = [item for item in engine if item.path.name == FIRST]
+    last = [item for item in engine if item.path.name == LAST]
+    middle = [item for item in engine if item not in first and item not in last]
     start = items.index(engine[0])
-    rest = [item for item in items if item not in first]
-    items[:] = rest[:start] + first + rest[start:]
+    rest = [item for item in items[start:] if item not in engine]
+    items[:] = items[:start] + first + middle + last + rest
 
 
 def _index_dir() -> Path:

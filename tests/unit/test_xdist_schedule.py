@@ -1,6 +1,7 @@
 """The suite's scheduler (tests/xdist_schedule.py) on pytest-xdist's own scheduling by group: the
 engine group's worker is handed no other group while two of that group's tests are left; every
-other worker as pytest-xdist hands it work."""
+other worker as pytest-xdist hands it work. The engine group ends as the suite's does: the loop, the
+new runner, and a check of a second."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from types import SimpleNamespace
 from xdist.scheduler import LoadGroupScheduling
 from xdist_schedule import ENGINE_GROUP, EngineGroupAlone
 
-# The engine group's four tests on one worker; four groups of one test each, for either worker.
-COLLECTION = [
-    *(f"tests/engine/test_{n}.py::t@{ENGINE_GROUP}" for n in ("a", "b", "loop", "runner")),
-    *(f"tests/unit/test_{n}.py::t" for n in ("w", "x", "y", "z")),
-]
+# The engine group's five tests on one worker; four groups of one test each, for either worker.
+ENGINE = [f"tests/engine/test_{n}.py::t@{ENGINE_GROUP}" for n in ("a", "b", "loop", "runner", "clean")]
+A, B, LOOP, RUNNER, CLEAN = ENGINE
+W, X, Y, Z = OTHERS = [f"tests/unit/test_{n}.py::t" for n in ("w", "x", "y", "z")]
+COLLECTION = [*ENGINE, *OTHERS]
 
 
 class Node:
@@ -54,31 +55,44 @@ def _finish(sched: LoadGroupScheduling, node: Node, nodeid: str) -> None:
 
 def test_the_engine_groups_worker_takes_no_other_group_while_two_of_its_tests_are_left() -> None:
     sched, story, other = _scheduler(EngineGroupAlone)
-    assert story.sent == COLLECTION[:4] and other.sent == COLLECTION[4:6]  # the other starts with two
-    for nodeid in COLLECTION[:2]:  # down to the loop and the runner, where pytest-xdist's own hands it a group
+    assert story.sent == ENGINE and other.sent == [W, X]  # the other starts with two
+    for nodeid in (A, B, LOOP):  # down to the runner and the check, where pytest-xdist's own hands it a group
         _finish(sched, story, nodeid)
-    assert story.sent == COLLECTION[:4]
-    _finish(sched, other, COLLECTION[4])
-    assert other.sent == COLLECTION[4:7]  # the other worker takes the groups meanwhile
-    _finish(sched, story, COLLECTION[2])
-    assert story.sent == [*COLLECTION[:4], COLLECTION[7]]  # the runner alone left: the next group follows it
-    _finish(sched, story, COLLECTION[3])  # which lets the runner run now, not at the run's end
+    assert story.sent == ENGINE
+    _finish(sched, other, W)
+    assert other.sent == [W, X, Y]  # the other worker takes the groups meanwhile
+    _finish(sched, story, RUNNER)  # it held the check: the runner ran at once
+    assert story.sent == [*ENGINE, Z]  # the check alone left: the next group follows it
+
+
+def test_the_last_group_goes_to_the_worker_that_is_free_first() -> None:
+    """A group left when the loop ends is the other worker's as soon as it is free, not queued behind
+    the new runner."""
+    sched, story, other = _scheduler(EngineGroupAlone)
+    _finish(sched, other, W)
+    for nodeid in (A, B, LOOP):
+        _finish(sched, story, nodeid)
+    assert sched.workqueue and story.sent == ENGINE
+    _finish(sched, other, X)
+    assert other.sent == [W, X, Y, Z] and not sched.workqueue
+    _finish(sched, story, RUNNER)
+    assert story.shutting_down and story.sent == ENGINE
 
 
 def test_with_the_queue_empty_the_engine_groups_worker_is_told_to_stop() -> None:
     """Its last test then runs: nothing else would ever follow it."""
     sched, story, other = _scheduler(EngineGroupAlone)
-    for nodeid in COLLECTION[4:6]:
+    for nodeid in (W, X):
         _finish(sched, other, nodeid)
-    assert other.sent == COLLECTION[4:8] and not sched.workqueue
-    for nodeid in COLLECTION[:4]:
+    assert other.sent == [W, X, Y, Z] and not sched.workqueue
+    for nodeid in ENGINE:
         _finish(sched, story, nodeid)
-    assert story.shutting_down and story.sent == COLLECTION[:4]
+    assert story.shutting_down and story.sent == ENGINE
 
 
 def test_pytest_xdists_own_scheduling_queues_a_group_behind_the_loop() -> None:
     """What the suite's scheduler changes: the same steps on pytest-xdist's own."""
     sched, story, _ = _scheduler(LoadGroupScheduling)
-    for nodeid in COLLECTION[:2]:
+    for nodeid in (A, B, LOOP):
         _finish(sched, story, nodeid)
-    assert story.sent == [*COLLECTION[:4], COLLECTION[6]]
+    assert story.sent == [*ENGINE, Y]
