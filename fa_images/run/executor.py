@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..builder import contract, gpuarch, scratch, source, untrusted, verify
 from ..builder import dist as dist_dir
@@ -28,14 +28,17 @@ from ..builder.verdict import parse as parse_verdict
 from ..config.grammar import PullPolicy
 from ..config.matrix import Entry, Matrix
 from ..errors import FatalError, StepFailed
-from ..outputs import context, group_cache, signing
-from . import attest, bases
+from ..outputs import context, group_cache
+from . import bases
 from .current import DistDir, Results, Wheel
 from .engine import Engine, RunResult
 from .gpus import GpuAccess, HostGpus
 from .image_builder import BuildProgress, BuildRequest, BuildResult, ImageBuilder, Output
 from .logger import Console, EntryLog, duration
 from .plan import CheckCommand, EntryPlan, StepName
+
+if TYPE_CHECKING:  # signing's libraries load only where a build attests (``_attest``)
+    from ..outputs import signing
 
 EntryStatus = Literal["ok", "failed", "interrupted", "not run"]
 CheckStatus = Literal["passed", "not run"]
@@ -550,6 +553,8 @@ class Executor:
 
     def _attest(self, run: _EntryRun) -> StepOutcome:
         """What the entry made, as signed statements or statements for a signer of its own (``attest.py``)."""
+        from . import attest
+
         result, plan = run.result, run.plan
         made = attest.Made(
             entry=run.entry,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.builder_decision import BuilderDecision
 from ..config.grammar import BuilderForm
 from ..config.matrix import Entry, Matrix
 from ..errors import EntriesFailed
-from ..outputs import signing
 from . import connect, current, prebuilt
 from .build_args import BuildArgs
 from .executor import EntryResult, Executor, Options
@@ -21,6 +21,9 @@ from .gpus import resolve as resolve_gpus
 from .logger import Console
 from .plan import EntryPlan, make_plan
 from .report import print_summary, write_report
+
+if TYPE_CHECKING:
+    from ..outputs.signing import Signer
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
         planned = [e.id for e in entries]
         found = find_wheels(args, m, entries)
         gpus = resolve_gpus(args.gpus)  # this machine's GPUs first: no engine call for a local problem
-        signer = signing.load_signer(args.sign_key) if args.sign_key else None  # a bad key: before any engine
+        signer = _signer(args.sign_key)  # a bad key: before any engine
         for note in found.notes:
             console.line(note)
         connection = connect.connect(m.build, args.builder)
@@ -126,6 +129,15 @@ def build(args: BuildArgs, m: Matrix, console: Console) -> list[EntryResult]:
             write_report(args.report, results, engine, failure=failure, not_run=not_run)
         if results:
             print_summary(console, results)
+
+
+def _signer(key: Path | None) -> Signer | None:
+    """The key's signer; signing's libraries load only for a run that signs."""
+    if key is None:
+        return None
+    from ..outputs import signing
+
+    return signing.load_signer(key)
 
 
 def signing_line(args: BuildArgs) -> str:

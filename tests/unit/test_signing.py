@@ -11,6 +11,8 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -163,6 +165,19 @@ def test_without_a_key_nothing_is_signed_and_the_run_says_so(tiny_matrix, monkey
     assert cli.main(["build", "--matrix", "matrix.yaml", "--gpus", "none"]) == 0
     assert "signing: none: nothing is signed" in capfd.readouterr().err
     assert not list(Path("dist").glob("*.intoto.jsonl"))
+
+
+def test_a_build_that_signs_nothing_loads_no_signing_library(tiny_matrix) -> None:
+    """Signing's libraries (securesystemslib, cryptography, CycloneDX; boto3 too, where installed,
+    through securesystemslib's signers) cost every command line that loads them a large part of its
+    start: `build` loads them only where it attests."""
+    probe = (
+        "import sys; from fa_images import cli;"
+        "code = cli.main(['build', '--matrix', 'matrix.yaml', '--dry-run']);"
+        "print(code, *(m for m in ('securesystemslib', 'cyclonedx', 'fa_images.outputs.signing') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines()[-1] == "0", proc.stdout[-2000:]
 
 
 def test_the_plan_shows_the_attest_step_with_a_key(tiny_matrix, keys, fa) -> None:
