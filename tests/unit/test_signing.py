@@ -29,6 +29,7 @@ from fa_images.builder.verify import WheelReport
 from fa_images.outputs import signing, statements
 
 WHEEL = fakes.WHEEL
+INSPECT_WHEEL = verify.inspect_wheel
 H100 = verdict.Verdict(
     generation="FlashAttention-2",
     passed=True,
@@ -242,6 +243,7 @@ def test_a_signed_build_attests_sbom_provenance_and_the_gpu_verdict(tiny_matrix,
     )
     assert gpu["checkedOn"] == "the build host" and gpu["cases"][0]["bound"] == 2e-3
 
+    monkeypatch.setattr(verify, "inspect_wheel", INSPECT_WHEEL)  # the real inspection now, after the signatures
     verified = fa("inspect", str(wheel), "--no-import", "--verify", str(keys[1]))
     # Verified, then inspected: the stand-in's extension is no ELF, which inspect finds (exit 1).
     assert verified.returncode == 1 and "not a readable shared library" in verified.stdout, verified.stderr

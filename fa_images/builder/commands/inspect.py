@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..verify import inspect_wheel
+from .. import verify
 from .wheel import archs
 
 EXAMPLES = """\
@@ -55,6 +55,8 @@ def add(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = inspect_wheel(args.wheel, expect_archs=args.archs, python=args.python, import_check=args.import_check)
+    report = verify.inspect_wheel(
+        args.wheel, expect_archs=args.archs, python=args.python, import_check=args.import_check
+    )
     print(report.to_json() if args.json else "\n".join(report.lines()))
     return 0 if report.ok else 1
