@@ -88,7 +88,12 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 # - The builder tier's Python 3.9 stage, which holds about 4 GB for its four minutes: right after
 #   the unit tier it meets the second Python's torch stage (37-39 GB of the disk with it, runs 56-58
 #   of bench/test_suite.md), not the torch release loop's push (39.3 GB, run 55).
-FIRST_IN_TIER = {"unit": ("test_project.py", "test_exports.py"), "builder": ("test_python39_builder_stage.py",)}
+# - Then the Slurm export, the tier's longest after it (two to four minutes): last in name order,
+#   it was the queue's last group and ran alone at the end (runs 64 and 66).
+FIRST_IN_TIER = {
+    "unit": ("test_project.py", "test_exports.py"),
+    "builder": ("test_python39_builder_stage.py", "test_slurm_export.py"),
+}
 
 
 # The engine groups beside the shared engine's story, in this order. Podman's commit of its torch
