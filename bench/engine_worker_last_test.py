@@ -1,15 +1,15 @@
 """When the engine group's last test starts, on a real pytest-xdist run of a toy suite.
 
-    python bench/engine_worker_last_test.py [--scheduler suite|xdist] [--no-check]
+    python bench/engine_worker_last_test.py [--scheduler suite|xdist] [--no-check] [--loop SECONDS]
 
 The toy suite has the shape of the real one: an engine group of four tests on one worker (the
 second and third stand for the torch release loop and the new runner, the last for the check of
 what the tier left, tests/engine/test_engine_left_clean.py; `--no-check` leaves it out) and six
-groups of one test each, which take longer than the loop. It runs with two workers, as `.ci/run` does, under the suite's
-scheduler (tests/xdist_schedule.py) or pytest-xdist's own, and prints when each test began, in
-seconds from the first. A pytest-xdist worker runs a test only once it holds the next one (or is
-told to stop), so a scheduler that hands the engine group's worker nothing after the loop leaves
-the runner waiting for the end of the run.
+groups of one test each, which take longer than the loop (1 s unless `--loop` says). It runs with
+two workers, as `.ci/run` does, under the suite's scheduler (tests/xdist_schedule.py) or
+pytest-xdist's own, and prints when each test began, in seconds from the first. A pytest-xdist
+worker runs a test only once it holds the next one (or is told to stop), so a scheduler that hands
+the engine group's worker nothing after the loop leaves the runner waiting for the end of the run.
 """
 
 from __future__ import annotations
