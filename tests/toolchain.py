@@ -228,7 +228,7 @@ def fa4_site(python_version: str = "3.11") -> Path:
     # A CUDA 13 torch brings the CUDA Python bindings the DSL needs; the toolchain's 2.9.1 (CUDA 12.8) does not.
     wanted = [p for p in pins if not p.startswith("nvidia-cutlass-dsl-libs-cu12")] + FA4_BINDINGS
     dest = cache_dir() / f"fa4-site-{FA4_VERSION}-{_cp_tag(python_version)}"
-    spec = {"pins": wanted, "python_version": python_version}
+    spec = {"pins": wanted, "python_version": python_version, "bytecode": True}
     if _is_ready(dest, spec):
         return dest / "site"
     with _lock(dest):
@@ -239,7 +239,8 @@ def fa4_site(python_version: str = "3.11") -> Path:
         _log(f"downloading flash-attn-4 {FA4_VERSION} and its pinned set for {_cp_tag(python_version)} (~100 MB)")
         _pip_download(python_version, wheels, wanted, "--no-deps")
         shutil.rmtree(dest / "site", ignore_errors=True)
-        command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile"]
+        # With its bytecode (torch_venv says why): each import of the DSL took 5 CPU s more without.
+        command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index"]
         _run([*command, "--target", str(dest / "site"), *map(str, sorted(wheels.glob("*.whl")))])
         _mark(dest, spec)
     return dest / "site"
@@ -287,6 +288,7 @@ def torch_venv(python: str = sys.executable) -> Path:
         "wheelhouse": str(wheelhouse),
         "requirements": requirements,
         "installer": "uv",
+        "bytecode": True,
     }
     if _is_ready(dest, spec) and (dest / "bin" / "python").exists():
         return dest
@@ -298,16 +300,18 @@ def torch_venv(python: str = sys.executable) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         _log(f"creating {dest} (torch {TORCH_VERSION}, offline from {wheelhouse})")
         _run([python, "-m", "venv", str(dest)])
-        # uv, not pip: it unpacks the wheels side by side and compiles no bytecode (Python writes
-        # what an import needs), 21 s against pip's 54 s here. Its cache is a scratch directory
-        # beside the venv, whose files it hard-links into the venv and which goes after.
+        # uv, not pip: it unpacks the wheels side by side, 21 s against pip's 54 s here. Its cache
+        # is a scratch directory beside the venv, whose files it hard-links into the venv and which
+        # goes after. The bytecode is compiled here, once: where the environment sets
+        # PYTHONDONTWRITEBYTECODE (some CI images do), Python writes none at import, and each of the
+        # suite's hundreds of processes on this venv compiled torch's modules anew (1 to 2 s each).
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".uv-cache-") as uv_cache:
             _run(
                 [
                     sys.executable, "-m", "uv", "pip", "install", "--quiet", "--no-config",
                     "--python", str(dest / "bin" / "python"),
                     "--no-index", "--find-links", str(wheelhouse),
-                    "--link-mode", "hardlink", "--cache-dir", uv_cache,
+                    "--link-mode", "hardlink", "--cache-dir", uv_cache, "--compile-bytecode",
                     *requirements,
                 ],
                 env={k: v for k, v in _offline_pip_env().items() if not k.startswith("UV_")},
