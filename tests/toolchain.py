@@ -239,7 +239,7 @@ def fa4_site(python_version: str = "3.11") -> Path:
         _log(f"downloading flash-attn-4 {FA4_VERSION} and its pinned set for {_cp_tag(python_version)} (~100 MB)")
         _pip_download(python_version, wheels, wanted, "--no-deps")
         shutil.rmtree(dest / "site", ignore_errors=True)
-        # With its bytecode (torch_venv says why): each import of the DSL took 5 CPU s more without.
+        # With its bytecode (torch_venv says why): each import of the DSL took about 5 CPU s more without.
         command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index"]
         _run([*command, "--target", str(dest / "site"), *map(str, sorted(wheels.glob("*.whl")))])
         _mark(dest, spec)
@@ -300,11 +300,12 @@ def torch_venv(python: str = sys.executable) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         _log(f"creating {dest} (torch {TORCH_VERSION}, offline from {wheelhouse})")
         _run([python, "-m", "venv", str(dest)])
-        # uv, not pip: it unpacks the wheels side by side, 21 s against pip's 54 s here. Its cache
-        # is a scratch directory beside the venv, whose files it hard-links into the venv and which
-        # goes after. The bytecode is compiled here, once: where the environment sets
-        # PYTHONDONTWRITEBYTECODE (some CI images do), Python writes none at import, and each of the
-        # suite's hundreds of processes on this venv compiled torch's modules anew (1 to 2 s each).
+        # uv, not pip: it unpacks the wheels side by side (torch 2.9.1 into a new venv, with its
+        # bytecode: 36 s against pip's 71 s here). Its cache is a scratch directory beside the venv,
+        # whose files it hard-links into the venv and which goes after. The bytecode is compiled
+        # here, once: where the environment sets PYTHONDONTWRITEBYTECODE (some CI images do),
+        # Python writes none at import, and each of the suite's hundreds of processes on this venv
+        # compiled torch's modules anew (1 to 2 s each).
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".uv-cache-") as uv_cache:
             _run(
                 [
